@@ -1,0 +1,22 @@
+"""stridedview: one zero-copy, stream-safe strided view of any GPU or host array.
+
+Importing this package imports no array library and not the CUDA driver bindings;
+they are imported on first need.
+"""
+
+from stridedview._errors import CUDAError
+from stridedview._view import StridedMemoryView
+
+__all__ = ["CUDAError", "StridedMemoryView", "__version__"]
+
+
+def __getattr__(name):
+    # __version__ is read from the installed metadata on first use: importing
+    # importlib.metadata up front would double the cost of `import stridedview`.
+    if name == "__version__":
+        from importlib.metadata import version
+
+        value = version("stridedview")
+        globals()["__version__"] = value
+        return value
+    raise AttributeError(f"module 'stridedview' has no attribute {name!r}")

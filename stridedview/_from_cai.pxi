@@ -1,0 +1,272 @@
+# The CUDA Array Interface (versions 0 to 3) -> the view's fields.
+#
+# One check per invariant, run before the view takes anything; messages name the
+# protocol and quote the offending value.  A missing key or an unusable value is
+# a BufferError, a value of the wrong type a TypeError.
+
+cdef str _CAI = "__cuda_array_interface__"
+cdef object _MISSING = object()
+cdef object _INT64_MAX = INT64_MAX
+cdef object _UINTPTR_LIMIT = 1 << 64
+
+# typestr (or (typestr, descr)) -> numpy dtype
+cdef dict _cai_dtypes = {}
+
+
+cdef int _view_from_cai(
+    StridedMemoryView view, object obj, object interface, object stream
+) except -1:
+    """Fill ``view`` from ``obj``'s CAI dict ``interface``; ``stream`` is normalised.
+
+    Orders ``stream`` after the producer's stream (v3 ``stream`` key) unless
+    ``stream`` is -1, the producer gave none, or both are the same stream.
+    """
+    if stream is None:
+        raise BufferError(
+            "cuda array interface: stream_ptr=None is ambiguous: pass a stream handle, "
+            "or -1 to opt out"
+        )
+    if not isinstance(interface, dict):
+        raise TypeError(
+            "cuda array interface: __cuda_array_interface__ must be a dict "
+            f"(got {_quote(interface)})"
+        )
+    cdef dict cai = <dict>interface
+
+    version = cai.get("version", _MISSING)
+    if version is _MISSING:
+        raise BufferError("cuda array interface: 'version' is missing")
+    if type(version) is not int or not 0 <= version <= 3:
+        raise BufferError(
+            f"cuda array interface: 'version' must be an int from 0 to 3 (got {version!r})"
+        )
+
+    shape = _cai_shape(cai)
+    cdef Py_ssize_t ndim = len(shape)
+    dtype = _cai_dtype(cai)
+    cdef Py_ssize_t itemsize = dtype.itemsize
+    if itemsize == 0:
+        raise BufferError(
+            f"cuda array interface: 'typestr' {cai['typestr']!r} has item size 0"
+        )
+    size = _element_count(shape, "cuda array interface")
+
+    data = cai.get("data", _MISSING)
+    if data is _MISSING:
+        raise BufferError("cuda array interface: 'data' is missing")
+    if type(data) is not tuple or len(data) != 2:
+        raise TypeError(
+            f"cuda array interface: 'data' must be a (ptr, readonly) tuple (got {_quote(data)})"
+        )
+    ptr, readonly = data
+    if type(ptr) is not int:
+        raise TypeError(f"cuda array interface: 'data' pointer must be an int (got {ptr!r})")
+    if not 0 <= ptr < _UINTPTR_LIMIT:
+        raise BufferError(
+            f"cuda array interface: 'data' pointer must be an address >= 0 (got {ptr!r})"
+        )
+    if ptr == 0 and size != 0:
+        raise BufferError(
+            f"cuda array interface: 'data' pointer is 0 for a non-empty array (shape {shape})"
+        )
+    if not isinstance(readonly, (bool, int)):
+        raise TypeError(
+            f"cuda array interface: 'data' readonly flag must be a bool (got {readonly!r})"
+        )
+
+    strides = cai.get("strides")
+    if strides is None:
+        element_strides = _c_contiguous_strides(shape)
+    else:
+        element_strides = _cai_element_strides(strides, shape, itemsize)
+
+    mask = cai.get("mask")
+    if mask is not None:
+        raise BufferError(
+            f"cuda array interface: masked arrays are not supported ('mask' is {_quote(mask)})"
+        )
+
+    producer_stream = None
+    if version >= 3:
+        producer_stream = cai.get("stream")
+        if producer_stream is not None:
+            if type(producer_stream) is not int:
+                raise TypeError(
+                    "cuda array interface: 'stream' must be None or an int "
+                    f"(got {producer_stream!r})"
+                )
+            if producer_stream == 0:
+                raise BufferError(
+                    "cuda array interface: 'stream' 0 is disallowed (ambiguous: use 1 for "
+                    "the legacy default stream, 2 for the per-thread one)"
+                )
+            if not 0 < producer_stream < _UINTPTR_LIMIT:
+                raise BufferError(
+                    "cuda array interface: 'stream' must be None or a stream handle > 0 "
+                    f"(got {producer_stream!r})"
+                )
+
+    # Every check passed: order the streams, then fill the view.
+    if stream == -1:
+        view.ready_stream = producer_stream
+    else:
+        if producer_stream is not None and not _same_stream(producer_stream, stream):
+            _driver_module().order_after(producer_stream, stream)
+        view.ready_stream = stream
+
+    view._ptr = ptr
+    view.ptr = ptr
+    view.shape = shape
+    view.strides = element_strides
+    view.dtype = dtype
+    view._size = size
+    view.readonly = bool(readonly)
+    view.is_device_accessible = True
+    view._device_type = kDLCUDA
+    view._device_id = _DEVICE_ID_UNKNOWN
+    view.exporting_obj = obj
+    return 0
+
+
+cdef tuple _cai_shape(dict cai):
+    shape = cai.get("shape", _MISSING)
+    if shape is _MISSING:
+        raise BufferError("cuda array interface: 'shape' is missing")
+    if type(shape) is not tuple:
+        if not isinstance(shape, (tuple, list)):
+            raise TypeError(
+                f"cuda array interface: 'shape' must be a tuple of ints (got {_quote(shape)})"
+            )
+        shape = tuple(shape)
+    for extent in <tuple>shape:
+        if type(extent) is not int:
+            raise TypeError(
+                f"cuda array interface: 'shape' must be a tuple of ints (got {shape!r})"
+            )
+        if extent < 0:
+            raise BufferError(
+                f"cuda array interface: 'shape' extents must be >= 0 (got {shape!r})"
+            )
+        if extent > _INT64_MAX:
+            raise BufferError(
+                f"cuda array interface: 'shape' extents must fit in int64 (got {shape!r})"
+            )
+    return <tuple>shape
+
+
+cdef object _cai_dtype(dict cai):
+    typestr = cai.get("typestr", _MISSING)
+    if typestr is _MISSING:
+        raise BufferError("cuda array interface: 'typestr' is missing")
+    if type(typestr) is not str:
+        raise TypeError(f"cuda array interface: 'typestr' must be a str (got {typestr!r})")
+    descr = cai.get("descr")
+    key = typestr if descr is None else (typestr, repr(descr))
+    dtype = _cai_dtypes.get(key)
+    if dtype is None:
+        dtype = _resolve_cai_dtype(typestr, descr)
+        if len(_cai_dtypes) < 4096:
+            _cai_dtypes[key] = dtype
+    return dtype
+
+
+cdef object _resolve_cai_dtype(str typestr, object descr):
+    """The numpy dtype of a CAI typestr, or of its descr when that is a structured type."""
+    import numpy
+
+    if len(typestr) < 3 or typestr[0] not in "<>|=":
+        raise BufferError(
+            "cuda array interface: 'typestr' must be <byte order><kind><item size>, "
+            f"e.g. '<f4' (got {typestr!r})"
+        )
+    try:
+        dtype = numpy.dtype(typestr)
+    except (TypeError, ValueError) as exc:
+        raise BufferError(
+            f"cuda array interface: 'typestr' {typestr!r} is not a numpy type string ({exc})"
+        ) from None
+    if dtype.byteorder == ">" or (dtype.byteorder == "<" and _BIG_ENDIAN_HOST):
+        raise BufferError(
+            f"cuda array interface: 'typestr' {typestr!r} is not native-endian"
+        )
+    if dtype.hasobject:
+        raise BufferError(
+            f"cuda array interface: 'typestr' {typestr!r} holds Python objects"
+        )
+    if descr is not None and _descr_is_structured(descr):
+        try:
+            structured = numpy.dtype(descr)
+        except (TypeError, ValueError) as exc:
+            raise BufferError(
+                f"cuda array interface: 'descr' {descr!r} is not a numpy descr ({exc})"
+            ) from None
+        if structured.itemsize != dtype.itemsize:
+            raise BufferError(
+                f"cuda array interface: 'descr' {descr!r} has item size "
+                f"{structured.itemsize}, 'typestr' {typestr!r} {dtype.itemsize}"
+            )
+        if structured.hasobject:
+            raise BufferError(
+                f"cuda array interface: 'descr' {descr!r} holds Python objects"
+            )
+        return structured
+    return dtype
+
+
+cdef bint _descr_is_structured(object descr) except -1:
+    # The CAI default descr is [('', typestr)]: one unnamed field, nothing structured.
+    if not isinstance(descr, list) or not descr:
+        return False
+    if len(descr) == 1:
+        field = descr[0]
+        if isinstance(field, tuple) and len(field) == 2 and field[0] == "":
+            return False
+    return True
+
+
+cdef tuple _cai_element_strides(object strides, tuple shape, Py_ssize_t itemsize):
+    if not isinstance(strides, (tuple, list)):
+        raise TypeError(
+            f"cuda array interface: 'strides' must be None or a tuple of ints "
+            f"(got {_quote(strides)})"
+        )
+    if len(strides) != len(shape):
+        raise BufferError(
+            f"cuda array interface: 'strides' {tuple(strides)!r} and 'shape' {shape!r} "
+            "differ in length"
+        )
+    result = PyTuple_New(len(shape))
+    cdef Py_ssize_t i
+    for i in range(len(shape)):
+        stride = strides[i]
+        if type(stride) is not int:
+            raise TypeError(
+                f"cuda array interface: 'strides' must be None or a tuple of ints "
+                f"(got {tuple(strides)!r})"
+            )
+        if not -_INT64_MAX <= stride <= _INT64_MAX:
+            raise BufferError(
+                f"cuda array interface: 'strides' must fit in int64 (got {tuple(strides)!r})"
+            )
+        element_stride, remainder = divmod(stride, itemsize)
+        if remainder and shape[i] > 1:
+            raise BufferError(
+                f"cuda array interface: 'strides' {tuple(strides)!r} are not multiples of "
+                f"the item size {itemsize}"
+            )
+        Py_INCREF(element_stride)
+        PyTuple_SET_ITEM(result, i, element_stride)
+    return result
+
+
+cdef bint _same_stream(object a, object b):
+    # 0 (the NULL stream) is the legacy default stream, as handle 1 names it.
+    return (1 if a == 0 else a) == (1 if b == 0 else b)
+
+
+cdef str _quote(object value):
+    """A short repr of a value for a message: its type and, if short, the value."""
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{text} of type {type(value).__name__!r}"

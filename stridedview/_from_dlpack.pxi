@@ -1,0 +1,243 @@
+# DLPack -> the view's fields: negotiate with the producer, validate the capsule,
+# take ownership, and leave the deleter to the view's deallocation.
+
+from cpython.pycapsule cimport (
+    PyCapsule_CheckExact,
+    PyCapsule_GetName,
+    PyCapsule_GetPointer,
+    PyCapsule_SetName,
+)
+from libc.string cimport strcmp, strncmp
+
+cdef extern from "Python.h":
+    # Calls args[0].<name>(*args[1:nargs], **dict(zip(kwnames, args[nargs:]))) without
+    # building a bound method, an argument tuple or a keyword dict.
+    object PyObject_VectorcallMethod(
+        object name, PyObject **args, size_t nargsf, PyObject *kwnames
+    )
+
+cdef object _MAX_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
+cdef str _DLPACK = "__dlpack__"
+cdef str _DLPACK_DEVICE = "__dlpack_device__"
+cdef tuple _KWNAMES_STREAM_MAX_VERSION = ("stream", "max_version")
+cdef tuple _KWNAMES_STREAM = ("stream",)
+
+# type -> whether the type itself has __dlpack__ and __dlpack_device__; the
+# last type found to have them is kept apart, to skip even the dict lookup.
+cdef dict _type_has_dlpack = {}
+cdef object _last_dlpack_type = None
+
+
+cdef bint _has_dlpack(object obj) except -1:
+    """Whether ``obj`` offers both DLPack methods (looked up once per type)."""
+    global _last_dlpack_type
+    cdef type tp = type(obj)
+    if tp is _last_dlpack_type:
+        return True
+    found = _type_has_dlpack.get(tp)
+    if found is None:
+        found = hasattr(tp, _DLPACK) and hasattr(tp, _DLPACK_DEVICE)
+        if len(_type_has_dlpack) >= 1024:
+            _type_has_dlpack.clear()  # bound the cache where classes are made on the fly
+        _type_has_dlpack[tp] = found
+    if found:
+        _last_dlpack_type = tp
+        return True
+    # Rare: methods set on the instance rather than its class.
+    return hasattr(obj, _DLPACK) and hasattr(obj, _DLPACK_DEVICE)
+
+
+cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) except -1:
+    """Fill ``view`` from ``obj.__dlpack__``; ``stream`` is already normalised."""
+    cdef int32_t device_type, device_id
+    cdef PyObject *args[3]
+    args[0] = <PyObject *>obj
+    reported = PyObject_VectorcallMethod(_DLPACK_DEVICE, args, 1, NULL)
+    try:
+        if type(reported) is not tuple or PyTuple_GET_SIZE(reported) != 2:
+            raise TypeError
+        reported_type = (<tuple>reported)[0]
+        reported_id = (<tuple>reported)[1]
+        # int subclasses (torch's and jax's enums) are fine; floats are not.
+        if not isinstance(reported_type, int) or not isinstance(reported_id, int):
+            raise TypeError
+        device_type = reported_type
+        device_id = reported_id
+    except (TypeError, OverflowError):
+        raise BufferError(
+            f"dlpack: __dlpack_device__() must return (device_type, device_id) (got {reported!r})"
+        ) from None
+    _check_device_type(device_type)
+    dl_stream = _dlpack_stream_for(device_type, stream)
+
+    args[1] = <PyObject *>dl_stream
+    args[2] = <PyObject *>_MAX_VERSION
+    try:
+        capsule = PyObject_VectorcallMethod(
+            _DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM_MAX_VERSION
+        )
+    except TypeError as exc:
+        # A producer older than DLPack 1.0 does not know the keyword: ask again
+        # without it.  Any other TypeError (a refused stream, say) is the caller's.
+        if "max_version" not in str(exc):
+            raise
+        capsule = PyObject_VectorcallMethod(_DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM)
+    _view_from_capsule(view, capsule, device_type, device_id)
+    view.exporting_obj = obj
+    # Host memory needs no stream; device memory is ready on the stream the
+    # producer was asked to order, or unknown when the caller opted out.
+    view.ready_stream = None if dl_stream is None or dl_stream == -1 else stream
+    return 0
+
+
+cdef int _check_device_type(int32_t device_type) except -1:
+    if (
+        device_type != kDLCPU
+        and device_type != kDLCUDA
+        and device_type != kDLCUDAHost
+        and device_type != kDLCUDAManaged
+    ):
+        raise BufferError(
+            f"dlpack: unsupported device type {device_type} ({_device_name(device_type)})"
+        )
+    return 0
+
+
+cdef int _view_from_capsule(
+    StridedMemoryView view, object capsule, int32_t device_type, int32_t device_id
+) except -1:
+    """Validate a DLPack capsule, fill ``view`` from it, then take ownership.
+
+    The capsule is renamed to ``used_*`` only after every check has passed, so on
+    a failure the capsule's own destructor still calls the deleter.  The one
+    exception is a major version other than 1: the spec says the consumer then
+    calls the deleter and reads nothing else, so it is renamed and released here.
+    """
+    cdef const char *name
+    cdef const char *used_name
+    cdef void *managed
+    cdef DLManagedTensorVersioned *versioned_tensor
+    cdef DLTensor *tensor
+    cdef uint64_t flags = 0
+    cdef bint versioned
+
+    if not PyCapsule_CheckExact(capsule):
+        raise BufferError(
+            "dlpack: __dlpack__() must return a PyCapsule "
+            f"(got an object of type {type(capsule).__name__!r})"
+        )
+    name = PyCapsule_GetName(capsule)
+    if name != NULL and strcmp(name, b"dltensor_versioned") == 0:
+        versioned = True
+        used_name = b"used_dltensor_versioned"
+    elif name != NULL and strcmp(name, b"dltensor") == 0:
+        versioned = False
+        used_name = b"used_dltensor"
+    elif name != NULL and strncmp(name, b"used_", 5) == 0:
+        raise BufferError(
+            f"dlpack: capsule was already consumed (name {name.decode('utf-8', 'replace')!r})"
+        )
+    else:
+        shown = None if name == NULL else name.decode("utf-8", "replace")
+        raise BufferError(
+            f"dlpack: capsule name must be 'dltensor_versioned' or 'dltensor' (got {shown!r})"
+        )
+    managed = PyCapsule_GetPointer(capsule, name)
+    if managed == NULL:
+        return -1  # PyCapsule_GetPointer has set the error
+
+    if versioned:
+        versioned_tensor = <DLManagedTensorVersioned *>managed
+        if versioned_tensor.version.major != DLPACK_MAJOR_VERSION:
+            major = versioned_tensor.version.major
+            minor = versioned_tensor.version.minor
+            PyCapsule_SetName(capsule, used_name)
+            if versioned_tensor.deleter != NULL:
+                versioned_tensor.deleter(versioned_tensor)
+            raise BufferError(
+                f"dlpack: unsupported DLPack version {major}.{minor} (major version must be 1)"
+            )
+        tensor = &versioned_tensor.dl_tensor
+        flags = versioned_tensor.flags
+    else:
+        tensor = &(<DLManagedTensor *>managed).dl_tensor
+
+    if tensor.device.device_type != device_type or tensor.device.device_id != device_id:
+        raise BufferError(
+            f"dlpack: capsule device ({tensor.device.device_type}, {tensor.device.device_id}) "
+            f"differs from __dlpack_device__() ({device_type}, {device_id})"
+        )
+    _fill_from_dltensor(view, tensor, flags)
+
+    if PyCapsule_SetName(capsule, used_name) != 0:
+        return -1
+    view._managed = managed
+    view._managed_is_versioned = versioned
+    return 0
+
+
+cdef int _fill_from_dltensor(
+    StridedMemoryView view, DLTensor *tensor, uint64_t flags
+) except -1:
+    """Check a DLTensor and copy its layout into ``view``; takes no ownership."""
+    cdef int32_t ndim = tensor.ndim
+    cdef int32_t i
+    cdef int64_t extent
+    cdef int64_t size = 1
+    cdef bint empty = False
+    cdef bint overflow = False
+    cdef object item  # a Python int: PyTuple_SET_ITEM steals the reference we add
+
+    if ndim < 0:
+        raise BufferError(f"dlpack: ndim must be >= 0 (got {ndim})")
+    if ndim > 0 and tensor.shape == NULL:
+        raise BufferError(f"dlpack: shape is NULL with ndim {ndim}")
+
+    shape = PyTuple_New(ndim)
+    for i in range(ndim):
+        extent = tensor.shape[i]
+        if extent < 0:
+            raise BufferError(f"dlpack: shape[{i}] must be >= 0 (got {extent})")
+        if extent == 0:
+            empty = True
+        elif not overflow:
+            if size > INT64_MAX // extent:
+                overflow = True
+            else:
+                size *= extent
+        item = extent
+        Py_INCREF(item)
+        PyTuple_SET_ITEM(shape, i, item)
+    if empty:
+        size = 0
+    elif overflow:
+        raise BufferError(f"dlpack: element count overflows int64 (shape {shape})")
+
+    if ndim > 0 and tensor.strides != NULL:
+        strides = PyTuple_New(ndim)
+        for i in range(ndim):
+            item = tensor.strides[i]
+            Py_INCREF(item)
+            PyTuple_SET_ITEM(strides, i, item)
+    else:
+        # Producers before DLPack 1.2 may send NULL strides: row-major.
+        strides = _c_contiguous_strides(shape)
+
+    if size > 0 and tensor.data == NULL:
+        raise BufferError(f"dlpack: data is NULL for a tensor of {size} elements")
+    view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
+
+    view._ptr = <uintptr_t>tensor.data + <uintptr_t>tensor.byte_offset
+    view.ptr = view._ptr
+    view.shape = shape
+    view.strides = strides
+    view._size = size
+    view._device_type = tensor.device.device_type
+    view.readonly = (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
+    if tensor.device.device_type == kDLCPU:
+        view._device_id = -1
+        view.is_device_accessible = False
+    else:
+        view._device_id = tensor.device.device_id
+        view.is_device_accessible = True
+    return 0

@@ -1,0 +1,349 @@
+# cython: language_level=3
+"""The compiled core of stridedview: the StridedMemoryView class and its parsers."""
+
+cimport cython
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
+
+from stridedview._dlpack cimport *
+
+include "_streams.pxi"
+include "_dtypes.pxi"
+
+import sys
+
+cdef bint _BIG_ENDIAN_HOST = sys.byteorder == "big"
+# device_id of a CAI view before the driver has been asked.
+cdef enum:
+    _DEVICE_ID_UNKNOWN = -2
+
+cdef object _driver = None
+
+
+cdef object _driver_module():
+    """stridedview._driver, imported on first need (it is the only door to CUDA)."""
+    global _driver
+    if _driver is None:
+        from stridedview import _driver as module
+        _driver = module
+    return _driver
+
+
+class _LazyDataclassFields:
+    """Descriptor giving StridedMemoryView its ``__dataclass_fields__`` on first use."""
+
+    _fields = None
+
+    def __get__(self, instance, owner):
+        fields = _LazyDataclassFields._fields
+        if fields is None:
+            import dataclasses
+
+            @dataclasses.dataclass(frozen=True)
+            class StridedMemoryViewFields:
+                ptr: "int"
+                shape: "tuple[int, ...]"
+                strides: "tuple[int, ...]"
+                dtype: "numpy.dtype"
+                device_id: "int"
+                is_device_accessible: "bool"
+                readonly: "bool"
+                exporting_obj: "object"
+
+            fields = _LazyDataclassFields._fields = StridedMemoryViewFields.__dataclass_fields__
+        return fields
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class StridedMemoryView:
+    """A zero-copy view of a strided array from any DLPack or CUDA Array Interface producer.
+
+    ``StridedMemoryView(obj, stream_ptr=None)`` views ``obj`` through DLPack when
+    it has ``__dlpack__`` and ``__dlpack_device__``; anything else is a
+    ``BufferError``.  ``StridedMemoryView.from_dlpack`` forces DLPack.
+
+    Streams.  ``stream_ptr`` is the stream on which the caller will use the data:
+    an int handle (0 the null stream, 1 the legacy default stream, 2 the
+    per-thread default stream, or a ``CUstream`` address), an object with
+    ``__cuda_stream__``, -1 to order nothing, or None.  Host (CPU) and pinned
+    (CUDAHost) memory have no stream to order: the producer is always handed
+    ``stream=None`` and any ``stream_ptr`` is fine.  For CUDA and managed memory the
+    producer is handed the caller's stream, so that it makes that stream wait for
+    its pending work (DLPack's rule; 0 is passed as 1, -1 as -1); there
+    ``stream_ptr=None`` is ambiguous and a ``BufferError``.
+
+    Fields (read-only):
+
+    - ``ptr``: address of element ``[0, ..., 0]`` (DLPack's ``byte_offset``
+      included), an int;
+    - ``shape``: tuple of extents;
+    - ``strides``: tuple of strides in *elements*, not bytes, always explicit
+      (``()`` for 0-d; row-major when the producer sent none);
+    - ``dtype``: a ``numpy.dtype`` (bfloat16 and the float8/6/4 kinds are
+      ml_dtypes' dtypes);
+    - ``device_id``: -1 for host-only (CPU) memory, else the producer's device
+      ordinal (0 for pinned and managed memory, as DLPack gives it);
+    - ``is_device_accessible``: whether a CUDA kernel may read the memory;
+    - ``readonly``: DLPack 1.x's READ_ONLY flag; a legacy (pre-1.0) capsule cannot
+      say, and is taken as writable;
+    - ``exporting_obj``: the object viewed, kept alive as long as the view.
+
+    The DLPack capsule is consumed: its deleter runs exactly once, when the view
+    is deallocated.
+    """
+
+    # Exposed as read-only member descriptors by _expose_as_members() below.
+    cdef object ptr
+    cdef object shape
+    cdef object strides
+    cdef object dtype
+    cdef object exporting_obj
+    cdef readonly bint is_device_accessible
+    cdef readonly bint readonly
+    cdef readonly object ready_stream
+    cdef uintptr_t _ptr
+    cdef int64_t _size
+    cdef int32_t _device_type
+    cdef int32_t _device_id
+    cdef void *_managed
+    cdef bint _managed_is_versioned
+
+    __match_args__ = ("ptr", "shape", "strides", "dtype")
+
+    def __init__(self, obj, stream_ptr=None):
+        if self.exporting_obj is not None:
+            raise TypeError("StridedMemoryView is already initialised")
+        stream = _normalize_stream(stream_ptr)
+        if _has_dlpack(obj):
+            _view_from_dlpack(self, obj, stream)
+            return
+        interface = getattr(obj, _CAI, None)
+        if interface is not None:
+            _view_from_cai(self, obj, interface, stream)
+            return
+        raise BufferError(
+            f"stridedview: {type(obj).__name__!r} object supports neither DLPack "
+            "(__dlpack__ and __dlpack_device__) nor the CUDA Array Interface "
+            "(__cuda_array_interface__)"
+        )
+
+    @classmethod
+    def from_dlpack(cls, obj, stream_ptr=None):
+        """View ``obj`` through DLPack only; see the class docstring for ``stream_ptr``."""
+        cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+        stream = _normalize_stream(stream_ptr)
+        if not _has_dlpack(obj):
+            raise BufferError(
+                f"dlpack: {type(obj).__name__!r} object has no __dlpack__ and "
+                "__dlpack_device__ methods"
+            )
+        _view_from_dlpack(view, obj, stream)
+        return view
+
+    @classmethod
+    def from_cuda_array_interface(cls, obj, stream_ptr=None):
+        """View ``obj`` through the CUDA Array Interface only.
+
+        ``stream_ptr`` (a handle, an object with ``__cuda_stream__``, or -1) is the
+        stream on which the data will be used; None is ambiguous, a BufferError.
+        """
+        cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+        stream = _normalize_stream(stream_ptr)
+        interface = getattr(obj, _CAI, None)
+        if interface is None:
+            raise BufferError(
+                f"cuda array interface: {type(obj).__name__!r} object has no "
+                "__cuda_array_interface__"
+            )
+        _view_from_cai(view, obj, interface, stream)
+        return view
+
+    def __dealloc__(self):
+        cdef DLManagedTensorVersioned *versioned_tensor
+        cdef DLManagedTensor *legacy_tensor
+        if self._managed == NULL:
+            return
+        if self._managed_is_versioned:
+            versioned_tensor = <DLManagedTensorVersioned *>self._managed
+            if versioned_tensor.deleter != NULL:
+                versioned_tensor.deleter(versioned_tensor)
+        else:
+            legacy_tensor = <DLManagedTensor *>self._managed
+            if legacy_tensor.deleter != NULL:
+                legacy_tensor.deleter(legacy_tensor)
+        self._managed = NULL
+
+    @property
+    def device_id(self):
+        """-1 for host-only memory, else the device ordinal.
+
+        For a CUDA Array Interface view the driver is asked on first access
+        (``cuPointerGetAttribute``; the current device for a NULL pointer), so
+        that a view made with no driver present only needs one if this is read.
+        """
+        if self._device_id == _DEVICE_ID_UNKNOWN:
+            self._device_id = _driver_module().device_of_pointer(self._ptr)
+        return self._device_id
+
+    @property
+    def ndim(self):
+        """Number of dimensions."""
+        return len(self.shape)
+
+    @property
+    def size(self):
+        """Number of elements."""
+        return self._size
+
+    @property
+    def itemsize(self):
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self):
+        """``size * itemsize``: the bytes the elements occupy, gaps between them not counted."""
+        return self._size * self.dtype.itemsize
+
+    @property
+    def is_c_contiguous(self):
+        """Row-major and gap-free (numpy's rule: extent-1 axes are ignored, empty views qualify)."""
+        return _is_contiguous(self.shape, self.strides, self._size, reversed_axes=True)
+
+    @property
+    def is_f_contiguous(self):
+        """Column-major and gap-free (numpy's rule: extent-1 axes are ignored, empty views qualify)."""
+        return _is_contiguous(self.shape, self.strides, self._size, reversed_axes=False)
+
+    def __repr__(self):
+        return (
+            f"StridedMemoryView(ptr={self._ptr:#x}, shape={self.shape}, "
+            f"strides={self.strides}, dtype={self.dtype}, device_id={self._device_id_text()}, "
+            f"readonly={self.readonly})"
+        )
+
+    cdef str _device_id_text(self):
+        # repr must not need the driver: an unresolved CAI device shows as '?'.
+        return "?" if self._device_id == _DEVICE_ID_UNKNOWN else str(self._device_id)
+
+    # dataclasses.is_dataclass() and dataclasses.fields() read this; built on
+    # first use so that importing stridedview does not import dataclasses.
+    __dataclass_fields__ = _LazyDataclassFields()
+
+
+cdef extern from *:
+    # Offsets of the object fields in the instance struct Cython generates for
+    # StridedMemoryView (a wrong name fails the build, never silently).
+    """
+    #include <stddef.h>
+    #define SV_VIEW_OFFSET(field) \
+        offsetof(struct __pyx_obj_11stridedview_5_view_StridedMemoryView, field)
+    """
+    const Py_ssize_t _OFFSET_PTR "SV_VIEW_OFFSET(ptr)"
+    const Py_ssize_t _OFFSET_SHAPE "SV_VIEW_OFFSET(shape)"
+    const Py_ssize_t _OFFSET_STRIDES "SV_VIEW_OFFSET(strides)"
+    const Py_ssize_t _OFFSET_DTYPE "SV_VIEW_OFFSET(dtype)"
+    const Py_ssize_t _OFFSET_EXPORTING_OBJ "SV_VIEW_OFFSET(exporting_obj)"
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject_dict "PyTypeObject":
+        PyObject *tp_dict
+    void PyType_Modified(PyTypeObject_dict *)
+    object PyDescr_NewMember(PyTypeObject_dict *, PyMemberDef *)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char *doc
+    enum:
+        T_OBJECT_EX
+        READONLY
+
+cdef PyMemberDef _member_defs[5]
+
+
+cdef int _expose_as_members() except -1:
+    """Publish the object fields as read-only member descriptors.
+
+    Cython exposes ``cdef`` object fields through getset descriptors, which the
+    interpreter cannot specialise; a member descriptor is read by LOAD_ATTR_SLOT,
+    about twice as fast.  Every array argument of every launch reads these.
+    """
+    cdef PyTypeObject_dict *tp = <PyTypeObject_dict *>StridedMemoryView
+    cdef Py_ssize_t[5] offsets
+    offsets[0] = _OFFSET_PTR
+    offsets[1] = _OFFSET_SHAPE
+    offsets[2] = _OFFSET_STRIDES
+    offsets[3] = _OFFSET_DTYPE
+    offsets[4] = _OFFSET_EXPORTING_OBJ
+    # String literals: static storage, as long-lived as the type.
+    _member_defs[0].name = "ptr"
+    _member_defs[0].doc = "Address of element [0, ..., 0] (an int), byte offset included."
+    _member_defs[1].name = "shape"
+    _member_defs[1].doc = "Tuple of extents."
+    _member_defs[2].name = "strides"
+    _member_defs[2].doc = "Tuple of strides in elements, not bytes; always explicit, () at 0-d."
+    _member_defs[3].name = "dtype"
+    _member_defs[3].doc = "The element type, a numpy.dtype (ml_dtypes' for bfloat16 and float8/6/4)."
+    _member_defs[4].name = "exporting_obj"
+    _member_defs[4].doc = "The object viewed, kept alive as long as the view lives."
+    cdef int i
+    for i in range(5):
+        _member_defs[i].type = T_OBJECT_EX
+        _member_defs[i].offset = offsets[i]
+        _member_defs[i].flags = READONLY
+        descriptor = PyDescr_NewMember(tp, &_member_defs[i])
+        (<dict><object>tp.tp_dict)[descriptor.__name__] = descriptor
+    PyType_Modified(tp)
+    return 0
+
+
+_expose_as_members()
+
+
+cdef int64_t _element_count(tuple shape, str protocol) except -1:
+    """The number of elements of ``shape`` (Python ints >= 0), refusing an int64 overflow."""
+    count = 1
+    for extent in shape:
+        if extent == 0:
+            return 0
+        count *= extent
+    if count > INT64_MAX:
+        raise BufferError(f"{protocol}: element count overflows int64 (shape {shape})")
+    return count
+
+
+cdef object _c_contiguous_strides(tuple shape):
+    """Row-major element strides for ``shape`` (Python ints: no overflow)."""
+    cdef Py_ssize_t ndim = len(shape)
+    strides = [0] * ndim
+    step = 1
+    for i in range(ndim - 1, -1, -1):
+        strides[i] = step
+        step *= max(shape[i], 1)
+    return tuple(strides)
+
+
+cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed_axes):
+    if size == 0:
+        return True
+    cdef Py_ssize_t ndim = len(shape)
+    expected = 1
+    axes = range(ndim - 1, -1, -1) if reversed_axes else range(ndim)
+    for i in axes:
+        extent = shape[i]
+        if extent != 1:
+            if strides[i] != expected:
+                return False
+            expected *= extent
+    return True
+
+
+include "_from_dlpack.pxi"
+include "_from_cai.pxi"

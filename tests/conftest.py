@@ -1,0 +1,128 @@
+"""Shared pytest configuration: the ``gpu`` skip and the CI guard against silent skips.
+
+The markers ``gpu`` and ``interop`` are declared in pyproject.toml; nothing is registered here.
+
+``gpu``: a test marked ``pytest.mark.gpu`` is skipped with the reason "needs a CUDA GPU and
+driver" when the CUDA driver cannot be loaded or reports no device. The driver is probed with
+ctypes the first time a ``gpu`` test is set up, never at collection, and ``cuda.bindings`` is not
+imported, so collecting and running the host tests never touches CUDA.
+
+``STRIDEDVIEW_REQUIRE_INTEROP=1`` (set by CI): every skip of a test not marked ``gpu``, including
+a whole module skipped at collection by ``pytest.importorskip``, makes the run fail. The skips are
+listed in the terminal summary. A collection skip cannot see the module's markers (the module
+failed to import), so a GPU-only module must skip itself with the reason ``GPU_SKIP_REASON``
+rather than with ``importorskip`` if it is to be exempt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import os
+import sys
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+GPU_SKIP_REASON = "needs a CUDA GPU and driver"
+REQUIRE_INTEROP_ENV = "STRIDEDVIEW_REQUIRE_INTEROP"
+
+# (node id, reason) of every skip that fails the run under STRIDEDVIEW_REQUIRE_INTEROP=1;
+# reset when a session starts (pytest runs one session per process).
+_SKIPS: list[tuple[str, str]] = []
+
+
+@functools.cache
+def has_cuda_gpu() -> bool:
+    """Return True when the CUDA driver loads, initialises and reports at least one device."""
+    if sys.platform == "win32":
+        names = ["nvcuda.dll"]
+    else:
+        names = ["libcuda.so.1", "libcuda.so", ctypes.util.find_library("cuda")]
+    for name in names:
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        try:
+            if lib.cuInit(0) != 0:
+                return False
+            count = ctypes.c_int(0)
+            if lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+                return False
+        except AttributeError:
+            return False
+        return count.value > 0
+    return False
+
+
+def _require_interop() -> bool:
+    return os.environ.get(REQUIRE_INTEROP_ENV, "") == "1"
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is not None and not has_cuda_gpu():
+        pytest.skip(GPU_SKIP_REASON)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    # The marker itself, not report.keywords (which also holds names and parametrize ids).
+    report.stridedview_gpu = item.get_closest_marker("gpu") is not None
+    return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    if getattr(report, "stridedview_gpu", False):
+        return
+    _record(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if not report.skipped:
+        return
+    if _skip_reason(report) == GPU_SKIP_REASON:
+        return
+    _record(report)
+
+
+def _record(report: pytest.TestReport | pytest.CollectReport) -> None:
+    _SKIPS.append((report.nodeid or "<session>", _skip_reason(report)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SKIPS.clear()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # NO_TESTS_COLLECTED too: a run whose only module was skipped at collection collects nothing.
+    ok = (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+    if _require_interop() and _SKIPS and exitstatus in ok:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _require_interop() or not _SKIPS:
+        return
+    terminalreporter.section(f"{REQUIRE_INTEROP_ENV}=1: skips not allowed", sep="=", red=True)
+    terminalreporter.line(
+        f"{len(_SKIPS)} test(s) or module(s) not marked gpu were skipped; this run fails:",
+        red=True,
+    )
+    for nodeid, reason in _SKIPS:
+        terminalreporter.line(f"SKIPPED {nodeid}: {reason}")

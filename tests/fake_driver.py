@@ -1,0 +1,658 @@
+"""A fake of ``cuda.bindings.driver`` that models what the CUDA driver promises.
+
+Install it with ``stridedview._driver.use_api(FakeDriver())`` (and ``use_api(None)``
+afterwards).  It does not only record calls: it keeps the state the real driver
+keeps, and refuses what the real driver refuses (shared/CUDA_SEMANTICS.md):
+
+- ``cuInit(0)`` must come first; any other call before it is
+  ``CUDA_ERROR_NOT_INITIALIZED`` (``cuGetErrorName``/``cuGetErrorString`` excepted).
+- Each thread has a stack of current contexts (``cuCtxGetCurrent``,
+  ``cuCtxSetCurrent``, ``cuCtxPushCurrent``, ``cuCtxPopCurrent``); a new thread
+  starts with ``default_context`` current (the primary context of device 0, as
+  the CUDA runtime, CuPy or PyTorch would have made it), or none when that is None.
+- A stream belongs to one context (``cuStreamGetCtx``); handles 0 and 1 name the
+  legacy default stream of the calling thread's current context, 2 its per-thread
+  default stream (one per thread and context).
+- A stream is a list of operations.  ``cuEventRecord(event, stream)`` captures
+  the stream's current length, and fails with ``CUDA_ERROR_INVALID_HANDLE`` if the
+  event and the stream belong to different contexts; recording again overwrites
+  the capture.  ``cuStreamWaitEvent(stream, event, 0)`` appends to ``stream`` a
+  dependency on the point the event captured *when the wait is made* (the event
+  may come from another context); an event never recorded captures nothing.
+- ``enqueue_write(stream, tag)`` puts a producer kernel on a stream and
+  ``enqueue_read(stream)`` a consumer kernel, returning the set of write tags the
+  consumer is guaranteed to see: every write earlier on its stream, plus,
+  transitively, every write captured by the events its stream waited on.
+- ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)`` knows the
+  ranges given to ``register_pointer``; any other pointer (host memory) is
+  ``CUDA_ERROR_INVALID_VALUE``.
+- Host-blocking calls (``cuStreamSynchronize``, ``cuEventSynchronize``,
+  ``cuCtxSynchronize``) succeed but are appended to ``violations``; so is an event
+  recorded by one thread and waited on by another (one event per thread is the
+  rule that keeps ordering correct under threads).
+
+Every driver call is appended to ``calls`` as ``(name, args)``, in order, and to
+``calls_by_thread[threading.get_ident()]``.  Helper methods without the ``cu``
+prefix (``new_context``, ``new_stream``, ``reuse_stream_handle`` ...) stand for what
+another library does; they are not recorded.
+
+Results are tuples ``(CUresult, values...)`` as in cuda-bindings; on failure the
+values are None.  Handles are small objects (``CUcontext``, ``CUstream``,
+``CUevent``, ``CUdevice``) that ``int()`` turns into their address, and every
+handle argument accepts an int or any such object, as cuda-bindings does.  With
+``enum_attributes=True`` the fake also copies cuda-bindings' argument conversion of
+``cuPointerGetAttribute``, which reads ``attribute.value`` and so raises
+AttributeError for a plain int.
+
+Nothing here uses ``assert``: the checks hold under ``python -O``.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+from collections import defaultdict
+
+__all__ = [
+    "CUresult",
+    "CUpointer_attribute",
+    "CUevent_flags",
+    "CUcontext",
+    "CUstream",
+    "CUevent",
+    "CUdevice",
+    "CU_STREAM_LEGACY",
+    "CU_STREAM_PER_THREAD",
+    "HOST_BLOCKING_CALLS",
+    "FakeDriver",
+    "ForbiddenDriver",
+]
+
+CU_STREAM_LEGACY = 1
+CU_STREAM_PER_THREAD = 2
+
+#: The calls that block the host until device work is done.
+HOST_BLOCKING_CALLS = ("cuStreamSynchronize", "cuEventSynchronize", "cuCtxSynchronize")
+
+
+class CUresult(enum.IntEnum):
+    """The driver's result codes (real names and values; a subset)."""
+
+    CUDA_SUCCESS = 0
+    CUDA_ERROR_INVALID_VALUE = 1
+    CUDA_ERROR_OUT_OF_MEMORY = 2
+    CUDA_ERROR_NOT_INITIALIZED = 3
+    CUDA_ERROR_DEINITIALIZED = 4
+    CUDA_ERROR_NO_DEVICE = 100
+    CUDA_ERROR_INVALID_DEVICE = 101
+    CUDA_ERROR_INVALID_CONTEXT = 201
+    CUDA_ERROR_CONTEXT_ALREADY_CURRENT = 202
+    CUDA_ERROR_INVALID_HANDLE = 400
+    CUDA_ERROR_NOT_FOUND = 500
+    CUDA_ERROR_NOT_READY = 600
+    CUDA_ERROR_ILLEGAL_ADDRESS = 700
+    CUDA_ERROR_LAUNCH_FAILED = 719
+    CUDA_ERROR_NOT_PERMITTED = 800
+    CUDA_ERROR_NOT_SUPPORTED = 801
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
+    CUDA_ERROR_UNKNOWN = 999
+
+
+_ERROR_TEXT = {
+    CUresult.CUDA_SUCCESS: b"no error",
+    CUresult.CUDA_ERROR_INVALID_VALUE: b"invalid argument",
+    CUresult.CUDA_ERROR_NOT_INITIALIZED: b"initialization error",
+    CUresult.CUDA_ERROR_NO_DEVICE: b"no CUDA-capable device is detected",
+    CUresult.CUDA_ERROR_INVALID_CONTEXT: b"invalid device context",
+    CUresult.CUDA_ERROR_INVALID_HANDLE: b"invalid resource handle",
+    CUresult.CUDA_ERROR_ILLEGAL_ADDRESS: b"an illegal memory access was encountered",
+}
+
+
+class CUpointer_attribute(enum.IntEnum):
+    """Pointer attributes (real names and values; a subset)."""
+
+    CU_POINTER_ATTRIBUTE_CONTEXT = 1
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+    CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
+    CU_POINTER_ATTRIBUTE_HOST_POINTER = 4
+    CU_POINTER_ATTRIBUTE_IS_MANAGED = 8
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+
+
+class CUevent_flags(enum.IntEnum):
+    """Flags of cuEventCreate."""
+
+    CU_EVENT_DEFAULT = 0
+    CU_EVENT_BLOCKING_SYNC = 1
+    CU_EVENT_DISABLE_TIMING = 2
+    CU_EVENT_INTERPROCESS = 4
+
+
+_EVENT_FLAGS_MASK = 0x7
+_STREAM_WAIT_FLAGS = (0, 1)  # CU_EVENT_WAIT_DEFAULT, CU_EVENT_WAIT_EXTERNAL
+
+
+class _Handle:
+    """An opaque driver handle: ``int()`` gives its address, like cuda-bindings' types."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value=0):
+        self._value = int(value)
+
+    def __int__(self):
+        return self._value
+
+    __index__ = __int__
+
+    def getPtr(self):
+        return self._value
+
+    def __eq__(self, other):
+        if isinstance(other, _Handle):
+            return type(other) is type(self) and other._value == self._value
+        return NotImplemented
+
+    def __hash__(self):
+        return hash((type(self).__name__, self._value))
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self._value:#x}>"
+
+
+class CUcontext(_Handle):
+    __slots__ = ()
+
+
+class CUstream(_Handle):
+    __slots__ = ()
+
+
+class CUevent(_Handle):
+    __slots__ = ()
+
+
+class CUdevice(_Handle):
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"<CUdevice {self._value}>"
+
+
+class DriverError(Exception):
+    """Raised inside the fake to return a CUresult from a call."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = CUresult(code)
+
+
+# --- the modelled state ------------------------------------------------------
+
+class Context:
+    """A context: its device and its default streams."""
+
+    def __init__(self, handle: int, device: int):
+        self.handle = handle
+        self.device = device
+        self.legacy_stream = Stream(CU_STREAM_LEGACY, self, "legacy")
+        self.per_thread_streams: dict[int, Stream] = {}
+
+    def per_thread_stream(self, thread: int) -> "Stream":
+        stream = self.per_thread_streams.get(thread)
+        if stream is None:
+            stream = self.per_thread_streams[thread] = Stream(
+                CU_STREAM_PER_THREAD, self, f"per-thread {thread}"
+            )
+        return stream
+
+    def __repr__(self):
+        return f"Context({self.handle:#x}, device={self.device})"
+
+
+class Stream:
+    """A stream: its context and its operations, in order.
+
+    Operations are ``("write", tag)``, ``("read", visible tags)`` and
+    ``("wait", captured point or None, event handle)``.
+    """
+
+    def __init__(self, handle: int, context: Context, label: str = ""):
+        self.handle = handle
+        self.context = context
+        self.label = label
+        self.ops: list[tuple] = []
+        self.alive = True
+
+    def __repr__(self):
+        return f"Stream({self.handle:#x} {self.label}, context={self.context.handle:#x})"
+
+
+class Event:
+    """An event: its context, its flags and what its last record captured."""
+
+    def __init__(self, handle: int, context: Context, flags: int, thread: int):
+        self.handle = handle
+        self.context = context
+        self.flags = flags
+        self.created_by = thread
+        self.captured: tuple[Stream, int] | None = None
+        self.recorded_by: int | None = None
+        self.records = 0
+
+    def __repr__(self):
+        return f"Event({self.handle:#x}, context={self.context.handle:#x}, flags={self.flags})"
+
+
+def _visible(stream: Stream, length: int, seen: set) -> set:
+    """Write tags guaranteed done before operation ``length`` of ``stream`` starts."""
+    key = (id(stream), length)
+    if key in seen:
+        return set()
+    seen.add(key)
+    tags = set()
+    for op in stream.ops[:length]:
+        if op[0] == "write":
+            tags.add(op[1])
+        elif op[0] == "wait" and op[1] is not None:
+            waited_stream, waited_length = op[1]
+            tags |= _visible(waited_stream, waited_length, seen)
+    return tags
+
+
+def _driver_call(outputs: int, *, needs_init: bool = True):
+    """Make a method a recorded driver call returning ``(CUresult, *outputs values)``."""
+
+    def decorate(impl):
+        name = impl.__name__
+
+        def call(self, *args):
+            with self._lock:
+                self.calls.append((name, args))
+                self.calls_by_thread[threading.get_ident()].append((name, args))
+                try:
+                    if needs_init and not self.initialized:
+                        raise DriverError(CUresult.CUDA_ERROR_NOT_INITIALIZED)
+                    self._injected_failure(name)
+                    values = impl(self, *args)
+                except DriverError as exc:
+                    result = (exc.code,) + (None,) * outputs
+                else:
+                    if outputs == 0:
+                        result = (CUresult.CUDA_SUCCESS,)
+                    elif outputs == 1:
+                        result = (CUresult.CUDA_SUCCESS, values)
+                    else:
+                        result = (CUresult.CUDA_SUCCESS, *values)
+            for hook in list(self.hooks):
+                hook(name, args, result)
+            return result
+
+        call.__name__ = name
+        call.__qualname__ = impl.__qualname__
+        call.__doc__ = impl.__doc__
+        call.driver_call = True
+        return call
+
+    return decorate
+
+
+class FakeDriver:
+    """The fake driver: see the module docstring for what it models."""
+
+    CUresult = CUresult
+    CUpointer_attribute = CUpointer_attribute
+    CUevent_flags = CUevent_flags
+    CUcontext = CUcontext
+    CUstream = CUstream
+    CUevent = CUevent
+    CUdevice = CUdevice
+    CU_STREAM_LEGACY = CU_STREAM_LEGACY
+    CU_STREAM_PER_THREAD = CU_STREAM_PER_THREAD
+
+    def __init__(self, *, devices: int = 2, current: bool = True, enum_attributes: bool = False):
+        self._lock = threading.RLock()
+        self._handles = itertools.count(0x7F0000001000, 0x100)
+        self._tls = threading.local()
+        self.devices = devices
+        self.enum_attributes = enum_attributes
+        self.initialized = False
+        self.no_device = False
+        self.calls: list[tuple[str, tuple]] = []
+        self.calls_by_thread: defaultdict[int, list] = defaultdict(list)
+        self.violations: list[tuple[str, tuple]] = []
+        self.hooks: list = []
+        self.contexts: dict[int, Context] = {}
+        self.streams: dict[int, Stream] = {}
+        self.events: dict[int, Event] = {}
+        self.pointers: list[tuple[int, int, int]] = []  # (start, end, device)
+        self._failures: list[list] = []
+        #: The primary context of each device, made as a runtime library would.
+        self.primary_contexts = [self.new_context(device) for device in range(devices)]
+        self.default_context = self.primary_contexts[0] if current else None
+
+    # -- helpers (not driver calls: what other libraries or the test do) -----
+
+    def new_context(self, device: int = 0) -> CUcontext:
+        """Create a context on ``device`` (not made current)."""
+        if not 0 <= device < self.devices:
+            raise ValueError(f"no device {device}")
+        with self._lock:
+            handle = next(self._handles)
+            self.contexts[handle] = Context(handle, device)
+            return CUcontext(handle)
+
+    def new_stream(self, context=None, *, handle: int | None = None) -> int:
+        """Create a stream in ``context`` (default: the calling thread's current one); its handle."""
+        with self._lock:
+            ctx = self._context(context) if context is not None else self._current_or_fail()
+            if handle is None:
+                handle = next(self._handles)
+            handle = int(handle)
+            if handle in (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
+                raise ValueError(f"stream handle {handle} is reserved")
+            if handle in self.streams:
+                raise ValueError(f"stream handle {handle:#x} is in use")
+            self.streams[handle] = Stream(handle, ctx)
+            return handle
+
+    def destroy_stream(self, stream) -> None:
+        """Destroy a stream; its handle becomes unknown (and may be reused)."""
+        with self._lock:
+            handle = int(stream)
+            found = self.streams.pop(handle, None)
+            if found is None:
+                raise ValueError(f"no stream {handle:#x}")
+            found.alive = False
+
+    def reuse_stream_handle(self, stream, context) -> int:
+        """Destroy ``stream`` and create a new one with the same handle in ``context``."""
+        with self._lock:
+            self.destroy_stream(stream)
+            return self.new_stream(context, handle=int(stream))
+
+    def set_current(self, context) -> None:
+        """Make ``context`` (or nothing, for None) the calling thread's only current context."""
+        stack = self._stack()
+        stack.clear()
+        if context is not None:
+            stack.append(self._context(context))
+
+    def current_context(self) -> CUcontext | None:
+        """The calling thread's current context, or None."""
+        stack = self._stack()
+        return CUcontext(stack[-1].handle) if stack else None
+
+    def register_pointer(self, ptr: int, nbytes: int, device: int = 0) -> None:
+        """Make ``[ptr, ptr + nbytes)`` device memory of ``device`` for cuPointerGetAttribute."""
+        with self._lock:
+            self.pointers.append((int(ptr), int(ptr) + max(int(nbytes), 1), device))
+
+    def stream(self, stream) -> Stream:
+        """The model of a stream handle (1 and 2 in the calling thread's current context)."""
+        with self._lock:
+            return self._stream(stream)
+
+    def event(self, event) -> Event:
+        """The model of an event handle."""
+        with self._lock:
+            found = self.events.get(int(event))
+            if found is None:
+                raise KeyError(f"no event {int(event):#x}")
+            return found
+
+    def context_of(self, handle) -> Context:
+        """The model of a context handle."""
+        return self._context(handle)
+
+    def enqueue_write(self, stream, tag) -> None:
+        """A producer kernel on ``stream`` writing; ``tag`` names the write."""
+        with self._lock:
+            self._stream(stream).ops.append(("write", tag))
+
+    def enqueue_read(self, stream) -> frozenset:
+        """A consumer kernel on ``stream``; the write tags it is guaranteed to see."""
+        with self._lock:
+            target = self._stream(stream)
+            tags = frozenset(_visible(target, len(target.ops), set()))
+            target.ops.append(("read", tags))
+            return tags
+
+    def fail(self, name: str, code, *, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``name`` return ``code`` (after the cuInit check)."""
+        with self._lock:
+            self._failures.append([name, CUresult(code), times])
+
+    def names(self, calls=None) -> list[str]:
+        """The names of the calls recorded (all threads, or ``calls``)."""
+        return [name for name, _ in (self.calls if calls is None else calls)]
+
+    def thread_calls(self, thread: int | None = None) -> list[tuple[str, tuple]]:
+        """The calls made by ``thread`` (default: the calling thread)."""
+        return list(self.calls_by_thread.get(thread or threading.get_ident(), []))
+
+    def clear_calls(self) -> None:
+        """Forget the calls recorded so far (the state stays)."""
+        with self._lock:
+            self.calls.clear()
+            self.calls_by_thread.clear()
+
+    # -- internals ------------------------------------------------------------
+
+    def _stack(self) -> list[Context]:
+        try:
+            return self._tls.stack
+        except AttributeError:
+            default = self.default_context
+            self._tls.stack = [] if default is None else [self.contexts[int(default)]]
+            return self._tls.stack
+
+    def _current_or_fail(self) -> Context:
+        stack = self._stack()
+        if not stack:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_CONTEXT)
+        return stack[-1]
+
+    def _context(self, handle) -> Context:
+        found = self.contexts.get(0 if handle is None else int(handle))
+        if found is None:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_CONTEXT)
+        return found
+
+    def _stream(self, handle) -> Stream:
+        value = 0 if handle is None else int(handle)
+        if value in (0, CU_STREAM_LEGACY):
+            return self._current_or_fail().legacy_stream
+        if value == CU_STREAM_PER_THREAD:
+            return self._current_or_fail().per_thread_stream(threading.get_ident())
+        found = self.streams.get(value)
+        if found is None:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_HANDLE)
+        return found
+
+    def _event(self, handle) -> Event:
+        found = self.events.get(0 if handle is None else int(handle))
+        if found is None:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_HANDLE)
+        return found
+
+    def _injected_failure(self, name: str) -> None:
+        for failure in self._failures:
+            if failure[0] == name and failure[2] > 0:
+                failure[2] -= 1
+                raise DriverError(failure[1])
+
+    def _host_blocking(self, name: str, args: tuple) -> None:
+        self.violations.append((name, args))
+
+    # -- the driver calls -------------------------------------------------------
+
+    @_driver_call(0, needs_init=False)
+    def cuInit(self, flags):
+        """Initialise the driver; flags must be 0."""
+        if int(flags) != 0:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
+        if self.no_device:
+            raise DriverError(CUresult.CUDA_ERROR_NO_DEVICE)
+        self.initialized = True
+
+    @_driver_call(1, needs_init=False)
+    def cuDriverGetVersion(self):
+        return 13000
+
+    @_driver_call(1, needs_init=False)
+    def cuGetErrorName(self, error):
+        try:
+            code = CUresult(int(error))
+        except ValueError:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE) from None
+        return code.name.encode()
+
+    @_driver_call(1, needs_init=False)
+    def cuGetErrorString(self, error):
+        try:
+            code = CUresult(int(error))
+        except ValueError:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE) from None
+        return _ERROR_TEXT.get(code, code.name.lower().encode())
+
+    @_driver_call(1)
+    def cuDeviceGetCount(self):
+        return self.devices
+
+    @_driver_call(1)
+    def cuCtxGetCurrent(self):
+        stack = self._stack()
+        return CUcontext(stack[-1].handle if stack else 0)
+
+    @_driver_call(0)
+    def cuCtxSetCurrent(self, ctx):
+        stack = self._stack()
+        if ctx is None or int(ctx) == 0:
+            if stack:
+                stack.pop()
+            return
+        context = self._context(ctx)
+        if stack:
+            stack[-1] = context
+        else:
+            stack.append(context)
+
+    @_driver_call(0)
+    def cuCtxPushCurrent(self, ctx):
+        self._stack().append(self._context(ctx))
+
+    @_driver_call(1)
+    def cuCtxPopCurrent(self):
+        stack = self._stack()
+        if not stack:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_CONTEXT)
+        return CUcontext(stack.pop().handle)
+
+    @_driver_call(1)
+    def cuCtxGetDevice(self):
+        return CUdevice(self._current_or_fail().device)
+
+    @_driver_call(0)
+    def cuCtxSynchronize(self):
+        self._current_or_fail()
+        self._host_blocking("cuCtxSynchronize", ())
+
+    @_driver_call(1)
+    def cuStreamCreate(self, flags):
+        return CUstream(self.new_stream(CUcontext(self._current_or_fail().handle)))
+
+    @_driver_call(0)
+    def cuStreamDestroy(self, stream):
+        value = 0 if stream is None else int(stream)
+        if value not in self.streams:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_HANDLE)
+        self.destroy_stream(value)
+
+    @_driver_call(1)
+    def cuStreamGetCtx(self, stream):
+        return CUcontext(self._stream(stream).context.handle)
+
+    @_driver_call(0)
+    def cuStreamSynchronize(self, stream):
+        self._stream(stream)
+        self._host_blocking("cuStreamSynchronize", (stream,))
+
+    @_driver_call(0)
+    def cuStreamWaitEvent(self, stream, event, flags):
+        if int(flags) not in _STREAM_WAIT_FLAGS:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
+        target = self._stream(stream)
+        waited = self._event(event)
+        thread = threading.get_ident()
+        if waited.recorded_by is not None and waited.recorded_by != thread:
+            self.violations.append(
+                ("event recorded by another thread", (int(event), waited.recorded_by, thread))
+            )
+        target.ops.append(("wait", waited.captured, waited.handle))
+
+    @_driver_call(1)
+    def cuEventCreate(self, flags):
+        if int(flags) & ~_EVENT_FLAGS_MASK:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
+        context = self._current_or_fail()
+        handle = next(self._handles)
+        self.events[handle] = Event(handle, context, int(flags), threading.get_ident())
+        return CUevent(handle)
+
+    @_driver_call(0)
+    def cuEventDestroy(self, event):
+        self._event(event)
+        del self.events[int(event)]
+
+    @_driver_call(0)
+    def cuEventRecord(self, event, stream):
+        recorded = self._event(event)
+        target = self._stream(stream)
+        if target.context is not recorded.context:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_HANDLE)
+        recorded.captured = (target, len(target.ops))
+        recorded.recorded_by = threading.get_ident()
+        recorded.records += 1
+
+    @_driver_call(0)
+    def cuEventSynchronize(self, event):
+        self._event(event)
+        self._host_blocking("cuEventSynchronize", (event,))
+
+    @_driver_call(1)
+    def cuPointerGetAttribute(self, attribute, ptr):
+        if self.enum_attributes:
+            # cuda-bindings converts the attribute with ``attribute.value``.
+            attribute = attribute.value
+        if int(attribute) != CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
+        address = int(ptr)
+        for start, end, device in self.pointers:
+            if start <= address < end:
+                return device
+        raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
+
+
+class ForbiddenDriver:
+    """A driver no call may reach: any attribute access records it and calls ``on_use``.
+
+    ``on_use`` defaults to raising ``ForbiddenDriverCall`` (a BaseException, so that
+    no ``except Exception`` in the library can swallow it); pass ``pytest.fail``.
+    """
+
+    def __init__(self, on_use=None):
+        self.__dict__["used"] = []
+        self.__dict__["on_use"] = on_use
+
+    def __getattr__(self, name):
+        self.used.append(name)
+        if self.on_use is not None:
+            self.on_use(f"the CUDA driver was used ({name}) where no driver call may be made")
+        raise ForbiddenDriverCall(name)
+
+
+class ForbiddenDriverCall(BaseException):
+    """A driver call where none may be made."""

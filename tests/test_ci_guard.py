@@ -1,0 +1,194 @@
+"""The STRIDEDVIEW_REQUIRE_INTEROP=1 guard and the gpu skip of tests/conftest.py, run in pytester."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CONFTEST = Path(__file__).with_name("conftest.py").read_text()
+
+PYPROJECT = """
+[tool.pytest.ini_options]
+markers = [
+    "gpu: needs a CUDA GPU and driver; skipped cleanly without one",
+    "interop: uses a real third-party array producer (must not be skipped in CI)",
+]
+"""
+
+IMPORTORSKIP_MODULE = """
+import pytest
+
+pytest.importorskip("stridedview_no_such_module_anywhere")
+
+
+def test_never_runs():
+    pass
+"""
+
+PASSING_MODULE = """
+def test_passes():
+    pass
+"""
+
+GPU_SKIP_MODULE = """
+import pytest
+
+
+@pytest.mark.gpu
+def test_gpu_skipped_inside():
+    pytest.skip("no cupy here")
+
+
+@pytest.mark.gpu
+def test_gpu_maybe_skipped_by_conftest():
+    pass
+"""
+
+PLAIN_SKIP_MODULE = """
+import pytest
+
+
+@pytest.mark.interop
+def test_skipped_inside():
+    pytest.importorskip("stridedview_no_such_module_anywhere")
+
+
+@pytest.mark.xfail(reason="expected", strict=True)
+def test_xfails():
+    raise AssertionError
+"""
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A pytester directory holding a copy of the real conftest and the marker declarations."""
+    # Third-party plugins (hypothesis, jax's, ...) only slow the child runs down.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyprojecttoml(PYPROJECT)
+    return pytester
+
+
+def test_importorskip_module_fails_the_run_under_the_variable(project, monkeypatch):
+    """A module skipped at collection by importorskip fails the run when the variable is 1."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    project.makepyfile(test_optional=IMPORTORSKIP_MODULE, test_fine=PASSING_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "*STRIDEDVIEW_REQUIRE_INTEROP=1: skips not allowed*",
+            "SKIPPED test_optional.py: *stridedview_no_such_module_anywhere*",
+        ]
+    )
+
+
+def test_importorskip_only_module_fails_the_run_under_the_variable(project, monkeypatch):
+    """A run that collects nothing because its only module was skipped also fails under the variable."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    project.makepyfile(test_optional=IMPORTORSKIP_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_importorskip_module_passes_without_the_variable(project, monkeypatch):
+    """Without the variable the same importorskip-skipped module leaves the run green."""
+    monkeypatch.delenv("STRIDEDVIEW_REQUIRE_INTEROP", raising=False)
+    project.makepyfile(test_optional=IMPORTORSKIP_MODULE, test_fine=PASSING_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.no_fnmatch_line("*skips not allowed*")
+
+
+def test_variable_other_than_1_does_not_arm_the_guard(project, monkeypatch):
+    """Only the exact value 1 arms the guard."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "0")
+    project.makepyfile(test_optional=IMPORTORSKIP_MODULE, test_fine=PASSING_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_skip_inside_a_test_fails_the_run_under_the_variable(project, monkeypatch):
+    """A skip raised inside a test not marked gpu fails the run; an xfail does not count as a skip."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    project.makepyfile(test_plain=PLAIN_SKIP_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1, xfailed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["SKIPPED test_plain.py::test_skipped_inside: *"])
+    result.stdout.no_fnmatch_line("SKIPPED test_plain.py::test_xfails*")
+
+
+def test_gpu_marked_skip_does_not_fail_the_run(project, monkeypatch):
+    """Skips of gpu-marked tests are allowed under the variable."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    project.makepyfile(test_gpu=GPU_SKIP_MODULE, test_fine=PASSING_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) >= 1
+    assert outcomes.get("failed", 0) == 0
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.no_fnmatch_line("*skips not allowed*")
+
+
+def test_gpu_module_skipped_with_the_gpu_reason_does_not_fail_the_run(project, monkeypatch):
+    """A module that skips itself at collection with the gpu reason is exempt from the guard."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    project.makepyfile(
+        test_gpu_module=(
+            "import pytest\n"
+            "pytest.skip('needs a CUDA GPU and driver', allow_module_level=True)\n"
+        ),
+        test_fine=PASSING_MODULE,
+    )
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_gpu_marker_skips_with_the_documented_reason_without_a_driver(project, monkeypatch):
+    """With no usable CUDA driver a gpu-marked test is skipped with the reason 'needs a CUDA GPU and driver'."""
+    monkeypatch.delenv("STRIDEDVIEW_REQUIRE_INTEROP", raising=False)
+    # Make the driver probe fail whatever the machine: patch ctypes.CDLL in the child.
+    project.makepyfile(
+        test_gpu=(
+            "import pytest\n"
+            "@pytest.mark.gpu\n"
+            "def test_needs_gpu():\n"
+            "    pass\n"
+        )
+    )
+    project.makeconftest(
+        CONFTEST
+        + "\n\nimport ctypes as _ctypes\n\n"
+        "def _no_driver(*args, **kwargs):\n"
+        "    raise OSError('no driver in this test')\n\n"
+        "_ctypes.CDLL = _no_driver\n"
+    )
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a CUDA GPU and driver*"])
+
+
+def test_gpu_probe_does_not_import_cuda_bindings(project, monkeypatch):
+    """Collecting and setting up gpu-marked tests never imports cuda.bindings (the probe uses ctypes)."""
+    monkeypatch.delenv("STRIDEDVIEW_REQUIRE_INTEROP", raising=False)
+    project.makepyfile(
+        test_a_gpu=(
+            "import pytest\n"
+            "@pytest.mark.gpu\n"
+            "def test_needs_gpu():\n"
+            "    pass\n"
+        ),
+        test_b_modules=(
+            "import sys\n"
+            "def test_no_cuda_bindings():\n"
+            "    assert not [m for m in sys.modules if m.startswith('cuda.bindings')]\n"
+        ),
+    )
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.parseoutcomes().get("failed", 0) == 0
+    assert result.ret == pytest.ExitCode.OK

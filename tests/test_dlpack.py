@@ -1,0 +1,1062 @@
+"""The DLPack consumer, driven by the pure-ctypes producers of ``producers.py``.
+
+Each test corrupts or sets one field and checks one rule of
+docs/contract-draft.md; every test that can runs against both capsule kinds
+(``kind`` is "versioned" or "legacy").
+"""
+
+import ctypes
+import dataclasses
+import enum
+import gc
+import re
+import sys
+import weakref
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from producers import (
+    IS_COPIED,
+    IS_SUBBYTE_TYPE_PADDED,
+    KINDS,
+    READ_ONLY,
+    assert_view,
+    capsule_name,
+    deleter_calls,
+    from_numpy,
+    make_producer,
+)
+from stridedview import StridedMemoryView
+
+MAX_VERSION = (1, 3)
+CPU, CUDA, CUDA_HOST, CUDA_MANAGED = 1, 2, 3, 13
+DEVICE_NAMES = {CUDA: "CUDA", CUDA_MANAGED: "CUDAManaged"}
+
+
+@pytest.fixture(params=KINDS)
+def kind(request):
+    """The capsule kind the producer returns."""
+    return request.param
+
+
+@pytest.fixture(
+    params=[StridedMemoryView, StridedMemoryView.from_dlpack], ids=["constructor", "from_dlpack"]
+)
+def entry(request):
+    """Both ways into the DLPack path."""
+    return request.param
+
+
+def method_calls(producer):
+    """The names of the protocol methods called, in order."""
+    return [name for name, _ in producer.calls]
+
+
+def dlpack_calls(producer):
+    """The keyword arguments of each ``__dlpack__`` call, in order."""
+    return [kwargs for name, kwargs in producer.calls if name == "__dlpack__"]
+
+
+def unused_name(kind):
+    """The name a fresh capsule of ``kind`` carries."""
+    return "dltensor_versioned" if kind == "versioned" else "dltensor"
+
+
+class CudaStream:
+    """An object speaking ``__cuda_stream__``, returning whatever it was given."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def __cuda_stream__(self):
+        return self.result
+
+    def __repr__(self):
+        return f"CudaStream({self.result!r})"
+
+
+# --- 1. stream_ptr is normalised before the producer is touched ------------
+
+@pytest.mark.parametrize("stream_ptr", ["5", 1.5, b"\x05", [5], object()], ids=repr)
+@pytest.mark.parametrize("device", [(CPU, 0), (CUDA, 0)], ids=["cpu", "cuda"])
+def test_stream_of_wrong_type_refused_before_any_call(kind, entry, device, stream_ptr):
+    """A stream_ptr that is no int, None or __cuda_stream__ object is a TypeError raised before any producer method runs."""
+    producer = make_producer(kind, device=device)
+    prefix = "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got "
+    with pytest.raises(TypeError, match=re.escape(prefix)) as excinfo:
+        entry(producer, stream_ptr=stream_ptr)
+    assert excinfo.type is TypeError
+    assert producer.calls == []
+
+
+@pytest.mark.parametrize("stream_ptr", [-2, -3, -(2**63), CudaStream((0, -2))], ids=repr)
+@pytest.mark.parametrize("device", [(CPU, 0), (CUDA, 0)], ids=["cpu", "cuda"])
+def test_stream_of_wrong_value_refused_before_any_call(kind, entry, device, stream_ptr):
+    """A stream handle below -1 is a ValueError raised before any producer method runs."""
+    producer = make_producer(kind, device=device)
+    prefix = "stream: stream_ptr must be -1 or a stream handle >= 0 (got "
+    with pytest.raises(ValueError, match=re.escape(prefix)) as excinfo:
+        entry(producer, stream_ptr=stream_ptr)
+    assert excinfo.type is ValueError
+    assert producer.calls == []
+
+
+@pytest.mark.parametrize("result", [5, None, (5,), (0, 5, 0), (0, "5"), (0, 1.5)], ids=repr)
+def test_malformed_cuda_stream_refused_before_any_call(kind, entry, result):
+    """A __cuda_stream__() that does not return (version, handle) is a TypeError raised before any producer method runs."""
+    producer = make_producer(kind, device=(CUDA, 0))
+    prefix = "stream: __cuda_stream__() must return (version, handle) (got "
+    with pytest.raises(TypeError, match=re.escape(prefix)) as excinfo:
+        entry(producer, stream_ptr=CudaStream(result))
+    assert excinfo.type is TypeError
+    assert producer.calls == []
+
+
+# --- 2-4. __dlpack_device__ first, then the device check and the stream ----
+
+def test_device_is_asked_before_dlpack(kind, entry):
+    """__dlpack_device__ is called once, before the single __dlpack__ call."""
+    producer = make_producer(kind)
+    entry(producer)
+    assert method_calls(producer) == ["__dlpack_device__", "__dlpack__"]
+    assert producer.calls[0] == ("__dlpack_device__", {})
+
+
+@pytest.mark.parametrize("device_type", [4, 7, 10, 99])
+def test_refused_device_never_reaches_dlpack(kind, entry, device_type):
+    """An unsupported device type stops the import before __dlpack__ is called."""
+    producer = make_producer(kind, device=(device_type, 0))
+    with pytest.raises(BufferError):
+        entry(producer, stream_ptr=-1)
+    assert method_calls(producer) == ["__dlpack_device__"]
+
+
+STREAM_INPUTS = [None, -1, 0, 1, 2, 5, 2**63, CudaStream((0, 5)), CudaStream((3, 0))]
+
+
+@pytest.mark.parametrize("stream_ptr", STREAM_INPUTS, ids=repr)
+@pytest.mark.parametrize("device_type", [CPU, CUDA_HOST], ids=["CPU", "CUDAHost"])
+def test_host_memory_is_handed_no_stream(kind, entry, device_type, stream_ptr):
+    """CPU and pinned memory are always exported with stream=None, whatever stream_ptr says."""
+    producer = make_producer(kind, device=(device_type, 0))
+    entry(producer, stream_ptr=stream_ptr)
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION}]
+
+
+@pytest.mark.parametrize(
+    "stream_ptr, expected",
+    [
+        (-1, -1),
+        (0, 1),
+        (1, 1),
+        (2, 2),
+        (5, 5),
+        (2**63, 2**63),
+        (CudaStream((0, 5)), 5),
+        (CudaStream((3, 0)), 1),
+        (CudaStream((0, -1)), -1),
+    ],
+    ids=repr,
+)
+@pytest.mark.parametrize("device_type", [CUDA, CUDA_MANAGED], ids=["CUDA", "CUDAManaged"])
+def test_cuda_memory_is_handed_the_consumer_stream(kind, entry, device_type, stream_ptr, expected):
+    """CUDA and managed memory get -1 as -1, 0 as 1 and other handles as given."""
+    producer = make_producer(kind, device=(device_type, 0))
+    entry(producer, stream_ptr=stream_ptr)
+    [kwargs] = dlpack_calls(producer)
+    assert kwargs == {"stream": expected, "max_version": MAX_VERSION}
+    assert type(kwargs["stream"]) is int
+
+
+@pytest.mark.parametrize("device_type", [CUDA, CUDA_MANAGED], ids=["CUDA", "CUDAManaged"])
+def test_cuda_memory_without_stream_is_ambiguous(kind, entry, device_type):
+    """stream_ptr=None on CUDA or managed memory is a BufferError raised before __dlpack__."""
+    producer = make_producer(kind, device=(device_type, 0))
+    message = (
+        f"dlpack: stream_ptr=None is ambiguous for {DEVICE_NAMES[device_type]} memory: "
+        "pass a stream handle, or -1 to opt out"
+    )
+    with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
+        entry(producer, stream_ptr=None)
+    assert excinfo.type is BufferError
+    assert method_calls(producer) == ["__dlpack_device__"]
+
+
+@pytest.mark.parametrize(
+    "device, stream_ptr, device_id, accessible",
+    [
+        ((CPU, 0), None, -1, False),
+        ((CUDA, 0), -1, 0, True),
+        ((CUDA, 3), 5, 3, True),
+        ((CUDA_HOST, 0), None, 0, True),
+        ((CUDA_MANAGED, 0), -1, 0, True),
+        ((CUDA_MANAGED, 1), 7, 1, True),
+    ],
+    ids=["CPU", "CUDA", "CUDA:3", "CUDAHost", "CUDAManaged", "CUDAManaged:1"],
+)
+def test_supported_devices(kind, device, stream_ptr, device_id, accessible):
+    """CPU, CUDA, CUDAHost and CUDAManaged memory import, with device_id -1 for CPU only."""
+    producer = make_producer(kind, device=device)
+    view = StridedMemoryView(producer, stream_ptr=stream_ptr)
+    assert_view(
+        view,
+        ptr=producer.expected_ptr,
+        shape=(2, 3),
+        strides=(3, 1),
+        dtype="float32",
+        device_id=device_id,
+        is_device_accessible=accessible,
+        readonly=False,
+        exporting_obj=producer,
+    )
+
+
+def test_device_may_be_an_int_enum(kind):
+    """A __dlpack_device__() answer made of int subclasses (as torch's IntEnum) is accepted."""
+
+    class DeviceType(enum.IntEnum):
+        kDLCPU = 1
+
+    producer = make_producer(kind, reported_device=(DeviceType.kDLCPU, 0))
+    view = StridedMemoryView(producer)
+    assert view.device_id == -1
+    assert view.is_device_accessible is False
+
+
+# --- 5. max_version, and the one retry for producers that predate it -------
+
+def test_old_style_producer_is_asked_again_without_max_version(kind):
+    """A producer whose __dlpack__ lacks max_version is called twice: with it, then without."""
+    producer = make_producer(kind, old_api=True)
+    view = StridedMemoryView(producer)
+    assert dlpack_calls(producer) == [
+        {"stream": None, "max_version": MAX_VERSION},
+        {"stream": None},
+    ]
+    assert view.shape == (2, 3)
+    assert view.exporting_obj is producer
+
+
+def test_old_style_retry_passes_the_same_stream(kind):
+    """The retry without max_version passes the same stream value as the first call."""
+    producer = make_producer(kind, old_api=True, device=(CUDA, 0))
+    StridedMemoryView(producer, stream_ptr=0)
+    assert dlpack_calls(producer) == [{"stream": 1, "max_version": MAX_VERSION}, {"stream": 1}]
+
+
+def test_other_type_error_is_not_retried(kind, entry):
+    """A TypeError that is not about max_version propagates unchanged after exactly one call."""
+    error = TypeError("stream 5 is not supported here")
+    producer = make_producer(kind, mode="raise", raises=error)
+    with pytest.raises(TypeError) as excinfo:
+        entry(producer)
+    assert excinfo.value is error
+    assert len(dlpack_calls(producer)) == 1
+
+
+def test_max_version_type_error_is_retried_once(kind):
+    """A TypeError mentioning max_version gets exactly one retry, whose error then propagates."""
+    error = TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+    producer = make_producer(kind, mode="raise", raises=error)
+    with pytest.raises(TypeError) as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.value is error
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION}, {"stream": None}]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        BufferError("cannot export"),
+        RuntimeError("NumPy only supports stream=None"),
+        ValueError("bad stream"),
+        NotImplementedError("no"),
+        AttributeError("inside __dlpack__"),
+        KeyError("k"),
+        AssertionError("torch on stream 0"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_exception_inside_dlpack_propagates_unchanged(kind, entry, error):
+    """Any exception raised inside __dlpack__ reaches the caller as the same object, after one call."""
+    producer = make_producer(kind, mode="raise", raises=error)
+    with pytest.raises(type(error)) as excinfo:
+        entry(producer)
+    assert excinfo.value is error
+    assert len(dlpack_calls(producer)) == 1
+    assert producer.tensor_ids == []
+
+
+def test_exception_inside_dlpack_leaks_no_reference(kind):
+    """After __dlpack__ raised, the producer's reference count is back where it was."""
+    producer = make_producer(kind, mode="raise", raises=BufferError("cannot export"))
+    baseline = sys.getrefcount(producer)
+    with pytest.raises(BufferError) as excinfo:
+        StridedMemoryView(producer)
+    excinfo.value.__traceback__ = None
+    del excinfo
+    gc.collect()
+    assert sys.getrefcount(producer) == baseline
+
+
+# --- 6. the capsule: kinds, names, versions ---------------------------------
+
+@pytest.mark.parametrize("old_api", [False, True], ids=["asked-max_version", "old-style"])
+def test_either_capsule_kind_accepted_whatever_was_asked(kind, old_api):
+    """A versioned or a legacy capsule is accepted whether or not max_version was passed."""
+    producer = make_producer(kind, old_api=old_api)
+    view = StridedMemoryView(producer)
+    assert_view(
+        view,
+        ptr=producer.expected_ptr,
+        shape=(2, 3),
+        strides=(3, 1),
+        dtype="float32",
+        device_id=-1,
+        is_device_accessible=False,
+        readonly=False,
+        exporting_obj=producer,
+    )
+
+
+def test_capsule_renamed_used_after_success(kind):
+    """A consumed capsule is renamed "used_dltensor_versioned" or "used_dltensor"."""
+    producer = make_producer(kind)
+    view = StridedMemoryView(producer)
+    [capsule] = producer.capsules
+    assert capsule_name(capsule) == "used_" + unused_name(kind)
+    del view
+
+
+@pytest.mark.parametrize("version", [(1, 0), (1, 1), (1, 3), (1, 99)], ids=str)
+def test_any_minor_version_of_major_1_accepted(version):
+    """Every versioned capsule of major version 1 is accepted, newer minor versions too."""
+    producer = make_producer("versioned", version=version)
+    view = StridedMemoryView(producer)
+    assert view.shape == (2, 3)
+
+
+@pytest.mark.parametrize("version", [(2, 0), (0, 5), (2, 3), (4294967295, 0)], ids=str)
+@pytest.mark.parametrize("null_deleter", [False, True], ids=["deleter", "NULL-deleter"])
+def test_other_major_version_refused_and_deleted_at_once(version, null_deleter):
+    """A major version other than 1 renames the capsule, calls the deleter at once, then raises BufferError."""
+    producer = make_producer("versioned", version=version, null_deleter=null_deleter)
+    major, minor = version
+    message = f"dlpack: unsupported DLPack version {major}.{minor} (major version must be 1)"
+    with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.type is BufferError
+    assert deleter_calls(producer) == (0 if null_deleter else 1)
+    [capsule] = producer.capsules
+    assert capsule_name(capsule) == "used_dltensor_versioned"
+    producer.release_capsules()
+    assert deleter_calls(producer) == (0 if null_deleter else 1)
+
+
+# --- The error table ---------------------------------------------------------
+# Each row corrupts one thing.  `capsule` says what happened to the capsule:
+# "unused" (validation failed: the capsule keeps its name and its own
+# destructor calls the deleter), "foreign" (a name the consumer must not
+# touch), None (no capsule was ever made).
+
+def error_row(id, fields, prefix, *, exc=BufferError, stream_ptr=None, capsule="unused"):
+    return pytest.param(fields, stream_ptr, exc, prefix, capsule, id=id)
+
+
+BAD_DEVICE = "dlpack: __dlpack_device__() must return (device_type, device_id) (got "
+
+ERROR_TABLE = [
+    error_row("dlpack_device-int", {"reported_device": 1}, BAD_DEVICE, capsule=None),
+    error_row("dlpack_device-None", {"reported_device": None}, BAD_DEVICE, capsule=None),
+    error_row("dlpack_device-1-tuple", {"reported_device": (1,)}, BAD_DEVICE, capsule=None),
+    error_row("dlpack_device-3-tuple", {"reported_device": (1, 0, 0)}, BAD_DEVICE, capsule=None),
+    error_row("dlpack_device-str", {"reported_device": ("1", 0)}, BAD_DEVICE, capsule=None),
+    error_row("dlpack_device-float-id", {"reported_device": (1, 0.0)}, BAD_DEVICE, capsule=None),
+    error_row("dlpack_device-float-type", {"reported_device": (1.5, 0)}, BAD_DEVICE, capsule=None),
+    error_row(
+        "device-OpenCL",
+        {"device": (4, 0)},
+        "dlpack: unsupported device type 4 (OpenCL)",
+        capsule=None,
+    ),
+    error_row(
+        "device-unknown",
+        {"device": (99, 0)},
+        "dlpack: unsupported device type 99 (unknown)",
+        capsule=None,
+    ),
+    error_row(
+        "cuda-stream-None",
+        {"device": (CUDA, 0)},
+        "dlpack: stream_ptr=None is ambiguous for CUDA memory: pass a stream handle, or -1 to opt out",
+        capsule=None,
+    ),
+    error_row(
+        "managed-stream-None",
+        {"device": (CUDA_MANAGED, 0)},
+        "dlpack: stream_ptr=None is ambiguous for CUDAManaged memory: pass a stream handle, "
+        "or -1 to opt out",
+        capsule=None,
+    ),
+    error_row(
+        "not-a-capsule-int",
+        {"mode": "not_capsule", "returns": 42},
+        "dlpack: __dlpack__() must return a PyCapsule (got an object of type 'int')",
+        capsule=None,
+    ),
+    error_row(
+        "not-a-capsule-None",
+        {"mode": "not_capsule", "returns": None},
+        "dlpack: __dlpack__() must return a PyCapsule (got an object of type 'NoneType')",
+        capsule=None,
+    ),
+    error_row(
+        "used-legacy-name",
+        {"capsule_name": "used_dltensor"},
+        "dlpack: capsule was already consumed (name 'used_dltensor')",
+        capsule="foreign",
+    ),
+    error_row(
+        "used-versioned-name",
+        {"capsule_name": "used_dltensor_versioned"},
+        "dlpack: capsule was already consumed (name 'used_dltensor_versioned')",
+        capsule="foreign",
+    ),
+    error_row(
+        "foreign-name",
+        {"capsule_name": "foo"},
+        "dlpack: capsule name must be 'dltensor_versioned' or 'dltensor' (got 'foo')",
+        capsule="foreign",
+    ),
+    error_row(
+        "capsule-device-type",
+        {"device": (CUDA, 0), "reported_device": (CPU, 0)},
+        "dlpack: capsule device (2, 0) differs from __dlpack_device__() (1, 0)",
+    ),
+    error_row(
+        "capsule-device-id",
+        {"device": (CUDA, 1), "reported_device": (CUDA, 0)},
+        "dlpack: capsule device (2, 1) differs from __dlpack_device__() (2, 0)",
+        stream_ptr=-1,
+    ),
+    error_row("ndim-negative", {"ndim": -1}, "dlpack: ndim must be >= 0 (got -1)"),
+    error_row(
+        "shape-NULL",
+        {"shape": None, "strides": None, "ndim": 2},
+        "dlpack: shape is NULL with ndim 2",
+    ),
+    error_row(
+        "shape-negative",
+        {"shape": (2, -3), "strides": (3, 1)},
+        "dlpack: shape[1] must be >= 0 (got -3)",
+    ),
+    error_row(
+        "count-overflow-2**64",
+        {"shape": (2**62, 4), "strides": (4, 1), "dtype": "uint8", "data": 0x1000},
+        "dlpack: element count overflows int64 (shape ",
+    ),
+    error_row(
+        "count-overflow-2**63",
+        {"shape": (2**32, 2**31), "strides": (2**31, 1), "dtype": "uint8", "data": 0x1000},
+        "dlpack: element count overflows int64 (shape ",
+    ),
+    error_row("data-NULL", {"data": 0}, "dlpack: data is NULL for a tensor of 6 elements"),
+    error_row("lanes-4", {"dtype": (2, 32, 4)}, "dlpack: dtype lanes must be 1 (got 4)"),
+    error_row(
+        "code-OpaqueHandle",
+        {"dtype": (3, 64, 1)},
+        "dlpack: unsupported dtype code 3 (OpaqueHandle)",
+    ),
+    error_row("code-unknown", {"dtype": (99, 8, 1)}, "dlpack: unsupported dtype code 99 (unknown)"),
+    error_row(
+        "bfloat-32-bits",
+        {"dtype": (4, 32, 1)},
+        "dlpack: dtype Bfloat must have 16 bits (got 32)",
+    ),
+    error_row(
+        "int-12-bits",
+        {"dtype": (0, 12, 1)},
+        "dlpack: dtype Int must have 8, 16, 32 or 64 bits (got 12)",
+    ),
+    error_row(
+        "float4-unpadded",
+        {"dtype": (17, 4, 1)},
+        "dlpack: dtype Float4_e2m1fn is sub-byte and not padded (IS_SUBBYTE_TYPE_PADDED unset)",
+    ),
+    error_row(
+        "float6-unpadded",
+        {"dtype": (15, 6, 1)},
+        "dlpack: dtype Float6_e2m3fn is sub-byte and not padded (IS_SUBBYTE_TYPE_PADDED unset)",
+    ),
+]
+
+ROW_ARGS = "fields, stream_ptr, exc, prefix, capsule"
+
+
+@pytest.mark.parametrize(ROW_ARGS, ERROR_TABLE)
+def test_error_table(kind, entry, fields, stream_ptr, exc, prefix, capsule):
+    """Each corrupted field raises exactly the documented exception type with the documented message."""
+    producer = make_producer(kind, **fields)
+    with pytest.raises(exc, match=re.escape(prefix)) as excinfo:
+        entry(producer, stream_ptr=stream_ptr)
+    assert excinfo.type is exc
+    assert str(excinfo.value).startswith(prefix)
+
+
+@pytest.mark.parametrize(ROW_ARGS, [row for row in ERROR_TABLE if row.values[-1] == "unused"])
+def test_failed_validation_leaves_the_capsule_to_its_destructor(
+    kind, fields, stream_ptr, exc, prefix, capsule
+):
+    """On a validation failure the capsule keeps its name, is released, and its destructor calls the deleter once."""
+    producer = make_producer(kind, **fields)
+    with pytest.raises(exc):
+        StridedMemoryView(producer, stream_ptr=stream_ptr)
+    [capsule_obj] = producer.capsules
+    assert capsule_name(capsule_obj) == unused_name(kind)
+    assert deleter_calls(producer) == 0
+    assert sys.getrefcount(capsule_obj) == 3  # producer.capsules, capsule_obj, the argument
+    del capsule_obj
+    producer.release_capsules()
+    assert deleter_calls(producer) == 1
+
+
+@pytest.mark.parametrize(ROW_ARGS, [row for row in ERROR_TABLE if row.values[-1] == "foreign"])
+def test_foreign_or_used_capsule_is_left_alone(kind, fields, stream_ptr, exc, prefix, capsule):
+    """A capsule named "used_*" or something else is neither renamed nor deleted by the consumer."""
+    producer = make_producer(kind, **fields)
+    with pytest.raises(exc):
+        StridedMemoryView(producer, stream_ptr=stream_ptr)
+    [capsule_obj] = producer.capsules
+    assert capsule_name(capsule_obj) == fields["capsule_name"]
+    assert sys.getrefcount(capsule_obj) == 3
+    del capsule_obj
+    producer.release_capsules()
+    assert deleter_calls(producer) == 0
+
+
+@pytest.mark.parametrize(ROW_ARGS, ERROR_TABLE)
+def test_failure_leaks_no_reference_to_the_producer(kind, fields, stream_ptr, exc, prefix, capsule):
+    """After any refusal the producer's reference count is back where it was."""
+    producer = make_producer(kind, **fields)
+    baseline = sys.getrefcount(producer)
+    with pytest.raises(exc) as excinfo:
+        StridedMemoryView(producer, stream_ptr=stream_ptr)
+    del excinfo
+    assert sys.getrefcount(producer) == baseline
+
+
+@pytest.mark.parametrize("null_deleter", [False, True], ids=["deleter", "NULL-deleter"])
+def test_null_deleter_skipped_on_validation_failure(kind, null_deleter):
+    """A capsule refused for its contents with a NULL deleter is released without a crash."""
+    producer = make_producer(kind, dtype=(2, 32, 4), null_deleter=null_deleter)
+    with pytest.raises(BufferError):
+        StridedMemoryView(producer)
+    producer.release_capsules()
+    assert deleter_calls(producer) == (0 if null_deleter else 1)
+
+
+def test_constructor_refuses_object_without_any_protocol():
+    """The constructor on an object with neither DLPack nor the CAI raises BufferError."""
+    pattern = "^" + re.escape("stridedview: ") + ".*" + re.escape("supports neither DLPack")
+    with pytest.raises(BufferError, match=pattern) as excinfo:
+        StridedMemoryView([1, 2, 3])
+    assert excinfo.type is BufferError
+
+
+def test_from_dlpack_refuses_object_without_dlpack():
+    """from_dlpack on an object with no __dlpack__ raises BufferError naming its type."""
+    message = "dlpack: 'list' object has no __dlpack__"
+    with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
+        StridedMemoryView.from_dlpack([1, 2, 3])
+    assert excinfo.type is BufferError
+
+
+# --- Dtypes ------------------------------------------------------------------
+
+CODE_NAMES = {
+    0: "Int", 1: "UInt", 2: "Float", 4: "Bfloat", 5: "Complex", 6: "Bool",
+    7: "Float8_e3m4", 8: "Float8_e4m3", 9: "Float8_e4m3b11fnuz", 10: "Float8_e4m3fn",
+    11: "Float8_e4m3fnuz", 12: "Float8_e5m2", 13: "Float8_e5m2fnuz", 14: "Float8_e8m0fnu",
+    15: "Float6_e2m3fn", 16: "Float6_e3m2fn", 17: "Float4_e2m1fn",
+}
+
+# (code, bits) -> the numpy dtype a view must carry.
+BYTE_DTYPES = {
+    (0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (0, 64): np.int64,
+    (1, 8): np.uint8, (1, 16): np.uint16, (1, 32): np.uint32, (1, 64): np.uint64,
+    (2, 16): np.float16, (2, 32): np.float32, (2, 64): np.float64,
+    (4, 16): ml_dtypes.bfloat16,
+    (5, 64): np.complex64, (5, 128): np.complex128,
+    (6, 8): np.bool_,
+    (7, 8): ml_dtypes.float8_e3m4,
+    (8, 8): ml_dtypes.float8_e4m3,
+    (9, 8): ml_dtypes.float8_e4m3b11fnuz,
+    (10, 8): ml_dtypes.float8_e4m3fn,
+    (11, 8): ml_dtypes.float8_e4m3fnuz,
+    (12, 8): ml_dtypes.float8_e5m2,
+    (13, 8): ml_dtypes.float8_e5m2fnuz,
+    (14, 8): ml_dtypes.float8_e8m0fnu,
+}
+SUBBYTE_DTYPES = {
+    (15, 6): ml_dtypes.float6_e2m3fn,
+    (16, 6): ml_dtypes.float6_e3m2fn,
+    (17, 4): ml_dtypes.float4_e2m1fn,
+}
+
+
+def dtype_id(code_bits):
+    code, bits = code_bits
+    return f"{CODE_NAMES[code]}{bits}"
+
+
+@pytest.mark.parametrize("code_bits", list(BYTE_DTYPES), ids=dtype_id)
+def test_supported_dtype(kind, code_bits):
+    """Every supported (code, bits) becomes the matching numpy or ml_dtypes dtype."""
+    expected = np.dtype(BYTE_DTYPES[code_bits])
+    producer = make_producer(kind, dtype=(*code_bits, 1), shape=(3,))
+    view = StridedMemoryView(producer)
+    assert view.dtype == expected
+    assert view.dtype.name == expected.name
+    assert view.itemsize == expected.itemsize
+    assert view.nbytes == 3 * expected.itemsize
+
+
+@pytest.mark.parametrize("code_bits", list(SUBBYTE_DTYPES), ids=dtype_id)
+def test_padded_subbyte_dtype_accepted(code_bits):
+    """Float6 and Float4 import as ml_dtypes (one byte per element) when IS_SUBBYTE_TYPE_PADDED is set."""
+    expected = np.dtype(SUBBYTE_DTYPES[code_bits])
+    producer = make_producer("versioned", dtype=(*code_bits, 1), flags=IS_SUBBYTE_TYPE_PADDED)
+    view = StridedMemoryView(producer)
+    assert view.dtype == expected
+    assert view.dtype.name == expected.name
+    assert view.itemsize == 1
+    assert view.readonly is False
+
+
+@pytest.mark.parametrize("code_bits", list(SUBBYTE_DTYPES), ids=dtype_id)
+def test_unpadded_subbyte_dtype_refused(kind, code_bits):
+    """Float6 and Float4 without IS_SUBBYTE_TYPE_PADDED (always so for legacy capsules) are refused."""
+    name = CODE_NAMES[code_bits[0]]
+    producer = make_producer(kind, dtype=(*code_bits, 1))
+    message = f"dlpack: dtype {name} is sub-byte and not padded (IS_SUBBYTE_TYPE_PADDED unset)"
+    with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.type is BufferError
+
+
+def test_padded_flag_on_a_whole_byte_dtype_is_harmless():
+    """IS_SUBBYTE_TYPE_PADDED on a float32 tensor changes nothing."""
+    producer = make_producer("versioned", flags=IS_SUBBYTE_TYPE_PADDED)
+    assert StridedMemoryView(producer).dtype == np.float32
+
+
+WRONG_BITS = [
+    (0, 1), (0, 12), (0, 128),
+    (1, 4 + 8), (1, 128),
+    (2, 8), (2, 24), (2, 128),
+    (4, 8), (4, 32),
+    (5, 32), (5, 16), (5, 96),
+    (6, 1), (6, 16),
+    *[(code, bits) for code in range(7, 15) for bits in (16, 32)],
+]
+
+
+@pytest.mark.parametrize("code_bits", WRONG_BITS, ids=dtype_id)
+def test_bit_width_must_match_the_code(kind, code_bits):
+    """A bit width the type code does not have is refused, naming the code and the bits."""
+    code, bits = code_bits
+    producer = make_producer(kind, dtype=(code, bits, 1))
+    prefix = f"dlpack: dtype {CODE_NAMES[code]} must have "
+    with pytest.raises(BufferError, match=re.escape(prefix)) as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.type is BufferError
+    assert f"(got {bits})" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("code_bits", [(15, 8), (16, 4), (17, 8), (17, 6)], ids=dtype_id)
+def test_padded_subbyte_bit_width_must_match_the_code(code_bits):
+    """A padded sub-byte type with the wrong bit width is refused, naming the code and the bits."""
+    code, bits = code_bits
+    producer = make_producer("versioned", dtype=(code, bits, 1), flags=IS_SUBBYTE_TYPE_PADDED)
+    prefix = f"dlpack: dtype {CODE_NAMES[code]} must have "
+    with pytest.raises(BufferError, match=re.escape(prefix)) as excinfo:
+        StridedMemoryView(producer)
+    assert f"(got {bits})" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("lanes", [0, 2, 4, 65535])
+def test_lanes_other_than_one_refused(kind, lanes):
+    """A vector dtype (lanes != 1) is refused with the lane count in the message."""
+    producer = make_producer(kind, dtype=(2, 32, lanes))
+    message = f"dlpack: dtype lanes must be 1 (got {lanes})"
+    with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.type is BufferError
+
+
+# --- readonly ----------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "flags, readonly",
+    [(0, False), (READ_ONLY, True), (IS_COPIED, False), (READ_ONLY | IS_COPIED, True)],
+    ids=["none", "READ_ONLY", "IS_COPIED", "READ_ONLY|IS_COPIED"],
+)
+def test_readonly_follows_the_versioned_flag(flags, readonly):
+    """A versioned capsule's view is read-only exactly when READ_ONLY is set."""
+    producer = make_producer("versioned", flags=flags)
+    assert StridedMemoryView(producer).readonly is readonly
+
+
+def test_legacy_capsule_is_writable():
+    """A legacy capsule, which cannot say, gives a writable view."""
+    producer = make_producer("legacy")
+    assert StridedMemoryView(producer).readonly is False
+
+
+# --- pointer, shape and strides ----------------------------------------------
+
+@pytest.mark.parametrize("byte_offset", [0, 1, 8, 4096])
+def test_ptr_includes_byte_offset(kind, byte_offset):
+    """The view's ptr is data + byte_offset."""
+    producer = make_producer(kind, byte_offset=byte_offset)
+    view = StridedMemoryView(producer)
+    assert view.ptr == producer.data + byte_offset
+    assert view.ptr == producer.expected_ptr
+
+
+def test_view_points_into_the_producer_memory(kind):
+    """The view copies nothing: writing at ptr changes the producer's array."""
+    array = np.zeros((4, 3), dtype=np.float32)
+    producer = from_numpy(kind, array)
+    view = StridedMemoryView(producer)
+    assert view.ptr == array.ctypes.data
+    ctypes.c_float.from_address(view.ptr + view.strides[0] * view.itemsize).value = 7.5
+    assert array[1, 0] == 7.5
+
+
+@pytest.mark.parametrize(
+    "shape, expected",
+    [((5,), (1,)), ((2, 3), (3, 1)), ((2, 3, 4), (12, 4, 1)), ((3, 1, 2), (2, 2, 1)), ((1,), (1,))],
+    ids=str,
+)
+def test_null_strides_mean_c_contiguous(kind, shape, expected):
+    """NULL strides give explicit C-contiguous strides in elements."""
+    producer = make_producer(kind, shape=shape, strides=None, dtype="float64")
+    view = StridedMemoryView(producer)
+    assert view.shape == shape
+    assert view.strides == expected
+    assert view.is_c_contiguous is True
+
+
+@pytest.mark.parametrize("null_arrays", [True, False], ids=["NULL-shape-strides", "empty-arrays"])
+def test_zero_dim(kind, null_arrays):
+    """A 0-d tensor, with NULL or empty shape and strides, has shape (), strides () and one element."""
+    if null_arrays:
+        producer = make_producer(kind, shape=None, strides=None, ndim=0, dtype="int64")
+    else:
+        producer = make_producer(kind, shape=(), strides=(), dtype="int64")
+    view = StridedMemoryView(producer)
+    assert_view(
+        view,
+        ptr=producer.expected_ptr,
+        shape=(),
+        strides=(),
+        dtype="int64",
+        device_id=-1,
+        is_device_accessible=False,
+        readonly=False,
+        exporting_obj=producer,
+    )
+    assert (view.ndim, view.size, view.nbytes) == (0, 1, 8)
+    assert view.is_c_contiguous is True
+    assert view.is_f_contiguous is True
+
+
+@pytest.mark.parametrize(
+    "shape, strides",
+    [((0,), (1,)), ((0,), None), ((2, 0, 3), None), ((2, 0, 3), (7, 0, -3)), ((0, 0), (0, 0))],
+    ids=str,
+)
+def test_zero_size_accepts_null_data(kind, shape, strides):
+    """A zero-size tensor may have a NULL data pointer; its strides are kept as given."""
+    producer = make_producer(kind, shape=shape, strides=strides, data=0)
+    view = StridedMemoryView(producer)
+    assert view.ptr == 0
+    assert view.shape == shape
+    assert (view.size, view.nbytes) == (0, 0)
+    if strides is not None:
+        assert view.strides == strides
+    assert view.is_c_contiguous is True
+    assert view.is_f_contiguous is True
+
+
+def test_zero_size_keeps_a_real_pointer(kind):
+    """A zero-size tensor with a real data pointer keeps that pointer."""
+    producer = make_producer(kind, shape=(0, 4), byte_offset=16)
+    assert StridedMemoryView(producer).ptr == producer.expected_ptr
+
+
+@pytest.mark.parametrize("strides", [(-4, -1), (0, 1), (1, 0), (0, 0), (-1, 3), (4, -1)], ids=str)
+def test_negative_and_zero_strides_preserved(kind, strides):
+    """Negative and zero strides are kept, and ptr still addresses element [0, 0]."""
+    producer = make_producer(kind, shape=(3, 4), strides=strides)
+    view = StridedMemoryView(producer)
+    assert_view(
+        view,
+        ptr=producer.expected_ptr,
+        shape=(3, 4),
+        strides=strides,
+        dtype="float32",
+        device_id=-1,
+        is_device_accessible=False,
+        readonly=False,
+        exporting_obj=producer,
+    )
+    assert view.is_c_contiguous is False
+    assert view.is_f_contiguous is False
+
+
+def test_largest_representable_element_count_accepted(kind):
+    """A shape whose element count just fits in int64 is accepted."""
+    shape = (3037000499, 3037000499)  # product 9223372030926249001 <= 2**63 - 1
+    producer = make_producer(kind, shape=shape, strides=(3037000499, 1), dtype="uint8", data=0x1000)
+    view = StridedMemoryView(producer)
+    assert view.shape == shape
+    assert view.size == 3037000499**2
+
+
+def test_large_extents_and_strides_survive(kind):
+    """Extents and strides beyond the small-int cache stay correct after memory is reused."""
+    shape, strides = (300, 1000), (-1000, 1001)
+    producer = make_producer(kind, shape=shape, strides=strides, dtype="uint8")
+    view = StridedMemoryView(producer)
+    churn = [str(i * 7919) for i in range(50000)]
+    del churn
+    gc.collect()
+    assert view.shape == shape
+    assert view.strides == strides
+    assert view.size == 300000
+
+
+@pytest.mark.parametrize("ndim", [1, 8, 32, 64])
+def test_many_dimensions(kind, ndim):
+    """Tensors of many dimensions import with every extent and stride."""
+    shape = (1,) * (ndim - 1) + (2,)
+    producer = make_producer(kind, shape=shape, dtype="int8")
+    view = StridedMemoryView(producer)
+    assert view.shape == shape
+    assert view.strides == (2,) * (ndim - 1) + (1,)
+    assert view.ndim == ndim
+
+
+# --- the deleter and lifetimes ----------------------------------------------
+
+def test_deleter_runs_once_when_the_view_dies(kind):
+    """The deleter has not run while the view lives and runs exactly once when it dies."""
+    producer = make_producer(kind)
+    view = StridedMemoryView(producer)
+    gc.collect()
+    assert deleter_calls(producer) == 0
+    del view
+    assert deleter_calls(producer) == 1
+    producer.release_capsules()
+    gc.collect()
+    assert deleter_calls(producer) == 1
+
+
+def test_each_view_owns_its_own_tensor(kind):
+    """Two views of one producer import two tensors, each deleted once when its view dies."""
+    producer = make_producer(kind)
+    first = StridedMemoryView(producer)
+    second = StridedMemoryView(producer)
+    assert len(producer.tensor_ids) == 2
+    del first
+    assert deleter_calls(producer) == 1
+    del second
+    assert deleter_calls(producer) == 2
+
+
+def test_null_deleter_skipped_on_success(kind):
+    """A view over a capsule with a NULL deleter dies without a crash."""
+    producer = make_producer(kind, null_deleter=True)
+    view = StridedMemoryView(producer)
+    del view
+    producer.release_capsules()
+    assert deleter_calls(producer) == 0
+
+
+def test_view_keeps_the_exporting_object_alive(kind):
+    """The view holds the producer alive, and lets it go when the view dies."""
+    producer = make_producer(kind)
+    ref = weakref.ref(producer)
+    view = StridedMemoryView(producer)
+    del producer
+    gc.collect()
+    assert ref() is not None
+    assert view.exporting_obj is ref()
+    del view
+    gc.collect()
+    assert ref() is None
+
+
+def test_producer_refcount_back_to_baseline(kind):
+    """The view adds references to the producer while it lives and none remain after."""
+    producer = make_producer(kind)
+    baseline = sys.getrefcount(producer)
+    view = StridedMemoryView(producer)
+    assert sys.getrefcount(producer) > baseline
+    del view
+    assert sys.getrefcount(producer) == baseline
+
+
+def test_old_style_producer_deleted_once(kind):
+    """After the max_version retry only one tensor exists, and it is deleted once."""
+    producer = make_producer(kind, old_api=True)
+    view = StridedMemoryView(producer)
+    assert len(producer.tensor_ids) == 1
+    del view
+    assert deleter_calls(producer) == 1
+
+
+# --- conveniences ------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "shape, strides, c_contig, f_contig",
+    [
+        ((4, 3), (3, 1), True, False),
+        ((4, 3), (1, 4), False, True),
+        ((5,), (1,), True, True),
+        ((1, 5), (99, 1), True, True),
+        ((5, 1), (1, 99), True, True),
+        ((3, 1, 4), (4, 7, 1), True, False),
+        ((0, 3), (5, 7), True, True),
+        ((3,), (0,), False, False),
+        ((3,), (-1,), False, False),
+        ((4, 3), (6, 2), False, False),
+        ((1,), (-5,), True, True),
+    ],
+    ids=str,
+)
+def test_contiguity_follows_numpy_rules(kind, shape, strides, c_contig, f_contig):
+    """is_c_contiguous / is_f_contiguous follow numpy: extent-1 dims ignored, size 0 is both."""
+    producer = make_producer(kind, shape=shape, strides=strides)
+    view = StridedMemoryView(producer)
+    assert view.is_c_contiguous is c_contig
+    assert view.is_f_contiguous is f_contig
+
+
+NUMPY_LAYOUTS = {
+    "c": lambda: np.ones((4, 3)),
+    "transposed": lambda: np.ones((4, 3)).T,
+    "every-other-row": lambda: np.ones((6, 3))[::2],
+    "one-column": lambda: np.ones((4, 3))[:, :1],
+    "reversed": lambda: np.ones(5)[::-1],
+    "broadcast": lambda: np.broadcast_to(np.ones(3), (2, 3)),
+    "empty": lambda: np.ones((0, 3)),
+    "0-d": lambda: np.ones(()),
+    "3-d-slice": lambda: np.ones((3, 1, 4))[:, :, ::2],
+    "fortran": lambda: np.ones((2, 3, 4), order="F"),
+}
+
+
+@pytest.mark.parametrize("layout", list(NUMPY_LAYOUTS))
+def test_views_of_numpy_arrays_agree_with_numpy(kind, layout):
+    """A view of a numpy array has its pointer, shape, element strides and contiguity flags."""
+    array = NUMPY_LAYOUTS[layout]()
+    producer = from_numpy(kind, array)
+    view = StridedMemoryView(producer)
+    assert_view(
+        view,
+        ptr=array.__array_interface__["data"][0],
+        shape=array.shape,
+        strides=tuple(s // array.itemsize for s in array.strides),
+        dtype=array.dtype,
+        device_id=-1,
+        is_device_accessible=False,
+        readonly=False,
+        exporting_obj=producer,
+    )
+    assert view.is_c_contiguous is array.flags.c_contiguous
+    assert view.is_f_contiguous is array.flags.f_contiguous
+    assert (view.ndim, view.size, view.itemsize, view.nbytes) == (
+        array.ndim,
+        array.size,
+        array.itemsize,
+        array.nbytes,
+    )
+
+
+def test_sizes(kind):
+    """ndim, size, itemsize and nbytes describe the tensor."""
+    producer = make_producer(kind, shape=(4, 3), dtype="complex128")
+    view = StridedMemoryView(producer)
+    assert (view.ndim, view.size, view.itemsize, view.nbytes) == (2, 12, 16, 192)
+    for name in ("ndim", "size", "itemsize", "nbytes"):
+        assert type(getattr(view, name)) is int
+
+
+def test_repr_is_one_line(kind):
+    """repr() shows ptr in hex, shape, strides, dtype, device_id and readonly on one line."""
+    producer = make_producer(kind, shape=(4, 3))
+    view = StridedMemoryView(producer)
+    pattern = (
+        r"StridedMemoryView\(ptr=(0x[0-9a-fA-F]+), shape=\(4, 3\), strides=\(3, 1\), "
+        r"dtype=float32, device_id=-1, readonly=False\)"
+    )
+    match = re.fullmatch(pattern, repr(view))
+    assert match is not None, repr(view)
+    assert int(match.group(1), 16) == view.ptr
+
+
+def test_repr_of_readonly_cuda_view():
+    """repr() reports the CUDA device_id and readonly=True."""
+    producer = make_producer("versioned", shape=(5,), dtype="bfloat16", device=(CUDA, 2), flags=READ_ONLY)
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    pattern = (
+        r"StridedMemoryView\(ptr=0x[0-9a-fA-F]+, shape=\(5,\), strides=\(1,\), "
+        r"dtype=bfloat16, device_id=2, readonly=True\)"
+    )
+    assert re.fullmatch(pattern, repr(view)), repr(view)
+
+
+FIELD_NAMES = [
+    "ptr", "shape", "strides", "dtype", "device_id", "is_device_accessible", "readonly", "exporting_obj",
+]
+
+
+def test_view_is_a_dataclass(kind):
+    """A view is a dataclass whose fields are the eight documented attributes, in order."""
+    view = StridedMemoryView(make_producer(kind))
+    assert dataclasses.is_dataclass(view)
+    assert [f.name for f in dataclasses.fields(view)] == FIELD_NAMES
+
+
+@pytest.mark.parametrize("name", FIELD_NAMES)
+def test_fields_are_read_only(kind, name):
+    """Assigning to a view's field raises AttributeError."""
+    view = StridedMemoryView(make_producer(kind))
+    with pytest.raises(AttributeError):
+        setattr(view, name, getattr(view, name))
+
+
+# --- the producer itself (so a failure above can be blamed correctly) -------
+
+def test_producer_unconsumed_capsule_calls_deleter_once(kind):
+    """Without any consumer, dropping a fresh capsule runs its deleter exactly once."""
+    producer = make_producer(kind)
+    capsule = producer.__dlpack__(max_version=MAX_VERSION)
+    assert capsule_name(capsule) == unused_name(kind)
+    del capsule
+    assert deleter_calls(producer) == 0
+    producer.release_capsules()
+    assert deleter_calls(producer) == 1
+
+
+def test_producer_old_style_signature_error():
+    """The old-style producer rejects max_version with Python's own TypeError."""
+    producer = make_producer("legacy", old_api=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_version'"):
+        producer.__dlpack__(stream=None, max_version=MAX_VERSION)
+    assert len(dlpack_calls(producer)) == 1
