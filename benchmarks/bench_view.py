@@ -27,7 +27,10 @@ def build_cases():
 
     def stridedview_numpy_2d():
         view = StridedMemoryView(array)
-        view.ptr, view.shape, view.strides, view.dtype
+        view.ptr
+        view.shape
+        view.strides
+        view.dtype
 
     def numpy_from_dlpack():
         np.from_dlpack(array)
@@ -44,7 +47,10 @@ def build_cases():
 
         def cuda_core_from_dlpack():
             view = PeerView.from_dlpack(array, stream_ptr=-1)
-            view.ptr, view.shape, view.strides, view.dtype
+            view.ptr
+            view.shape
+            view.strides
+            view.dtype
 
         cases.append(("cuda.core from_dlpack(a, -1) + reads", cuda_core_from_dlpack))
     return cases

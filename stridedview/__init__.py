@@ -4,10 +4,17 @@ Importing this package imports no array library and not the CUDA driver bindings
 they are imported on first need.
 """
 
+from stridedview._decorator import args_viewable_as_strided_memory
 from stridedview._errors import CUDAError
-from stridedview._view import StridedMemoryView
+from stridedview._view import StridedMemoryView, ViewableArgument
 
-__all__ = ["CUDAError", "StridedMemoryView", "__version__"]
+__all__ = [
+    "CUDAError",
+    "StridedMemoryView",
+    "ViewableArgument",
+    "__version__",
+    "args_viewable_as_strided_memory",
+]
 
 
 def __getattr__(name):

@@ -12,6 +12,7 @@ cdef object _STREAM_TYPE_MSG = (
     "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got {!r})"
 )
 cdef object _MAX_HANDLE = 1 << 64
+cdef object CU_STREAM_LEGACY_HANDLE = 1
 
 
 cdef object _normalize_stream(object stream_ptr):

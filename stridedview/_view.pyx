@@ -57,6 +57,7 @@ class _LazyDataclassFields:
 
 
 @cython.final
+@cython.freelist(16)
 @cython.auto_pickle(False)
 cdef class StridedMemoryView:
     """A zero-copy view of a strided array from any DLPack or CUDA Array Interface producer.
@@ -225,6 +226,33 @@ cdef class StridedMemoryView:
             f"readonly={self.readonly})"
         )
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export the view as a DLPack capsule (versioned when ``max_version >= (1, 0)``).
+
+        The capsule keeps the view (and so the original object) alive.  For device
+        memory the consumer's ``stream`` is made to wait for the view's
+        ``ready_stream`` (an event, never a host synchronisation); -1 orders
+        nothing.  ``copy=True`` and a ``dl_device`` other than the view's own are
+        a BufferError: a view never copies.  A read-only view cannot be exported as
+        a legacy capsule (it has no flag to say so).
+        """
+        return _export_dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self):
+        """``(device_type, device_id)`` in DLPack's terms (device_id 0 for host memory)."""
+        if self._device_type == kDLCPU:
+            return (kDLCPU, 0)
+        return (self._device_type, self.device_id)
+
+    @property
+    def __cuda_array_interface__(self):
+        """The CUDA Array Interface (v3) of a device-accessible view.
+
+        Strides are in bytes, ``stream`` is the view's ``ready_stream``.  Host-only
+        views have none: reading it raises AttributeError, so ``hasattr`` is False.
+        """
+        return _export_cai(self)
+
     cdef str _device_id_text(self):
         # repr must not need the driver: an unresolved CAI device shows as '?'.
         return "?" if self._device_id == _DEVICE_ID_UNKNOWN else str(self._device_id)
@@ -307,6 +335,33 @@ cdef int _expose_as_members() except -1:
 _expose_as_members()
 
 
+@cython.final
+@cython.auto_pickle(False)
+cdef class ViewableArgument:
+    """A launch argument chosen by ``args_viewable_as_strided_memory``.
+
+    ``obj`` is the argument as the caller passed it; ``view(stream_ptr)`` makes
+    its ``StridedMemoryView`` (one per call: the stream is only known there).
+    """
+
+    cdef readonly object obj
+
+    def __cinit__(self, obj):
+        self.obj = obj
+
+    def view(self, stream_ptr=None):
+        """``StridedMemoryView(self.obj, stream_ptr)``; see StridedMemoryView for streams."""
+        return StridedMemoryView(self.obj, stream_ptr)
+
+    def __repr__(self):
+        return f"ViewableArgument({self.obj!r})"
+
+
+cpdef bint supports_view_protocol(object obj) except -1:
+    """Whether ``obj`` offers DLPack or the CUDA Array Interface (without calling either)."""
+    return _has_dlpack(obj) or getattr(obj, _CAI, None) is not None
+
+
 cdef int64_t _element_count(tuple shape, str protocol) except -1:
     """The number of elements of ``shape`` (Python ints >= 0), refusing an int64 overflow."""
     count = 1
@@ -347,3 +402,4 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 
 include "_from_dlpack.pxi"
 include "_from_cai.pxi"
+include "_export.pxi"

@@ -1,0 +1,104 @@
+"""``args_viewable_as_strided_memory``: hand a kernel launcher views of its array arguments."""
+
+from __future__ import annotations
+
+import functools
+
+from stridedview._view import ViewableArgument, supports_view_protocol
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, TypeVar, Union
+
+    F = TypeVar("F", bound=Callable)
+
+
+def args_viewable_as_strided_memory(arg_indices: Iterable[Union[int, str]]) -> Callable[[F], F]:
+    """Wrap the chosen arguments of a launch function in ``ViewableArgument`` proxies.
+
+    ``arg_indices`` names the arguments by position (an int, counting ``self`` for
+    a method) and/or by parameter name (a str); both are resolved once, against
+    the function's signature, so an argument is wrapped whether the caller passes
+    it by position or by keyword.  Inside the function, ``arg.view(stream_ptr)``
+    gives the ``StridedMemoryView`` on the launch stream and ``arg.obj`` the
+    original object.  ``None`` passes through unwrapped (optional outputs); an
+    argument with neither DLPack nor the CUDA Array Interface is a BufferError
+    naming the parameter, raised when the function is called.
+    """
+    if isinstance(arg_indices, (int, str)):
+        arg_indices = (arg_indices,)
+    chosen = tuple(arg_indices)
+
+    def decorate(func: F) -> F:
+        import inspect  # costs ~10 ms: imported when a launcher is decorated, not at import
+
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        parameters = list(inspect.signature(func).parameters.values())
+        selected: dict[str, int | None] = {}  # name -> position (None: keyword-only)
+        for index in chosen:
+            if isinstance(index, bool) or not isinstance(index, (int, str)):
+                raise TypeError(
+                    f"args_viewable_as_strided_memory: arg_indices must hold ints and strs "
+                    f"(got {index!r})"
+                )
+            if isinstance(index, int):
+                if not 0 <= index < len(parameters) or parameters[index].kind not in positional:
+                    raise ValueError(
+                        f"args_viewable_as_strided_memory: {func.__qualname__} has no "
+                        f"positional parameter at index {index}"
+                    )
+                parameter = parameters[index]
+            else:
+                matches = [p for p in parameters if p.name == index]
+                if not matches or matches[0].kind in (
+                    inspect.Parameter.VAR_POSITIONAL,
+                    inspect.Parameter.VAR_KEYWORD,
+                ):
+                    raise ValueError(
+                        f"args_viewable_as_strided_memory: {func.__qualname__} has no "
+                        f"parameter named {index!r}"
+                    )
+                parameter = matches[0]
+            position = parameters.index(parameter) if parameter.kind in positional else None
+            selected[parameter.name] = position
+        by_position = tuple(sorted((p, n) for n, p in selected.items() if p is not None))
+        by_keyword = tuple(
+            n for n in selected if parameters[_index_of(parameters, n)].kind
+            != inspect.Parameter.POSITIONAL_ONLY
+        )
+
+        @functools.wraps(func)
+        def launcher(*args, **kwargs):
+            if by_position:
+                args = list(args)
+                count = len(args)
+                for position, name in by_position:
+                    if position < count:
+                        args[position] = _wrap(args[position], name)
+            if kwargs:
+                for name in by_keyword:
+                    if name in kwargs:
+                        kwargs[name] = _wrap(kwargs[name], name)
+            return func(*args, **kwargs)
+
+        return launcher  # type: ignore[return-value]
+
+    return decorate
+
+
+def _index_of(parameters, name):
+    for index, parameter in enumerate(parameters):
+        if parameter.name == name:
+            return index
+    raise LookupError(name)
+
+
+def _wrap(value, name):
+    if value is None:
+        return None
+    if not supports_view_protocol(value):
+        raise BufferError(
+            f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
+            "object) supports neither DLPack nor the CUDA Array Interface"
+        )
+    return ViewableArgument(value)

@@ -1,0 +1,215 @@
+# The view handed on: DLPack capsules (versioned and legacy) and the CUDA Array
+# Interface, so that a DLPack-only library and a CAI-only library can trade
+# arrays through a view.
+
+from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_New
+from libc.stdlib cimport free, malloc
+
+cdef extern from "Python.h":
+    void Py_IncRef(PyObject *)
+    void Py_DecRef(PyObject *)
+    int Py_IsInitialized() nogil
+
+# numpy dtype -> (DLPack code, bits); built from _DLPACK_DTYPES on first export.
+cdef dict _dlpack_code_of_dtype = None
+
+
+cdef DLDataType _dlpack_dtype_of(object dtype) except *:
+    """The DLPack element type of a numpy dtype, or BufferError."""
+    global _dlpack_code_of_dtype
+    cdef DLDataType result
+    if _dlpack_code_of_dtype is None:
+        table = {}
+        for code, (_, by_bits, _) in _DLPACK_DTYPES.items():
+            for bits in by_bits:
+                table[_resolve_dtype(code, bits)] = (code, bits)
+        _dlpack_code_of_dtype = table
+    entry = _dlpack_code_of_dtype.get(dtype)
+    if entry is None:
+        raise BufferError(f"dlpack: dtype {dtype} has no DLPack equivalent")
+    result.code = entry[0]
+    result.bits = entry[1]
+    result.lanes = 1
+    return result
+
+
+cdef void _release_export(void *manager_ctx) noexcept nogil:
+    # A deleter may run on any thread, with or without the GIL; at interpreter
+    # shutdown the view is left alone rather than touched without a runtime.
+    if not Py_IsInitialized():
+        return
+    with gil:
+        Py_DecRef(<PyObject *>manager_ctx)
+
+
+cdef void _delete_versioned(DLManagedTensorVersioned *tensor) noexcept nogil:
+    _release_export(tensor.manager_ctx)
+    free(tensor)
+
+
+cdef void _delete_legacy(DLManagedTensor *tensor) noexcept nogil:
+    _release_export(tensor.manager_ctx)
+    free(tensor)
+
+
+cdef void _capsule_destructor_versioned(object capsule) noexcept:
+    # An unconsumed capsule still owns the tensor; a consumed one was renamed.
+    cdef DLManagedTensorVersioned *tensor
+    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        tensor = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+        tensor.deleter(tensor)
+
+
+cdef void _capsule_destructor_legacy(object capsule) noexcept:
+    cdef DLManagedTensor *tensor
+    if PyCapsule_IsValid(capsule, b"dltensor"):
+        tensor = <DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor")
+        tensor.deleter(tensor)
+
+
+cdef object _export_capsule(StridedMemoryView view, bint versioned, uint32_t minor):
+    """A new DLPack capsule over ``view``'s memory; the capsule keeps ``view`` alive."""
+    cdef DLDataType dl_dtype = _dlpack_dtype_of(view.dtype)
+    cdef Py_ssize_t ndim = len(view.shape)
+    cdef size_t header = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)
+    cdef char *block
+    cdef DLTensor *tensor
+    cdef DLManagedTensorVersioned *versioned_tensor
+    cdef DLManagedTensor *legacy_tensor
+    cdef int64_t *dims
+    cdef Py_ssize_t i
+    cdef uint64_t flags = 0
+
+    if view.readonly:
+        flags |= DLPACK_FLAG_BITMASK_READ_ONLY
+    if dl_dtype.bits < 8:
+        flags |= DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+    if flags and not versioned:
+        what = "read-only" if view.readonly else "padded sub-byte"
+        raise BufferError(
+            f"dlpack: a {what} view cannot be exported as a legacy capsule "
+            "(ask with max_version=(1, 0) or later)"
+        )
+    device_type, device_id = view.__dlpack_device__()
+
+    block = <char *>malloc(header + 2 * ndim * sizeof(int64_t) + 1)
+    if block == NULL:
+        raise MemoryError()
+    dims = <int64_t *>(block + header)
+    for i in range(ndim):
+        dims[i] = view.shape[i]
+        dims[ndim + i] = view.strides[i]
+    if versioned:
+        versioned_tensor = <DLManagedTensorVersioned *>block
+        versioned_tensor.version.major = DLPACK_MAJOR_VERSION
+        versioned_tensor.version.minor = minor
+        versioned_tensor.manager_ctx = <void *>view
+        versioned_tensor.deleter = _delete_versioned
+        versioned_tensor.flags = flags
+        tensor = &versioned_tensor.dl_tensor
+    else:
+        legacy_tensor = <DLManagedTensor *>block
+        legacy_tensor.manager_ctx = <void *>view
+        legacy_tensor.deleter = _delete_legacy
+        tensor = &legacy_tensor.dl_tensor
+    tensor.data = NULL if view._size == 0 else <void *>view._ptr
+    tensor.device.device_type = device_type
+    tensor.device.device_id = device_id
+    tensor.ndim = <int32_t>ndim
+    tensor.dtype = dl_dtype
+    tensor.shape = dims if ndim else NULL
+    tensor.strides = dims + ndim if ndim else NULL
+    tensor.byte_offset = 0
+
+    Py_IncRef(<PyObject *>view)
+    try:
+        if versioned:
+            return PyCapsule_New(block, b"dltensor_versioned", _capsule_destructor_versioned)
+        return PyCapsule_New(block, b"dltensor", _capsule_destructor_legacy)
+    except BaseException:
+        Py_DecRef(<PyObject *>view)
+        free(block)
+        raise
+
+
+cdef object _export_dlpack(
+    StridedMemoryView view, object stream, object max_version, object dl_device, object copy
+):
+    """``view.__dlpack__``: check the request, order the consumer's stream, export."""
+    if copy:
+        raise BufferError("dlpack: a view never copies (got copy=True)")
+    own_device = view.__dlpack_device__()
+    if dl_device is not None and tuple(dl_device) != own_device:
+        raise BufferError(
+            f"dlpack: the view lives on device {own_device}, not {tuple(dl_device)!r} "
+            "(a view never copies)"
+        )
+    cdef bint versioned = False
+    cdef uint32_t minor = 0
+    if max_version is not None:
+        if (
+            not isinstance(max_version, tuple)
+            or len(max_version) != 2
+            or not isinstance(max_version[0], int)
+            or not isinstance(max_version[1], int)
+        ):
+            raise TypeError(
+                f"dlpack: max_version must be None or a (major, minor) tuple (got {max_version!r})"
+            )
+        if max_version[0] >= 1:
+            versioned = True
+            minor = DLPACK_MINOR_VERSION if max_version[0] > 1 else min(
+                max(max_version[1], 0), DLPACK_MINOR_VERSION
+            )
+    _order_export(view, stream)
+    return _export_capsule(view, versioned, minor)
+
+
+cdef int _order_export(StridedMemoryView view, object stream) except -1:
+    """Make the consumer's DLPack ``stream`` wait for the view's ready stream."""
+    if view._device_type == kDLCPU:
+        if stream is not None and stream != -1:
+            raise BufferError(
+                f"dlpack: stream must be None for host memory (got {stream!r})"
+            )
+        return 0
+    if view._device_type == kDLCUDAHost:
+        return 0  # pinned host memory: nothing to order
+    if stream is None:
+        consumer = CU_STREAM_LEGACY_HANDLE  # DLPack: None means the legacy default stream
+    else:
+        consumer = _normalize_stream(stream)
+        if consumer == -1:
+            return 0
+        if consumer == 0:
+            raise BufferError(
+                "dlpack: stream 0 is disallowed (ambiguous: pass 1 for the legacy default "
+                "stream, 2 for the per-thread one)"
+            )
+    ready = view.ready_stream
+    if ready is not None and not _same_stream(ready, consumer):
+        _driver_module().order_after(ready, consumer)
+    return 0
+
+
+cdef object _export_cai(StridedMemoryView view):
+    """``view.__cuda_array_interface__`` (version 3, strides in bytes)."""
+    if not view.is_device_accessible:
+        raise AttributeError(
+            "__cuda_array_interface__: a host-only view (device_id -1) has no CUDA Array "
+            "Interface; use DLPack"
+        )
+    dtype = view.dtype
+    itemsize = dtype.itemsize
+    ready = view.ready_stream
+    interface = {
+        "version": 3,
+        "shape": view.shape,
+        "typestr": dtype.str,
+        "data": (view._ptr if view._size else 0, view.readonly),
+        "strides": tuple([stride * itemsize for stride in view.strides]),
+        "stream": None if ready is None or ready == -1 else (1 if ready == 0 else ready),
+    }
+    if dtype.fields is not None:
+        interface["descr"] = dtype.descr
+    return interface
