@@ -80,9 +80,7 @@ def _call(api, name: str, *args, hint: str = NO_DRIVER_HINT):
     """
     try:
         result = getattr(api, name)(*args)
-    except CUDAError:
-        raise
-    except Exception as exc:  # cuda-bindings raises when libcuda cannot be loaded
+    except (RuntimeError, OSError) as exc:  # cuda-bindings' error when libcuda cannot be loaded
         raise CUDAError(
             f"the CUDA driver could not be used for {name} ({exc}): {hint}",
             "CUDA_ERROR_NO_DRIVER",
@@ -180,7 +178,17 @@ def device_of_pointer(ptr: int) -> int:
     """The ordinal of the device owning ``ptr``; for ptr 0, the current device."""
     api = _driver(DEVICE_ID_HINT)
     if ptr == 0:
-        return int(_call(api, "cuCtxGetDevice"))
-    return int(
-        _call(api, "cuPointerGetAttribute", _CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+        return int(_call(api, "cuCtxGetDevice", hint=DEVICE_ID_HINT))
+    # cuda-bindings wants its enum here, not a plain int.
+    attributes = getattr(api, "CUpointer_attribute", None)
+    attribute = (
+        _CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        if attributes is None
+        else attributes.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     )
+    return int(_call(api, "cuPointerGetAttribute", attribute, ptr, hint=DEVICE_ID_HINT))
+
+
+def device_count() -> int:
+    """The number of CUDA devices; CUDAError when there is no usable driver."""
+    return int(_call(_driver(), "cuDeviceGetCount"))

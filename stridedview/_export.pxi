@@ -2,7 +2,6 @@
 # Interface, so that a DLPack-only library and a CAI-only library can trade
 # arrays through a view.
 
-from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_New
 from libc.stdlib cimport free, malloc
 
 cdef extern from "Python.h":

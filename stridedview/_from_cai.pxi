@@ -244,7 +244,7 @@ cdef tuple _cai_element_strides(object strides, tuple shape, Py_ssize_t itemsize
                 f"cuda array interface: 'strides' must be None or a tuple of ints "
                 f"(got {tuple(strides)!r})"
             )
-        if not -_INT64_MAX <= stride <= _INT64_MAX:
+        if not -_INT64_MAX - 1 <= stride <= _INT64_MAX:
             raise BufferError(
                 f"cuda array interface: 'strides' must fit in int64 (got {tuple(strides)!r})"
             )

@@ -1,14 +1,6 @@
 # DLPack -> the view's fields: negotiate with the producer, validate the capsule,
 # take ownership, and leave the deleter to the view's deallocation.
 
-from cpython.pycapsule cimport (
-    PyCapsule_CheckExact,
-    PyCapsule_GetName,
-    PyCapsule_GetPointer,
-    PyCapsule_SetName,
-)
-from libc.string cimport strcmp, strncmp
-
 cdef extern from "Python.h":
     # Calls args[0].<name>(*args[1:nargs], **dict(zip(kwnames, args[nargs:]))) without
     # building a bound method, an argument tuple or a keyword dict.
@@ -22,36 +14,27 @@ cdef str _DLPACK_DEVICE = "__dlpack_device__"
 cdef tuple _KWNAMES_STREAM_MAX_VERSION = ("stream", "max_version")
 cdef tuple _KWNAMES_STREAM = ("stream",)
 
-# type -> whether the type itself has __dlpack__ and __dlpack_device__; the
-# last type found to have them is kept apart, to skip even the dict lookup.
-cdef dict _type_has_dlpack = {}
-cdef object _last_dlpack_type = None
-
-
-cdef bint _has_dlpack(object obj) except -1:
-    """Whether ``obj`` offers both DLPack methods (looked up once per type)."""
-    global _last_dlpack_type
-    cdef type tp = type(obj)
-    if tp is _last_dlpack_type:
-        return True
-    found = _type_has_dlpack.get(tp)
-    if found is None:
-        found = hasattr(tp, _DLPACK) and hasattr(tp, _DLPACK_DEVICE)
-        if len(_type_has_dlpack) >= 1024:
-            _type_has_dlpack.clear()  # bound the cache where classes are made on the fly
-        _type_has_dlpack[tp] = found
-    if found:
-        _last_dlpack_type = tp
-        return True
-    # Rare: methods set on the instance rather than its class.
-    return hasattr(obj, _DLPACK) and hasattr(obj, _DLPACK_DEVICE)
-
-
 cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) except -1:
-    """Fill ``view`` from ``obj.__dlpack__``; ``stream`` is already normalised."""
+    """Fill ``view`` from ``obj`` through DLPack; ``stream`` is already normalised.
+
+    Through the producer type's C exchange API when it has one (no capsule, no
+    allocation), else through ``__dlpack_device__`` and ``__dlpack__``.
+    """
+    cdef _ProducerType info = _producer_type(obj)
+    if info.is_torch:
+        _check_torch_bits(obj)
+    if info.dltensor_from_py_object != NULL and _exchange_api_enabled:
+        return _view_from_exchange_api(view, obj, stream, info)
+
     cdef int32_t device_type, device_id
     cdef PyObject *args[3]
-    args[0] = <PyObject *>obj
+    if info.is_torch and obj.requires_grad:
+        # torch's __dlpack__ refuses tensors that require grad, its exchange API
+        # does not: the memory holds the values either way, so view them alike.
+        exporter = obj.detach()
+    else:
+        exporter = obj
+    args[0] = <PyObject *>exporter
     reported = PyObject_VectorcallMethod(_DLPACK_DEVICE, args, 1, NULL)
     try:
         if type(reported) is not tuple or PyTuple_GET_SIZE(reported) != 2:
@@ -87,6 +70,44 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     # Host memory needs no stream; device memory is ready on the stream the
     # producer was asked to order, or unknown when the caller opted out.
     view.ready_stream = None if dl_stream is None or dl_stream == -1 else stream
+    return 0
+
+
+cdef int _view_from_exchange_api(
+    StridedMemoryView view, object obj, object stream, _ProducerType info
+) except -1:
+    """Fill ``view`` from a DLTensor the producer lends (DLPack 1.3's C exchange API).
+
+    The DLTensor is borrowed: valid while ``obj`` lives, which the view ensures.
+    "no_sync" means the producer orders nothing: for device memory the caller's
+    stream is made to wait for the producer's current work stream here.
+    """
+    cdef DLTensor tensor
+    cdef void *producer_stream = NULL
+    if info.dltensor_from_py_object(<void *>obj, &tensor) != 0:
+        return -1  # the producer has set a Python exception
+    device_type = tensor.device.device_type
+    _check_device_type(device_type)
+    ready = None
+    if device_type == kDLCUDA or device_type == kDLCUDAManaged:
+        _dlpack_stream_for(device_type, stream)  # refuses stream None as ambiguous
+        if stream != -1:
+            if info.current_work_stream == NULL:
+                raise BufferError(
+                    f"dlpack: the exchange API of {type(obj).__name__!r} has no "
+                    "current_work_stream to order after"
+                )
+            if info.current_work_stream(device_type, tensor.device.device_id, &producer_stream) != 0:
+                return -1
+            producer = <uintptr_t>producer_stream
+            # A NULL work stream is the legacy default stream.
+            producer = CU_STREAM_LEGACY_HANDLE if producer == 0 else producer
+            if not _same_stream(producer, stream):
+                _driver_module().order_after(producer, stream)
+            ready = stream
+    _fill_from_dltensor(view, &tensor, 0)
+    view.exporting_obj = obj
+    view.ready_stream = ready
     return 0
 
 

@@ -3,7 +3,16 @@
 
 cimport cython
 from cpython.object cimport PyObject
+from cpython.pycapsule cimport (
+    PyCapsule_CheckExact,
+    PyCapsule_GetName,
+    PyCapsule_GetPointer,
+    PyCapsule_IsValid,
+    PyCapsule_New,
+    PyCapsule_SetName,
+)
 from cpython.ref cimport Py_INCREF
+from libc.string cimport strcmp, strncmp
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
 
@@ -400,6 +409,7 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
     return True
 
 
+include "_producer_types.pxi"
 include "_from_dlpack.pxi"
 include "_from_cai.pxi"
 include "_export.pxi"

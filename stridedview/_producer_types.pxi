@@ -1,0 +1,140 @@
+# What stridedview learns once per producer type: whether it speaks DLPack, the
+# DLPack C exchange API it offers (if any), and whether it is a torch.Tensor
+# (whose sign and conjugate bits need a check).  Looked up once per type; the
+# last type seen is kept apart so that a run of views of one type skips even
+# the dict lookup.
+
+import sys as _sys
+
+cdef extern from *:
+    """
+    /* DLPack 1.3's C exchange API, from the specification's layout (56 bytes):
+       header {version @0, prev_api @8}, then five function pointers. */
+    typedef struct {
+        sv_DLPackVersion version;
+        void *prev_api;
+    } sv_DLPackExchangeAPIHeader;
+
+    typedef int (*sv_DLTensorFromPyObject)(void *py_object, sv_DLTensor *out);
+    typedef int (*sv_CurrentWorkStream)(int32_t device_type, int32_t device_id, void **out_stream);
+
+    typedef struct {
+        sv_DLPackExchangeAPIHeader header;
+        void *managed_tensor_allocator;
+        void *managed_tensor_from_py_object_no_sync;
+        void *managed_tensor_to_py_object_no_sync;
+        sv_DLTensorFromPyObject dltensor_from_py_object_no_sync;
+        sv_CurrentWorkStream current_work_stream;
+    } sv_DLPackExchangeAPI;
+
+    typedef char sv_check_exchange_api_size[sizeof(sv_DLPackExchangeAPI) == 56 ? 1 : -1];
+    """
+    ctypedef int (*DLTensorFromPyObject "sv_DLTensorFromPyObject")(
+        void *py_object, DLTensor *out
+    ) noexcept
+    ctypedef int (*CurrentWorkStream "sv_CurrentWorkStream")(
+        int32_t device_type, int32_t device_id, void **out_stream
+    ) noexcept
+
+    ctypedef struct DLPackExchangeAPIHeader "sv_DLPackExchangeAPIHeader":
+        DLPackVersion version
+        void *prev_api
+
+    ctypedef struct DLPackExchangeAPI "sv_DLPackExchangeAPI":
+        DLPackExchangeAPIHeader header
+        DLTensorFromPyObject dltensor_from_py_object_no_sync
+        CurrentWorkStream current_work_stream
+
+cdef str _EXCHANGE_API_CAPSULE_ATTR = "__dlpack_c_exchange_api__"  # DLPack 1.3
+cdef str _EXCHANGE_API_INT_ATTR = "__c_dlpack_exchange_api__"  # the 1.2-era int address
+
+# Tests turn the exchange API off to compare its views with __dlpack__'s.
+cdef bint _exchange_api_enabled = True
+
+
+def _set_exchange_api_enabled(bint enabled):
+    """Use (True) or ignore (False) producers' DLPack C exchange API; for tests."""
+    global _exchange_api_enabled
+    _exchange_api_enabled = enabled
+
+
+@cython.final
+cdef class _ProducerType:
+    """What one producer type offers; built once by _producer_type()."""
+
+    cdef bint has_dlpack
+    cdef bint is_torch
+    cdef DLTensorFromPyObject dltensor_from_py_object
+    cdef CurrentWorkStream current_work_stream
+    cdef object exchange_api_owner  # the capsule or object that keeps the table alive
+
+
+cdef dict _producer_types = {}
+cdef object _last_type = None
+cdef _ProducerType _last_info = None
+
+
+cdef _ProducerType _producer_type(object obj):
+    global _last_type, _last_info
+    tp = type(obj)
+    if tp is _last_type:
+        return _last_info
+    info = <_ProducerType>_producer_types.get(tp)
+    if info is None:
+        info = _describe_type(tp)
+        if len(_producer_types) >= 1024:
+            _producer_types.clear()  # bound the cache where classes are made on the fly
+        _producer_types[tp] = info
+    _last_type = tp
+    _last_info = info
+    return info
+
+
+cdef _ProducerType _describe_type(type tp):
+    cdef _ProducerType info = _ProducerType.__new__(_ProducerType)
+    cdef const DLPackExchangeAPI *api = NULL
+    info.has_dlpack = hasattr(tp, _DLPACK) and hasattr(tp, _DLPACK_DEVICE)
+    torch = _sys.modules.get("torch")
+    info.is_torch = torch is not None and issubclass(tp, torch.Tensor)
+    if info.has_dlpack:
+        owner = getattr(tp, _EXCHANGE_API_CAPSULE_ATTR, None)
+        if owner is not None and PyCapsule_IsValid(owner, b"dlpack_exchange_api"):
+            api = <const DLPackExchangeAPI *>PyCapsule_GetPointer(owner, b"dlpack_exchange_api")
+        else:
+            owner = getattr(tp, _EXCHANGE_API_INT_ATTR, None)
+            if type(owner) is int and owner != 0:
+                api = <const DLPackExchangeAPI *><uintptr_t>owner
+        # Only a 1.x table has the layout declared above.
+        if api != NULL and api.header.version.major == DLPACK_MAJOR_VERSION:
+            info.dltensor_from_py_object = api.dltensor_from_py_object_no_sync
+            info.current_work_stream = api.current_work_stream
+            info.exchange_api_owner = owner
+    return info
+
+
+cdef bint _has_dlpack(object obj) except -1:
+    """Whether ``obj`` offers both DLPack methods (its type's, or rarely its own)."""
+    if _producer_type(obj).has_dlpack:
+        return True
+    return hasattr(obj, _DLPACK) and hasattr(obj, _DLPACK_DEVICE)
+
+
+cdef int _check_torch_bits(object tensor) except -1:
+    """Refuse torch tensors whose memory does not hold their values.
+
+    A tensor with the conjugate or the negative bit set is a lazy view: its memory
+    holds the values before conjugation or negation.  torch's ``__dlpack__``
+    refuses the first and exports the second as if nothing were pending, and its
+    exchange API exports both; a kernel would read wrong values either way.
+    """
+    if tensor.is_neg():
+        raise BufferError(
+            "dlpack: the torch tensor has its negative bit set, so its memory does not hold "
+            "its values (call .resolve_neg() first)"
+        )
+    if tensor.is_conj():
+        raise BufferError(
+            "dlpack: the torch tensor has its conjugate bit set, so its memory does not hold "
+            "its values (call .resolve_conj() first)"
+        )
+    return 0
