@@ -85,9 +85,9 @@ def _call(api, name: str, *args, hint: str = NO_DRIVER_HINT):
             f"the CUDA driver could not be used for {name} ({exc}): {hint}",
             "CUDA_ERROR_NO_DRIVER",
         ) from exc
-    code = int(result[0])
-    if code != _CUDA_SUCCESS:
-        raise CUDAError(f"{name} failed: {_error_name(api, result[0])}", _error_name(api, result[0]))
+    if int(result[0]) != _CUDA_SUCCESS:
+        error_name = _error_name(api, result[0])
+        raise CUDAError(f"{name} failed: {error_name}", error_name)
     if len(result) == 1:
         return None
     if len(result) == 2:

@@ -39,10 +39,10 @@ another library does; they are not recorded.
 Results are tuples ``(CUresult, values...)`` as in cuda-bindings; on failure the
 values are None.  Handles are small objects (``CUcontext``, ``CUstream``,
 ``CUevent``, ``CUdevice``) that ``int()`` turns into their address, and every
-handle argument accepts an int or any such object, as cuda-bindings does.  With
-``enum_attributes=True`` the fake also copies cuda-bindings' argument conversion of
-``cuPointerGetAttribute``, which reads ``attribute.value`` and so raises
-AttributeError for a plain int.
+handle argument accepts an int or any such object, as cuda-bindings does.  Like
+cuda-bindings, ``cuPointerGetAttribute`` converts its attribute with
+``attribute.value`` and so raises AttributeError for a plain int
+(``enum_attributes=False`` accepts ints too).
 
 Nothing here uses ``assert``: the checks hold under ``python -O``.
 """
@@ -272,6 +272,7 @@ def _driver_call(outputs: int, *, needs_init: bool = True):
             with self._lock:
                 self.calls.append((name, args))
                 self.calls_by_thread[threading.get_ident()].append((name, args))
+                self._convert_arguments(name, args)
                 try:
                     if needs_init and not self.initialized:
                         raise DriverError(CUresult.CUDA_ERROR_NOT_INITIALIZED)
@@ -312,7 +313,7 @@ class FakeDriver:
     CU_STREAM_LEGACY = CU_STREAM_LEGACY
     CU_STREAM_PER_THREAD = CU_STREAM_PER_THREAD
 
-    def __init__(self, *, devices: int = 2, current: bool = True, enum_attributes: bool = False):
+    def __init__(self, *, devices: int = 2, current: bool = True, enum_attributes: bool = True):
         self._lock = threading.RLock()
         self._handles = itertools.count(0x7F0000001000, 0x100)
         self._tls = threading.local()
@@ -384,6 +385,10 @@ class FakeDriver:
         """The calling thread's current context, or None."""
         stack = self._stack()
         return CUcontext(stack[-1].handle) if stack else None
+
+    def context_depth(self) -> int:
+        """How many contexts the calling thread has on its stack (1 after balanced push/pop)."""
+        return len(self._stack())
 
     def register_pointer(self, ptr: int, nbytes: int, device: int = 0) -> None:
         """Make ``[ptr, ptr + nbytes)`` device memory of ``device`` for cuPointerGetAttribute."""
@@ -483,6 +488,25 @@ class FakeDriver:
             if failure[0] == name and failure[2] > 0:
                 failure[2] -= 1
                 raise DriverError(failure[1])
+
+    def _convert_arguments(self, name: str, args: tuple) -> None:
+        """What cuda-bindings does to the arguments before calling the driver.
+
+        Handles and flags must be None or convertible with int() ("an integer is
+        required" otherwise); with ``enum_attributes`` the pointer attribute must be
+        an enum (cuda-bindings reads ``attribute.value``).
+        """
+        if name == "cuPointerGetAttribute" and args:
+            if self.enum_attributes:
+                args[0].value  # AttributeError for a plain int, as in cuda-bindings
+            rest = args[1:]
+        elif name in ("cuGetErrorName", "cuGetErrorString"):
+            rest = ()
+        else:
+            rest = args
+        for arg in rest:
+            if arg is not None and not isinstance(arg, (int, _Handle)) and not hasattr(arg, "__index__"):
+                raise TypeError("an integer is required")
 
     def _host_blocking(self, name: str, args: tuple) -> None:
         self.violations.append((name, args))
@@ -624,9 +648,6 @@ class FakeDriver:
 
     @_driver_call(1)
     def cuPointerGetAttribute(self, attribute, ptr):
-        if self.enum_attributes:
-            # cuda-bindings converts the attribute with ``attribute.value``.
-            attribute = attribute.value
         if int(attribute) != CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
             raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
         address = int(ptr)

@@ -335,6 +335,9 @@ class DLPackProducer:
     dtype           a name from ``DTYPES`` or a (code, bits, lanes) tuple.
     capsule_name    overrides the capsule name ("used_dltensor", "foo", ...).
     null_deleter    True: the managed tensor's deleter is NULL.
+    hold_capsules   False: keep no reference to the capsules handed out, so
+                    the consumer alone decides when each dies (safe only where
+                    the consumer succeeds: see the module docstring).
     mode            "capsule" (default), "not_capsule" (return ``returns``)
                     or "raise" (raise the exception ``raises``).
     """
@@ -355,6 +358,7 @@ class DLPackProducer:
         byte_offset=0,
         capsule_name=None,
         null_deleter=False,
+        hold_capsules=True,
         mode="capsule",
         returns=42,
         raises=None,
@@ -374,6 +378,7 @@ class DLPackProducer:
         self.byte_offset = byte_offset
         self.capsule_name = capsule_name
         self.null_deleter = null_deleter
+        self.hold_capsules = hold_capsules
         self.mode = mode
         self.returns = returns
         self.raises = raises
@@ -439,7 +444,8 @@ class DLPackProducer:
         if self.mode != "capsule":
             raise ValueError(f"unknown mode {self.mode!r}")
         capsule = self._new_capsule()
-        self.capsules.append(capsule)
+        if self.hold_capsules:
+            self.capsules.append(capsule)
         return capsule
 
     def _new_tensor(self):

@@ -213,6 +213,23 @@ def test_supported_devices(kind, device, stream_ptr, device_id, accessible):
     )
 
 
+UNSUPPORTED_DEVICES = {
+    4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", 10: "ROCM", 11: "ROCMHost", 12: "ExtDev",
+    14: "OneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA", 18: "Trn",
+    0: "unknown", 5: "unknown", 6: "unknown", 19: "unknown", 99: "unknown", -1: "unknown",
+}
+
+
+@pytest.mark.parametrize("device_type", list(UNSUPPORTED_DEVICES))
+def test_unsupported_device_named(kind, device_type):
+    """Every device type but CPU, CUDA, CUDAHost and CUDAManaged is refused with its DLPack name."""
+    producer = make_producer(kind, device=(device_type, 0))
+    message = f"dlpack: unsupported device type {device_type} ({UNSUPPORTED_DEVICES[device_type]})"
+    with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
+        StridedMemoryView(producer, stream_ptr=-1)
+    assert excinfo.type is BufferError
+
+
 def test_device_may_be_an_int_enum(kind):
     """A __dlpack_device__() answer made of int subclasses (as torch's IntEnum) is accepted."""
 
@@ -362,12 +379,27 @@ def test_other_major_version_refused_and_deleted_at_once(version, null_deleter):
 # touch), None (no capsule was ever made).
 
 def error_row(id, fields, prefix, *, exc=BufferError, stream_ptr=None, capsule="unused"):
+    """One row: producer fields, stream_ptr, exception type, message prefix, capsule fate."""
     return pytest.param(fields, stream_ptr, exc, prefix, capsule, id=id)
 
 
 BAD_DEVICE = "dlpack: __dlpack_device__() must return (device_type, device_id) (got "
+BAD_STREAM_TYPE = "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got "
+BAD_STREAM_VALUE = "stream: stream_ptr must be -1 or a stream handle >= 0 (got "
+BAD_CUDA_STREAM = "stream: __cuda_stream__() must return (version, handle) (got "
 
 ERROR_TABLE = [
+    error_row("stream-str", {}, BAD_STREAM_TYPE, exc=TypeError, stream_ptr="5", capsule=None),
+    error_row("stream-float", {}, BAD_STREAM_TYPE, exc=TypeError, stream_ptr=5.0, capsule=None),
+    error_row("stream-minus-2", {}, BAD_STREAM_VALUE, exc=ValueError, stream_ptr=-2, capsule=None),
+    error_row(
+        "cuda_stream-int",
+        {"device": (CUDA, 0)},
+        BAD_CUDA_STREAM,
+        exc=TypeError,
+        stream_ptr=CudaStream(5),
+        capsule=None,
+    ),
     error_row("dlpack_device-int", {"reported_device": 1}, BAD_DEVICE, capsule=None),
     error_row("dlpack_device-None", {"reported_device": None}, BAD_DEVICE, capsule=None),
     error_row("dlpack_device-1-tuple", {"reported_device": (1,)}, BAD_DEVICE, capsule=None),
@@ -607,6 +639,7 @@ SUBBYTE_DTYPES = {
 
 
 def dtype_id(code_bits):
+    """A test id such as "Float32" for (2, 32)."""
     code, bits = code_bits
     return f"{CODE_NAMES[code]}{bits}"
 
@@ -862,6 +895,17 @@ def test_deleter_runs_once_when_the_view_dies(kind):
     del view
     assert deleter_calls(producer) == 1
     producer.release_capsules()
+    gc.collect()
+    assert deleter_calls(producer) == 1
+
+
+def test_deleter_once_when_only_the_consumer_holds_the_capsule(kind):
+    """With no other reference to the capsule, the deleter still runs exactly once, when the view dies."""
+    producer = make_producer(kind, hold_capsules=False)
+    view = StridedMemoryView(producer)
+    gc.collect()
+    assert deleter_calls(producer) == 0
+    del view
     gc.collect()
     assert deleter_calls(producer) == 1
 

@@ -1,0 +1,717 @@
+"""Stream ordering of CUDA Array Interface views, against the modelling fake driver.
+
+The fake (fake_driver.py) keeps contexts, streams as lists of operations, and
+events that capture a point of a stream; so these tests check both the exact
+call sequence of docs/contract-draft.md ("Stream ordering") and its effect: a
+consumer kernel enqueued after the view sees every producer write enqueued
+before it.  The last section runs real producers on a GPU (marked ``gpu``,
+skipped here by conftest).
+"""
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+from fake_driver import HOST_BLOCKING_CALLS, CUresult, FakeDriver
+from stridedview import CUDAError, StridedMemoryView
+from stridedview import _driver
+from test_cai import CAIProducer, CudaStream, libcuda_loadable, replay_on_real_bindings
+
+DISABLE_TIMING = 2
+
+
+@pytest.fixture
+def fake():
+    """The modelling fake driver, installed for the test; no host-blocking call may have been made."""
+    driver = FakeDriver()
+    _driver.use_api(driver)
+    yield driver
+    _driver.use_api(None)
+    if driver.violations:
+        pytest.fail(f"host-blocking or cross-thread driver use: {driver.violations}")
+    blocking = [name for name in driver.names() if name in HOST_BLOCKING_CALLS]
+    if blocking:
+        pytest.fail(f"host-blocking driver calls: {blocking}")
+
+
+def ordered_view(producer_stream, consumer_stream, **keys):
+    """A view of a fresh CAI producer whose dict names ``producer_stream``."""
+    return StridedMemoryView(CAIProducer(stream=producer_stream, **keys), stream_ptr=consumer_stream)
+
+
+def state_calls(fake, calls=None):
+    """The calls that touch driver state (cuGetErrorName, used to name errors, left out)."""
+    return [(n, a) for n, a in (fake.calls if calls is None else calls) if n != "cuGetErrorName"]
+
+
+def names(calls):
+    return [name for name, _ in calls]
+
+
+def check_call(call, name, *args):
+    """Fail unless ``call`` is ``name(*args)``, handles compared by int()."""
+    got_name, got_args = call
+    assert got_name == name, call
+    assert len(got_args) == len(args), call
+    for got, want in zip(got_args, args):
+        assert int(got) == int(want), call
+
+
+def event_of(fake, call):
+    """The fake's model of the event in a cuEventRecord or cuStreamWaitEvent call."""
+    name, args = call
+    return fake.event(args[0] if name == "cuEventRecord" else args[1])
+
+
+# --- when nothing is ordered -------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "keys, stream_ptr",
+    [
+        ({"stream": 0x5000}, -1),
+        ({"stream": None}, 0x7000),
+        ({}, 0x7000),
+        ({"version": 2, "stream": 0x5000}, 0x7000),
+        ({"version": 1, "stream": 0x5000}, 0x7000),
+        ({"version": 0, "stream": 0x5000}, 0x7000),
+        ({"stream": 0x5000}, 0x5000),
+        ({"stream": 1}, 0),
+        ({"stream": 1}, 1),
+        ({"stream": 2}, 2),
+    ],
+    ids=["opt-out", "stream-none", "stream-absent", "v2", "v1", "v0", "same", "0-vs-1", "1-vs-1", "2-vs-2"],
+)
+def test_no_calls_when_nothing_to_order(fake, keys, stream_ptr):
+    """No driver call at all (not even cuInit) for -1, no producer stream, v0-v2 dicts, or the same stream (0 counts as 1)."""
+    view = StridedMemoryView(CAIProducer(**keys), stream_ptr=stream_ptr)
+    assert fake.calls == []
+    assert view.shape == (2, 3)
+
+
+def test_no_calls_with_cuda_stream_object_naming_the_same_stream(fake):
+    """A __cuda_stream__ object naming the producer's own stream orders nothing."""
+    producer_stream = fake.new_stream()
+    ordered_view(producer_stream, CudaStream(producer_stream))
+    assert fake.calls == []
+
+
+# --- the call sequence ---------------------------------------------------------------
+
+def test_first_ordering_call_sequence(fake):
+    """First ordering: cuInit(0), cuStreamGetCtx(producer), cuCtxGetCurrent, cuEventCreate(2), cuEventRecord, cuStreamWaitEvent(consumer, event, 0)."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    view = ordered_view(producer, consumer)
+    calls = fake.calls
+    assert names(calls) == [
+        "cuInit", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
+        "cuStreamWaitEvent",
+    ]
+    check_call(calls[0], "cuInit", 0)
+    check_call(calls[1], "cuStreamGetCtx", producer)
+    check_call(calls[3], "cuEventCreate", DISABLE_TIMING)
+    event = calls[4][1][0]
+    check_call(calls[4], "cuEventRecord", event, producer)
+    check_call(calls[5], "cuStreamWaitEvent", consumer, event, 0)
+    model = fake.event(event)
+    assert model.flags == DISABLE_TIMING
+    assert model.context is fake.stream(producer).context
+    assert view.ready_stream == consumer
+
+
+@pytest.mark.parametrize("producer_handle", [1, 2], ids=["legacy", "per-thread"])
+def test_default_stream_producer_uses_current_context(fake, producer_handle):
+    """For producer handles 1 and 2 the context is cuCtxGetCurrent's, not cuStreamGetCtx's."""
+    consumer = fake.new_stream()
+    ordered_view(producer_handle, consumer)
+    assert names(fake.calls) == [
+        "cuInit", "cuCtxGetCurrent", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
+        "cuStreamWaitEvent",
+    ]
+    check_call(fake.calls[4], "cuEventRecord", fake.calls[4][1][0], producer_handle)
+    assert fake.event(fake.calls[4][1][0]).context is fake.context_of(fake.current_context())
+
+
+@pytest.mark.parametrize(
+    "producer_handle, consumer_handle", [(2, 1), (1, 2), (2, 0), (0x5000, 0), (0x5000, 1)]
+)
+def test_different_default_streams_are_ordered(fake, producer_handle, consumer_handle):
+    """Different streams are ordered even when both are default streams (2 vs 1, 2 vs 0) or the consumer is one."""
+    if producer_handle == 0x5000:
+        producer_handle = fake.new_stream()
+    ordered_view(producer_handle, consumer_handle)
+    assert names(fake.calls)[-2:] == ["cuEventRecord", "cuStreamWaitEvent"]
+    check_call(fake.calls[-1], "cuStreamWaitEvent", consumer_handle, fake.calls[-1][1][1], 0)
+
+
+def test_init_once_then_two_calls_per_view(fake):
+    """After warm-up every ordered view costs exactly cuEventRecord and cuStreamWaitEvent, with the same event."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    ordered_view(producer, consumer)
+    event = fake.calls[-1][1][1]
+    fake.clear_calls()
+    for _ in range(5):
+        ordered_view(producer, consumer)
+    assert names(fake.calls) == ["cuEventRecord", "cuStreamWaitEvent"] * 5
+    for record, wait in zip(fake.calls[::2], fake.calls[1::2]):
+        check_call(record, "cuEventRecord", event, producer)
+        check_call(wait, "cuStreamWaitEvent", consumer, event, 0)
+
+
+def test_one_event_reused_across_views_and_consumers(fake):
+    """One event serves every producer stream of a context and every consumer; cuInit is called once."""
+    a, b, c1, c2 = (fake.new_stream() for _ in range(4))
+    ordered_view(a, c1)
+    ordered_view(b, c2)
+    ordered_view(a, c2)
+    ordered_view(b, c1)
+    assert names(fake.calls).count("cuInit") == 1
+    assert names(fake.calls).count("cuEventCreate") == 1
+    events = {int(args[0]) for name, args in fake.calls if name == "cuEventRecord"}
+    assert len(events) == 1
+    # The context of each producer stream is looked up once.
+    assert names(fake.calls).count("cuStreamGetCtx") == 2
+
+
+def test_separate_events_per_context(fake):
+    """Producer streams of two contexts get one event each, created in that context."""
+    other = fake.new_context(1)
+    here, there, consumer = fake.new_stream(), fake.new_stream(other), fake.new_stream()
+    ordered_view(here, consumer)
+    ordered_view(there, consumer)
+    ordered_view(here, consumer)
+    ordered_view(there, consumer)
+    assert names(fake.calls).count("cuEventCreate") == 2
+    records = [(name, args) for name, args in fake.calls if name == "cuEventRecord"]
+    by_stream = {}
+    for _, (event, stream) in records:
+        by_stream.setdefault(int(stream), set()).add(int(event))
+    assert all(len(events) == 1 for events in by_stream.values())
+    assert by_stream[here] != by_stream[there]
+    for stream, (event,) in by_stream.items():
+        assert fake.event(event).context is fake.stream(stream).context
+
+
+def test_event_created_in_producer_context_with_push_pop(fake):
+    """When the producer's context is not current, the event is created between cuCtxPushCurrent(ctx) and cuCtxPopCurrent."""
+    other = fake.new_context(1)
+    producer, consumer = fake.new_stream(other), fake.new_stream()
+    current_before = fake.current_context()
+    ordered_view(producer, consumer)
+    assert names(fake.calls) == [
+        "cuInit", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxPushCurrent", "cuEventCreate",
+        "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
+    ]
+    check_call(fake.calls[3], "cuCtxPushCurrent", other)
+    check_call(fake.calls[4], "cuEventCreate", DISABLE_TIMING)
+    assert fake.event(fake.calls[6][1][0]).context is fake.context_of(other)
+    assert fake.current_context() == current_before
+    assert fake.context_depth() == 1
+
+
+def test_event_created_with_push_pop_when_no_context_is_current(fake):
+    """With no current context at all, the event is still created in the producer's context (push/pop)."""
+    fake.set_current(None)
+    producer = fake.new_stream(fake.primary_contexts[0])
+    consumer = fake.new_stream(fake.primary_contexts[0])
+    ordered_view(producer, consumer)
+    assert "cuCtxPushCurrent" in names(fake.calls)
+    assert fake.current_context() is None
+
+
+def test_stale_context_retried_after_invalid_handle(fake):
+    """A producer handle destroyed and reused in another context: the record fails with INVALID_HANDLE, the context is looked up afresh, the record retried once."""
+    other = fake.new_context(1)
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    ordered_view(producer, consumer)
+    old_event = fake.calls[-1][1][1]
+    fake.reuse_stream_handle(producer, other)
+    fake.enqueue_write(producer, "after-reuse")
+    fake.clear_calls()
+    ordered_view(producer, consumer)
+    calls = state_calls(fake)
+    assert names(calls) == [
+        "cuEventRecord", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxPushCurrent", "cuEventCreate",
+        "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
+    ]
+    check_call(calls[0], "cuEventRecord", old_event, producer)
+    check_call(calls[1], "cuStreamGetCtx", producer)
+    new_event = calls[6][1][0]
+    assert int(new_event) != int(old_event)
+    assert fake.event(new_event).context is fake.context_of(other)
+    check_call(calls[7], "cuStreamWaitEvent", consumer, new_event, 0)
+    assert fake.enqueue_read(consumer) == {"after-reuse"}
+    # Warm again: two calls.
+    fake.clear_calls()
+    ordered_view(producer, consumer)
+    assert names(fake.calls) == ["cuEventRecord", "cuStreamWaitEvent"]
+
+
+def test_legacy_stream_retried_when_current_context_changes(fake):
+    """A producer on handle 1 after the thread's current context changed: the stale record fails and is retried in the new context."""
+    other = fake.new_context(1)
+    consumer = fake.new_stream()
+    ordered_view(1, consumer)
+    fake.set_current(other)
+    fake.enqueue_write(1, "legacy-of-other")
+    fake.clear_calls()
+    ordered_view(1, consumer)
+    calls = state_calls(fake)
+    assert names(calls) == [
+        "cuEventRecord", "cuCtxGetCurrent", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
+        "cuStreamWaitEvent",
+    ]
+    assert fake.event(calls[4][1][0]).context is fake.context_of(other)
+    fake.set_current(fake.primary_contexts[0])
+    assert fake.enqueue_read(consumer) == {"legacy-of-other"}
+
+
+def test_invalid_handle_on_fresh_lookup_is_not_retried(fake):
+    """An unknown producer handle fails at cuStreamGetCtx with CUDA_ERROR_INVALID_HANDLE, raised at once."""
+    consumer = fake.new_stream()
+    prefix = "cuStreamGetCtx failed: CUDA_ERROR_INVALID_HANDLE"
+    with pytest.raises(CUDAError, match="^" + re.escape(prefix)) as excinfo:
+        ordered_view(0xDEAD00, consumer)
+    assert excinfo.value.name == "CUDA_ERROR_INVALID_HANDLE"
+    assert names(state_calls(fake)) == ["cuInit", "cuStreamGetCtx"]
+
+
+def test_record_failing_twice_raises(fake):
+    """If the retried record fails again with INVALID_HANDLE, CUDAError is raised (one retry only)."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    ordered_view(producer, consumer)
+    fake.fail("cuEventRecord", CUresult.CUDA_ERROR_INVALID_HANDLE, times=5)
+    fake.clear_calls()
+    with pytest.raises(CUDAError) as excinfo:
+        ordered_view(producer, consumer)
+    assert excinfo.value.name == "CUDA_ERROR_INVALID_HANDLE"
+    assert names(state_calls(fake)).count("cuEventRecord") == 2
+    assert "cuStreamWaitEvent" not in names(fake.calls)
+
+
+# --- failures ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "call, code",
+    [
+        ("cuInit", CUresult.CUDA_ERROR_NO_DEVICE),
+        ("cuStreamGetCtx", CUresult.CUDA_ERROR_INVALID_HANDLE),
+        ("cuCtxGetCurrent", CUresult.CUDA_ERROR_DEINITIALIZED),
+        ("cuCtxPushCurrent", CUresult.CUDA_ERROR_INVALID_CONTEXT),
+        ("cuEventCreate", CUresult.CUDA_ERROR_OUT_OF_MEMORY),
+        ("cuCtxPopCurrent", CUresult.CUDA_ERROR_INVALID_CONTEXT),
+        ("cuEventRecord", CUresult.CUDA_ERROR_ILLEGAL_ADDRESS),
+        ("cuStreamWaitEvent", CUresult.CUDA_ERROR_LAUNCH_FAILED),
+    ],
+    ids=lambda value: value if isinstance(value, str) else value.name,
+)
+def test_failing_call_raises_cuda_error_with_its_name(fake, call, code):
+    """A failing driver call raises stridedview.CUDAError (a RuntimeError) with .name the CUresult name and message '<call> failed: <NAME>'."""
+    other = fake.new_context(1)
+    producer, consumer = fake.new_stream(other), fake.new_stream()  # push/pop path
+    fake.fail(call, code)
+    with pytest.raises(CUDAError, match="^" + re.escape(f"{call} failed: {code.name}")) as excinfo:
+        ordered_view(producer, consumer)
+    assert excinfo.value.name == code.name
+    assert isinstance(excinfo.value, RuntimeError)
+    if call != "cuCtxPopCurrent":
+        # The calling thread's context stack is as it was.
+        assert fake.current_context() == fake.primary_contexts[0]
+        assert fake.context_depth() == 1
+
+
+@pytest.mark.parametrize(
+    "call", ["cuInit", "cuStreamGetCtx", "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent"]
+)
+def test_ordering_works_after_a_failure(fake, call):
+    """After a failed ordering the next one succeeds and is correct (no poisoned cache)."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    fake.fail(call, CUresult.CUDA_ERROR_UNKNOWN)
+    with pytest.raises(CUDAError):
+        ordered_view(producer, consumer)
+    fake.enqueue_write(producer, "w")
+    ordered_view(producer, consumer)
+    assert fake.enqueue_read(consumer) == {"w"}
+
+
+def test_event_create_failure_in_other_context_pops(fake):
+    """If cuEventCreate fails after cuCtxPushCurrent, cuCtxPopCurrent still runs and the caller's context is current again."""
+    other = fake.new_context(1)
+    producer, consumer = fake.new_stream(other), fake.new_stream()
+    fake.fail("cuEventCreate", CUresult.CUDA_ERROR_OUT_OF_MEMORY)
+    with pytest.raises(CUDAError):
+        ordered_view(producer, consumer)
+    assert names(state_calls(fake))[-2:] == ["cuEventCreate", "cuCtxPopCurrent"]
+    assert fake.current_context() == fake.primary_contexts[0]
+    assert fake.context_depth() == 1
+
+
+def test_cuinit_retried_after_failure(fake):
+    """A failed cuInit is not remembered as done: the next ordering calls cuInit again."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    fake.fail("cuInit", CUresult.CUDA_ERROR_NO_DEVICE)
+    with pytest.raises(CUDAError):
+        ordered_view(producer, consumer)
+    ordered_view(producer, consumer)
+    assert names(fake.calls).count("cuInit") == 2
+
+
+def test_use_api_resets_caches(fake):
+    """use_api forgets cuInit, contexts and events: a new fake sees the full warm-up sequence."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    ordered_view(producer, consumer)
+    second = FakeDriver()
+    _driver.use_api(second)
+    p2, c2 = second.new_stream(), second.new_stream()
+    ordered_view(p2, c2)
+    assert names(second.calls) == [
+        "cuInit", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
+        "cuStreamWaitEvent",
+    ]
+
+
+def test_no_host_blocking_call_ever(fake):
+    """Across every path (warm, cold, cross-context, default streams, stale retry) no host-blocking call is made."""
+    other = fake.new_context(1)
+    a, b, c = fake.new_stream(), fake.new_stream(other), fake.new_stream()
+    for producer, consumer in [(a, c), (b, c), (1, c), (2, c), (a, 1), (b, 2), (a, c)]:
+        ordered_view(producer, consumer)
+    fake.reuse_stream_handle(a, other)
+    ordered_view(a, c)
+    assert not set(names(fake.calls)) & set(HOST_BLOCKING_CALLS)
+    assert fake.violations == []
+
+
+# --- the model: what the consumer sees -----------------------------------------------------
+
+@pytest.mark.parametrize("where", ["same-context", "other-context", "other-device-current"])
+def test_consumer_sees_every_producer_write_before_the_view(fake, where):
+    """A consumer kernel enqueued after the view sees every producer write enqueued before it, and no later one needs waiting for."""
+    other = fake.new_context(1)
+    if where == "same-context":
+        producer, consumer = fake.new_stream(), fake.new_stream()
+    elif where == "other-context":
+        producer, consumer = fake.new_stream(other), fake.new_stream()
+    else:
+        producer, consumer = fake.new_stream(), fake.new_stream(other)
+        fake.set_current(other)
+    fake.enqueue_write(producer, "w1")
+    fake.enqueue_write(producer, "w2")
+    assert fake.enqueue_read(consumer) == frozenset()  # not yet ordered
+    view = ordered_view(producer, consumer)
+    fake.enqueue_write(producer, "w3")
+    assert fake.enqueue_read(consumer) == {"w1", "w2"}
+    assert view.ready_stream == consumer
+
+
+def test_without_ordering_the_model_sees_the_race(fake):
+    """Control: with stream_ptr=-1 nothing is ordered and the consumer is not guaranteed the producer's writes."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    fake.enqueue_write(producer, "w1")
+    view = ordered_view(producer, -1)
+    assert fake.enqueue_read(consumer) == frozenset()
+    assert view.ready_stream == producer
+
+
+@pytest.mark.parametrize(
+    "producer_handle, consumer_kind",
+    [(1, "stream"), (1, "per-thread"), (2, "stream"), (2, "legacy"), (2, "null")],
+)
+def test_default_streams_in_the_model(fake, producer_handle, consumer_kind):
+    """Writes on a default stream (1 or 2) are seen by a consumer on another stream after the view."""
+    consumer = {"stream": fake.new_stream(), "legacy": 1, "per-thread": 2, "null": 0}[consumer_kind]
+    fake.enqueue_write(producer_handle, "w")
+    ordered_view(producer_handle, consumer)
+    assert fake.enqueue_read(consumer) == {"w"}
+
+
+def test_reused_event_waits_capture_their_own_point(fake):
+    """Re-recording the shared event does not change earlier waits: each consumer sees what was written before its own view."""
+    producer, c1, c2 = fake.new_stream(), fake.new_stream(), fake.new_stream()
+    fake.enqueue_write(producer, "a")
+    ordered_view(producer, c1)
+    fake.enqueue_write(producer, "b")
+    ordered_view(producer, c2)
+    assert fake.enqueue_read(c1) == {"a"}
+    assert fake.enqueue_read(c2) == {"a", "b"}
+
+
+def test_ordering_is_transitive(fake):
+    """Chained views (p -> q, then q -> r) let r see p's writes made before the first view."""
+    p, q, r = fake.new_stream(), fake.new_stream(), fake.new_stream(fake.new_context(1))
+    fake.enqueue_write(p, "p")
+    ordered_view(p, q)
+    fake.enqueue_write(q, "q")
+    ordered_view(q, r)
+    assert fake.enqueue_read(r) == {"p", "q"}
+
+
+def test_ordering_through_cuda_stream_object(fake):
+    """A __cuda_stream__ consumer stream is ordered like its handle."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    fake.enqueue_write(producer, "w")
+    view = ordered_view(producer, CudaStream(consumer))
+    assert fake.enqueue_read(consumer) == {"w"}
+    assert view.ready_stream == consumer
+
+
+# --- ready_stream ----------------------------------------------------------------------
+
+def test_ready_stream(fake):
+    """ready_stream: the consumer stream after ordering, the producer's for -1, None when neither has one."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    assert ordered_view(producer, consumer).ready_stream == consumer
+    assert ordered_view(producer, -1).ready_stream == producer
+    assert ordered_view(None, -1).ready_stream is None
+    assert StridedMemoryView(CAIProducer(), stream_ptr=-1).ready_stream is None
+    assert ordered_view(1, 0).ready_stream == 0
+    assert ordered_view(None, consumer).ready_stream == consumer
+    assert ordered_view(producer, -1, version=2).ready_stream is None
+
+
+# --- threads -------------------------------------------------------------------------------
+
+def _run_threads(targets, timeout=30):
+    errors = []
+
+    def wrap(target):
+        def run():
+            try:
+                target()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                errors.append(exc)
+        return run
+
+    threads = [threading.Thread(target=wrap(t)) for t in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+        assert not thread.is_alive(), "thread hung"
+    if errors:
+        raise errors[0]
+    return threads
+
+
+def test_separate_events_per_thread(fake):
+    """Each thread creates and uses its own event, looks up contexts itself, and cuInit runs once in all."""
+    producer, consumer = fake.new_stream(), fake.new_stream()
+    ordered_view(producer, consumer)
+    # All three alive together, so that their thread ids are distinct.
+    start, end = threading.Barrier(3, timeout=10), threading.Barrier(3, timeout=10)
+
+    def run():
+        start.wait()
+        ordered_view(producer, consumer)
+        end.wait()
+
+    threads = _run_threads([run] * 3)
+    assert names(fake.calls).count("cuInit") == 1
+    events = set()
+    for thread in threads:
+        calls = fake.thread_calls(thread.ident)
+        assert names(calls) == [
+            "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent",
+        ]
+        event = int(calls[3][1][0])
+        assert fake.event(event).created_by == thread.ident
+        events.add(event)
+    events.add(int(fake.thread_calls()[-1][1][1]))
+    assert len(events) == 4
+
+
+def test_interleaved_threads_each_wait_for_their_own_producer(fake):
+    """Thread A records, thread B records, thread A waits: A's consumer still sees A's producer (no event shared across threads)."""
+    pa, ca, pb, cb = (fake.new_stream() for _ in range(4))
+    b_recorded = threading.Event()
+    a_recorded = threading.Event()
+    roles = {}
+    log = []
+
+    def hook(name, args, result):
+        role = roles.get(threading.get_ident())
+        if role is None or name not in ("cuEventRecord", "cuStreamWaitEvent"):
+            return
+        log.append((role, name))
+        if name == "cuStreamWaitEvent":
+            return
+        if role == "A":
+            a_recorded.set()
+            if not b_recorded.wait(10):
+                raise RuntimeError("thread B never recorded")
+        else:
+            b_recorded.set()
+
+    def thread_a():
+        roles[threading.get_ident()] = "A"
+        fake.enqueue_write(pa, "a")
+        ordered_view(pa, ca)
+
+    def thread_b():
+        roles[threading.get_ident()] = "B"
+        if not a_recorded.wait(10):
+            raise RuntimeError("thread A never recorded")
+        fake.enqueue_write(pb, "b")
+        ordered_view(pb, cb)
+
+    fake.hooks.append(hook)
+    _run_threads([thread_a, thread_b])
+    assert log.index(("B", "cuEventRecord")) < log.index(("A", "cuStreamWaitEvent"))
+    assert log.index(("A", "cuEventRecord")) < log.index(("B", "cuEventRecord"))
+    assert fake.enqueue_read(ca) == {"a"}
+    assert fake.enqueue_read(cb) == {"b"}
+    assert fake.violations == []
+
+
+def test_many_threads_hammering(fake):
+    """Eight threads ordering 50 views each on their own streams: every consumer sees its producer's writes, no event shared."""
+    pairs = [(fake.new_stream(), fake.new_stream()) for _ in range(8)]
+    start = threading.Barrier(8, timeout=10)
+
+    def work(producer, consumer):
+        def run():
+            start.wait()
+            for i in range(50):
+                fake.enqueue_write(producer, i)
+                ordered_view(producer, consumer)
+                seen = fake.enqueue_read(consumer)
+                if set(range(i + 1)) - seen:
+                    raise AssertionError(f"consumer missed {set(range(i + 1)) - seen}")
+        return run
+
+    _run_threads([work(p, c) for p, c in pairs], timeout=120)
+    assert names(fake.calls).count("cuInit") == 1
+    assert names(fake.calls).count("cuEventCreate") == 8
+    assert fake.violations == []
+
+
+# --- argument types against the real bindings ---------------------------------------------------
+
+def test_ordering_calls_accepted_by_real_bindings(fake):
+    """Every driver call made for ordering has arguments the real cuda-bindings accept (checked before the driver loads)."""
+    other = fake.new_context(1)
+    a, b, c = fake.new_stream(), fake.new_stream(other), fake.new_stream()
+    ordered_view(a, c)
+    ordered_view(b, c)
+    ordered_view(1, c)
+    ordered_view(a, CudaStream(2))
+    fake.fail("cuEventRecord", CUresult.CUDA_ERROR_ILLEGAL_ADDRESS)
+    with pytest.raises(CUDAError):
+        ordered_view(a, c)
+    assert "cuGetErrorName" in names(fake.calls)
+    assert replay_on_real_bindings(fake.calls, safe_only=libcuda_loadable()) == []
+
+
+# --- real producers on a GPU (skipped without one) ---------------------------------------------
+
+SPIN_CYCLES = 200_000_000  # about 0.1 s on current GPUs: long enough for a race to show
+
+
+@pytest.mark.gpu
+def test_gpu_cupy_cross_stream_race_prevented():
+    """CuPy: a long kernel writes on stream A; a view with stream B makes a read on B see every write."""
+    cp = pytest.importorskip("cupy")
+    _driver.use_api(None)
+    kernel = cp.RawKernel(
+        r"""
+        extern "C" __global__ void slow_fill(float* x, long long n, long long cycles, float value) {
+            long long start = clock64();
+            while (clock64() - start < cycles) { }
+            for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+                x[i] = value;
+        }
+        """,
+        "slow_fill",
+    )
+    n = 1 << 20
+    stream_a = cp.cuda.Stream(non_blocking=True)
+    stream_b = cp.cuda.Stream(non_blocking=True)
+    with stream_a:
+        x = cp.zeros(n, dtype=cp.float32)
+        stream_a.synchronize()
+        kernel((64,), (256,), (x, cp.int64(n), cp.int64(SPIN_CYCLES), cp.float32(7)))
+        view = StridedMemoryView.from_cuda_array_interface(x, stream_ptr=stream_b.ptr)
+        assert x.__cuda_array_interface__["stream"] == stream_a.ptr
+    assert view.ready_stream == stream_b.ptr
+    assert view.ptr == x.data.ptr
+    with stream_b:
+        total = float(x.sum())
+    stream_b.synchronize()
+    assert total == 7.0 * n
+
+
+@pytest.mark.gpu
+def test_gpu_numba_cross_stream_race_prevented():
+    """Numba: a long kernel writes on stream A; a view with stream B makes a kernel on B see every write."""
+    numba_cuda = pytest.importorskip("numba.cuda")
+
+    def handle(stream):
+        raw = stream.handle
+        return int(raw.value if hasattr(raw, "value") else raw)
+
+    @numba_cuda.jit
+    def slow_fill(x, spins, value):
+        i = numba_cuda.grid(1)
+        for _ in range(spins):
+            numba_cuda.nanosleep(1000)
+        if i < x.size:
+            x[i] = value
+
+    @numba_cuda.jit
+    def copy(src, dst):
+        i = numba_cuda.grid(1)
+        if i < src.size:
+            dst[i] = src[i]
+
+    _driver.use_api(None)
+    n = 1 << 16
+    stream_a, stream_b = numba_cuda.stream(), numba_cuda.stream()
+    x = numba_cuda.to_device(np.zeros(n, dtype=np.float32), stream=stream_a)
+    y = numba_cuda.device_array(n, dtype=np.float32, stream=stream_b)
+    stream_a.synchronize()
+    slow_fill[n // 256, 256, stream_a](x, 100_000, np.float32(3))
+    view = StridedMemoryView.from_cuda_array_interface(x, stream_ptr=handle(stream_b))
+    assert x.__cuda_array_interface__["stream"] == handle(stream_a)
+    assert view.ready_stream == handle(stream_b)
+    copy[n // 256, 256, stream_b](x, y)
+    result = y.copy_to_host(stream=stream_b)
+    stream_b.synchronize()
+    assert (result == 3).all()
+
+
+@pytest.mark.gpu
+def test_gpu_torch_cuda_views_and_race_prevented():
+    """PyTorch: a CUDA tensor is viewed through DLPack (preferred) with its stream ordering, and through its v2 CAI."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    _driver.use_api(None)
+    stream_a, stream_b = torch.cuda.Stream(), torch.cuda.Stream()
+    n = 1 << 20
+    with torch.cuda.stream(stream_a):
+        t = torch.zeros(n, device="cuda")
+        torch.cuda._sleep(SPIN_CYCLES)
+        t.fill_(5.0)
+        view = StridedMemoryView(t, stream_ptr=stream_b.cuda_stream)
+    assert view.ptr == t.data_ptr()
+    with torch.cuda.stream(stream_b):
+        total = t.sum().item()
+    assert total == 5.0 * n
+    cai = StridedMemoryView.from_cuda_array_interface(t[::2], stream_ptr=stream_b.cuda_stream)
+    assert t.__cuda_array_interface__["version"] == 2
+    assert (cai.ptr, cai.shape, cai.strides) == (t.data_ptr(), (n // 2,), (2,))
+    assert cai.dtype == np.dtype("float32")
+    assert cai.ready_stream == stream_b.cuda_stream
+    bf16 = torch.zeros((2, 3), dtype=torch.bfloat16, device="cuda")
+    assert StridedMemoryView.from_cuda_array_interface(bf16, stream_ptr=-1).dtype == np.dtype("V2")
+
+
+@pytest.mark.gpu
+def test_gpu_device_id_of_real_pointer():
+    """device_id of a real CuPy allocation is its device, asked of the real driver."""
+    cp = pytest.importorskip("cupy")
+    _driver.use_api(None)
+    x = cp.zeros(4)
+    view = StridedMemoryView.from_cuda_array_interface(x, stream_ptr=-1)
+    assert view.device_id == x.device.id
