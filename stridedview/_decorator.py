@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from stridedview._view import ViewableArgument, supports_view_protocol
+from stridedview._view import _call_with_viewable_arguments
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def args_viewable_as_strided_memory(arg_indices: Iterable[Union[int, str]]) -> C
 
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         parameters = list(inspect.signature(func).parameters.values())
-        selected: dict[str, int | None] = {}  # name -> position (None: keyword-only)
+        selected: dict[str, inspect.Parameter] = {}
         for index in chosen:
             if isinstance(index, bool) or not isinstance(index, (int, str)):
                 raise TypeError(
@@ -59,46 +59,25 @@ def args_viewable_as_strided_memory(arg_indices: Iterable[Union[int, str]]) -> C
                         f"parameter named {index!r}"
                     )
                 parameter = matches[0]
-            position = parameters.index(parameter) if parameter.kind in positional else None
-            selected[parameter.name] = position
-        by_position = tuple(sorted((p, n) for n, p in selected.items() if p is not None))
+            selected[parameter.name] = parameter
+        by_position = tuple(
+            sorted(
+                (parameters.index(p), name)
+                for name, p in selected.items()
+                if p.kind in positional
+            )
+        )
         by_keyword = tuple(
-            n for n in selected if parameters[_index_of(parameters, n)].kind
-            != inspect.Parameter.POSITIONAL_ONLY
+            name
+            for name, p in selected.items()
+            if p.kind != inspect.Parameter.POSITIONAL_ONLY
         )
 
         @functools.wraps(func)
         def launcher(*args, **kwargs):
-            if by_position:
-                args = list(args)
-                count = len(args)
-                for position, name in by_position:
-                    if position < count:
-                        args[position] = _wrap(args[position], name)
-            if kwargs:
-                for name in by_keyword:
-                    if name in kwargs:
-                        kwargs[name] = _wrap(kwargs[name], name)
-            return func(*args, **kwargs)
+            return _call_with_viewable_arguments(func, args, kwargs, by_position, by_keyword)
 
         return launcher  # type: ignore[return-value]
 
     return decorate
 
-
-def _index_of(parameters, name):
-    for index, parameter in enumerate(parameters):
-        if parameter.name == name:
-            return index
-    raise LookupError(name)
-
-
-def _wrap(value, name):
-    if value is None:
-        return None
-    if not supports_view_protocol(value):
-        raise BufferError(
-            f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
-            "object) supports neither DLPack nor the CUDA Array Interface"
-        )
-    return ViewableArgument(value)

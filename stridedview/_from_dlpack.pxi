@@ -23,7 +23,7 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     cdef _ProducerType info = _producer_type(obj)
     if info.is_torch:
         _check_torch_bits(obj)
-    if info.dltensor_from_py_object != NULL and _exchange_api_enabled:
+    if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
         return _view_from_exchange_api(view, obj, stream, info)
 
     cdef int32_t device_type, device_id
@@ -35,21 +35,11 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     else:
         exporter = obj
     args[0] = <PyObject *>exporter
-    reported = PyObject_VectorcallMethod(_DLPACK_DEVICE, args, 1, NULL)
-    try:
-        if type(reported) is not tuple or PyTuple_GET_SIZE(reported) != 2:
-            raise TypeError
-        reported_type = (<tuple>reported)[0]
-        reported_id = (<tuple>reported)[1]
-        # int subclasses (torch's and jax's enums) are fine; floats are not.
-        if not isinstance(reported_type, int) or not isinstance(reported_id, int):
-            raise TypeError
-        device_type = reported_type
-        device_id = reported_id
-    except (TypeError, OverflowError):
-        raise BufferError(
-            f"dlpack: __dlpack_device__() must return (device_type, device_id) (got {reported!r})"
-        ) from None
+    if info.host_only and _fast_paths_enabled:
+        device_type = kDLCPU
+        device_id = 0
+    else:
+        _ask_device(exporter, &device_type, &device_id)
     _check_device_type(device_type)
     dl_stream = _dlpack_stream_for(device_type, stream)
 
@@ -108,6 +98,28 @@ cdef int _view_from_exchange_api(
     _fill_from_dltensor(view, &tensor, 0)
     view.exporting_obj = obj
     view.ready_stream = ready
+    return 0
+
+
+cdef int _ask_device(object obj, int32_t *device_type, int32_t *device_id) except -1:
+    """``obj.__dlpack_device__()``, checked to be a pair of ints."""
+    cdef PyObject *args[1]
+    args[0] = <PyObject *>obj
+    reported = PyObject_VectorcallMethod(_DLPACK_DEVICE, args, 1, NULL)
+    try:
+        if type(reported) is not tuple or PyTuple_GET_SIZE(reported) != 2:
+            raise TypeError
+        reported_type = (<tuple>reported)[0]
+        reported_id = (<tuple>reported)[1]
+        # int subclasses (torch's and jax's enums) are fine; floats are not.
+        if not isinstance(reported_type, int) or not isinstance(reported_id, int):
+            raise TypeError
+        device_type[0] = reported_type
+        device_id[0] = reported_id
+    except (TypeError, OverflowError):
+        raise BufferError(
+            f"dlpack: __dlpack_device__() must return (device_type, device_id) (got {reported!r})"
+        ) from None
     return 0
 
 

@@ -48,14 +48,15 @@ cdef extern from *:
 cdef str _EXCHANGE_API_CAPSULE_ATTR = "__dlpack_c_exchange_api__"  # DLPack 1.3
 cdef str _EXCHANGE_API_INT_ATTR = "__c_dlpack_exchange_api__"  # the 1.2-era int address
 
-# Tests turn the exchange API off to compare its views with __dlpack__'s.
-cdef bint _exchange_api_enabled = True
+# Tests turn the fast paths (the exchange API, host-only types skipping
+# __dlpack_device__) off, to compare their views with the general path's.
+cdef bint _fast_paths_enabled = True
 
 
-def _set_exchange_api_enabled(bint enabled):
-    """Use (True) or ignore (False) producers' DLPack C exchange API; for tests."""
-    global _exchange_api_enabled
-    _exchange_api_enabled = enabled
+def _set_fast_paths_enabled(bint enabled):
+    """Use (True) or bypass (False) the per-type fast paths; for tests."""
+    global _fast_paths_enabled
+    _fast_paths_enabled = enabled
 
 
 @cython.final
@@ -63,6 +64,7 @@ cdef class _ProducerType:
     """What one producer type offers; built once by _producer_type()."""
 
     cdef bint has_dlpack
+    cdef bint host_only  # its arrays are always host memory: no need to ask the device
     cdef bint is_torch
     cdef DLTensorFromPyObject dltensor_from_py_object
     cdef CurrentWorkStream current_work_stream
@@ -94,6 +96,17 @@ cdef _ProducerType _describe_type(type tp):
     cdef _ProducerType info = _ProducerType.__new__(_ProducerType)
     cdef const DLPackExchangeAPI *api = NULL
     info.has_dlpack = hasattr(tp, _DLPACK) and hasattr(tp, _DLPACK_DEVICE)
+    # numpy keeps every array in host memory: ndarray's __dlpack_device__ always
+    # answers (kDLCPU, 0), so a subclass that keeps numpy's methods need not be
+    # asked.  The capsule's device is still checked against that answer.
+    numpy = _sys.modules.get("numpy")
+    info.host_only = (
+        info.has_dlpack
+        and numpy is not None
+        and issubclass(tp, numpy.ndarray)
+        and tp.__dlpack_device__ is numpy.ndarray.__dlpack_device__
+        and tp.__dlpack__ is numpy.ndarray.__dlpack__
+    )
     torch = _sys.modules.get("torch")
     info.is_torch = torch is not None and issubclass(tp, torch.Tensor)
     if info.has_dlpack:

@@ -126,19 +126,7 @@ cdef class StridedMemoryView:
     def __init__(self, obj, stream_ptr=None):
         if self.exporting_obj is not None:
             raise TypeError("StridedMemoryView is already initialised")
-        stream = _normalize_stream(stream_ptr)
-        if _has_dlpack(obj):
-            _view_from_dlpack(self, obj, stream)
-            return
-        interface = getattr(obj, _CAI, None)
-        if interface is not None:
-            _view_from_cai(self, obj, interface, stream)
-            return
-        raise BufferError(
-            f"stridedview: {type(obj).__name__!r} object supports neither DLPack "
-            "(__dlpack__ and __dlpack_device__) nor the CUDA Array Interface "
-            "(__cuda_array_interface__)"
-        )
+        _view_from_any(self, obj, stream_ptr)
 
     @classmethod
     def from_dlpack(cls, obj, stream_ptr=None):
@@ -355,20 +343,73 @@ cdef class ViewableArgument:
 
     cdef readonly object obj
 
-    def __cinit__(self, obj):
+    def __init__(self, obj):
         self.obj = obj
 
     def view(self, stream_ptr=None):
         """``StridedMemoryView(self.obj, stream_ptr)``; see StridedMemoryView for streams."""
-        return StridedMemoryView(self.obj, stream_ptr)
+        cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+        _view_from_any(view, self.obj, stream_ptr)
+        return view
 
     def __repr__(self):
         return f"ViewableArgument({self.obj!r})"
 
 
-cpdef bint supports_view_protocol(object obj) except -1:
-    """Whether ``obj`` offers DLPack or the CUDA Array Interface (without calling either)."""
-    return _has_dlpack(obj) or getattr(obj, _CAI, None) is not None
+cdef int _view_from_any(StridedMemoryView view, object obj, object stream_ptr) except -1:
+    """The constructor's work: DLPack if ``obj`` has it, else the CAI, else BufferError."""
+    stream = _normalize_stream(stream_ptr)
+    if _has_dlpack(obj):
+        return _view_from_dlpack(view, obj, stream)
+    interface = getattr(obj, _CAI, None)
+    if interface is not None:
+        return _view_from_cai(view, obj, interface, stream)
+    raise BufferError(
+        f"stridedview: {type(obj).__name__!r} object supports neither DLPack "
+        "(__dlpack__ and __dlpack_device__) nor the CUDA Array Interface "
+        "(__cuda_array_interface__)"
+    )
+
+
+cdef object _viewable(object value, object name):
+    """``value`` as a ViewableArgument; None stays None; BufferError without a protocol."""
+    if value is None:
+        return None
+    if not (_has_dlpack(value) or getattr(value, _CAI, None) is not None):
+        raise BufferError(
+            f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
+            "object) supports neither DLPack nor the CUDA Array Interface"
+        )
+    cdef ViewableArgument argument = ViewableArgument.__new__(ViewableArgument)
+    argument.obj = value
+    return argument
+
+
+def _call_with_viewable_arguments(
+    func, tuple args, dict kwargs, tuple by_position, tuple by_keyword
+):
+    """``func(*args, **kwargs)`` with the chosen arguments made ViewableArguments.
+
+    ``by_position`` holds ``(position, name)`` pairs in increasing position,
+    ``by_keyword`` the names that may come as keywords.  The decorator's
+    per-call work, done in one pass in C.
+    """
+    cdef Py_ssize_t count = len(args)
+    cdef list new_args = None
+    for position, name in by_position:
+        if position >= count:
+            break
+        if new_args is None:
+            new_args = list(args)
+        new_args[position] = _viewable(args[position], name)
+    if kwargs:
+        for name in by_keyword:
+            value = kwargs.get(name, _MISSING)
+            if value is not _MISSING:
+                kwargs[name] = _viewable(value, name)
+    if new_args is None:
+        return func(*args, **kwargs)
+    return func(*new_args, **kwargs)
 
 
 cdef int64_t _element_count(tuple shape, str protocol) except -1:
