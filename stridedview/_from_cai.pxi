@@ -6,7 +6,11 @@
 
 cdef str _CAI = "__cuda_array_interface__"
 cdef object _MISSING = object()
-cdef object _INT64_MAX = INT64_MAX
+cdef enum:
+    _CAI_MAX_NDIM = 64  # numpy's, CuPy's and Numba's limit
+
+cdef extern from "Python.h":
+    long long PyLong_AsLongLongAndOverflow(object, int *) except? -1
 cdef object _UINTPTR_LIMIT = 1 << 64
 
 # typestr (or (typestr, descr)) -> numpy dtype
@@ -41,15 +45,17 @@ cdef int _view_from_cai(
             f"cuda array interface: 'version' must be an int from 0 to 3 (got {version!r})"
         )
 
-    shape = _cai_shape(cai)
-    cdef Py_ssize_t ndim = len(shape)
+    cdef int64_t extents[_CAI_MAX_NDIM]
+    cdef int64_t element_strides_c[_CAI_MAX_NDIM]
+    shape = _cai_shape(cai, extents)
+    cdef Py_ssize_t ndim = PyTuple_GET_SIZE(shape)
     dtype = _cai_dtype(cai)
     cdef Py_ssize_t itemsize = dtype.itemsize
     if itemsize == 0:
         raise BufferError(
             f"cuda array interface: 'typestr' {cai['typestr']!r} has item size 0"
         )
-    size = _element_count(shape, "cuda array interface")
+    cdef int64_t size = _extents_product(extents, ndim, shape)
 
     data = cai.get("data", _MISSING)
     if data is _MISSING:
@@ -76,9 +82,14 @@ cdef int _view_from_cai(
 
     strides = cai.get("strides")
     if strides is None:
-        element_strides = _c_contiguous_strides(shape)
+        if size == 0:  # any extents, so the products may pass int64: Python ints
+            element_strides = _c_contiguous_strides(shape)
+        else:
+            _c_contiguous_into(extents, ndim, element_strides_c)
+            element_strides = _int64_tuple(element_strides_c, <int32_t>ndim)
     else:
-        element_strides = _cai_element_strides(strides, shape, itemsize)
+        _cai_element_strides(strides, shape, extents, itemsize, element_strides_c)
+        element_strides = _int64_tuple(element_strides_c, <int32_t>ndim)
 
     mask = cai.get("mask")
     if mask is not None:
@@ -128,7 +139,8 @@ cdef int _view_from_cai(
     return 0
 
 
-cdef tuple _cai_shape(dict cai):
+cdef tuple _cai_shape(dict cai, int64_t *extents):
+    """The 'shape' entry as a tuple, its extents copied into ``extents``."""
     shape = cai.get("shape", _MISSING)
     if shape is _MISSING:
         raise BufferError("cuda array interface: 'shape' is missing")
@@ -138,20 +150,60 @@ cdef tuple _cai_shape(dict cai):
                 f"cuda array interface: 'shape' must be a tuple of ints (got {_quote(shape)})"
             )
         shape = tuple(shape)
-    for extent in <tuple>shape:
+    cdef Py_ssize_t i, ndim = PyTuple_GET_SIZE(shape)
+    if ndim > _CAI_MAX_NDIM:
+        raise BufferError(
+            f"cuda array interface: 'shape' has {ndim} dimensions, more than {_CAI_MAX_NDIM}"
+        )
+    for i in range(ndim):
+        extent = (<tuple>shape)[i]
         if type(extent) is not int:
             raise TypeError(
                 f"cuda array interface: 'shape' must be a tuple of ints (got {shape!r})"
             )
-        if extent < 0:
+        extents[i] = _int64_or_raise(extent, shape, "'shape' extents")
+        if extents[i] < 0:
             raise BufferError(
                 f"cuda array interface: 'shape' extents must be >= 0 (got {shape!r})"
             )
-        if extent > _INT64_MAX:
-            raise BufferError(
-                f"cuda array interface: 'shape' extents must fit in int64 (got {shape!r})"
-            )
     return <tuple>shape
+
+
+cdef int64_t _int64_or_raise(object value, object whole, str what) except? -1:
+    """``value`` (an int) as int64, or BufferError quoting ``whole``."""
+    cdef int overflow = 0
+    cdef long long result = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow < 0 and what == "'shape' extents":
+        raise BufferError(f"cuda array interface: 'shape' extents must be >= 0 (got {whole!r})")
+    if overflow:
+        raise BufferError(f"cuda array interface: {what} must fit in int64 (got {whole!r})")
+    return result
+
+
+cdef int64_t _extents_product(const int64_t *extents, Py_ssize_t ndim, tuple shape) except -1:
+    """The element count, refusing an int64 overflow (0 as soon as an extent is 0)."""
+    cdef int64_t size = 1
+    cdef Py_ssize_t i
+    cdef bint overflow = False
+    for i in range(ndim):
+        if extents[i] == 0:
+            return 0
+        if size > INT64_MAX // extents[i]:
+            overflow = True
+        else:
+            size *= extents[i]
+    if overflow:
+        raise BufferError(f"cuda array interface: element count overflows int64 (shape {shape})")
+    return size
+
+
+cdef void _c_contiguous_into(const int64_t *extents, Py_ssize_t ndim, int64_t *strides) noexcept:
+    # Only for non-empty shapes, whose products all fit in int64.
+    cdef int64_t step = 1
+    cdef Py_ssize_t i
+    for i in range(ndim - 1, -1, -1):
+        strides[i] = step
+        step *= extents[i]
 
 
 cdef object _cai_dtype(dict cai):
@@ -224,39 +276,40 @@ cdef bint _descr_is_structured(object descr) except -1:
     return True
 
 
-cdef tuple _cai_element_strides(object strides, tuple shape, Py_ssize_t itemsize):
+cdef int _cai_element_strides(
+    object strides, tuple shape, const int64_t *extents, Py_ssize_t itemsize, int64_t *out
+) except -1:
+    """Byte strides -> element strides in ``out``; BufferError where not a multiple."""
     if not isinstance(strides, (tuple, list)):
         raise TypeError(
             f"cuda array interface: 'strides' must be None or a tuple of ints "
             f"(got {_quote(strides)})"
         )
-    if len(strides) != len(shape):
+    cdef Py_ssize_t i, ndim = len(shape)
+    if len(strides) != ndim:
         raise BufferError(
             f"cuda array interface: 'strides' {tuple(strides)!r} and 'shape' {shape!r} "
             "differ in length"
         )
-    result = PyTuple_New(len(shape))
-    cdef Py_ssize_t i
-    for i in range(len(shape)):
+    cdef int64_t byte_stride, element_stride
+    for i in range(ndim):
         stride = strides[i]
         if type(stride) is not int:
             raise TypeError(
                 f"cuda array interface: 'strides' must be None or a tuple of ints "
                 f"(got {tuple(strides)!r})"
             )
-        if not -_INT64_MAX - 1 <= stride <= _INT64_MAX:
-            raise BufferError(
-                f"cuda array interface: 'strides' must fit in int64 (got {tuple(strides)!r})"
-            )
-        element_stride, remainder = divmod(stride, itemsize)
-        if remainder and shape[i] > 1:
-            raise BufferError(
-                f"cuda array interface: 'strides' {tuple(strides)!r} are not multiples of "
-                f"the item size {itemsize}"
-            )
-        Py_INCREF(element_stride)
-        PyTuple_SET_ITEM(result, i, element_stride)
-    return result
+        byte_stride = _int64_or_raise(stride, tuple(strides), "'strides'")
+        element_stride = byte_stride // itemsize  # floor, as Python's //
+        if byte_stride % itemsize != 0:
+            # Extents of 0 or 1 never step: any stride will do there.
+            if extents[i] > 1:
+                raise BufferError(
+                    f"cuda array interface: 'strides' {tuple(strides)!r} are not multiples of "
+                    f"the item size {itemsize}"
+                )
+        out[i] = element_stride
+    return 0
 
 
 cdef bint _same_stream(object a, object b):

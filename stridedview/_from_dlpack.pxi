@@ -21,10 +21,11 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     allocation), else through ``__dlpack_device__`` and ``__dlpack__``.
     """
     cdef _ProducerType info = _producer_type(obj)
-    if info.is_torch:
-        _check_torch_bits(obj)
     if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
         return _view_from_exchange_api(view, obj, stream, info)
+    if info.is_torch:
+        # Before __dlpack__, which refuses conjugate tensors with a vaguer message.
+        _check_torch_bits(obj, obj.is_complex())
 
     cdef int32_t device_type, device_id
     cdef PyObject *args[3]
@@ -76,6 +77,8 @@ cdef int _view_from_exchange_api(
     cdef void *producer_stream = NULL
     if info.dltensor_from_py_object(<void *>obj, &tensor) != 0:
         return -1  # the producer has set a Python exception
+    if info.is_torch:
+        _check_torch_bits(obj, tensor.dtype.code == kDLComplex)
     device_type = tensor.device.device_type
     _check_device_type(device_type)
     ready = None
@@ -209,6 +212,48 @@ cdef int _view_from_capsule(
     return 0
 
 
+# Shape and stride tuples, interned: a launch loop views arrays of the same
+# layout again and again, and a tuple found here costs a compare instead of an
+# allocation and a deallocation.  Direct-mapped by a hash of the values; tuples
+# are immutable, so sharing one between views is safe.
+cdef enum:
+    _TUPLE_CACHE_SLOTS = 64
+    _TUPLE_CACHE_MAX_NDIM = 8
+
+cdef int64_t _cached_values[_TUPLE_CACHE_SLOTS][_TUPLE_CACHE_MAX_NDIM]
+cdef int32_t _cached_ndim[_TUPLE_CACHE_SLOTS]
+cdef list _cached_tuples = [None] * _TUPLE_CACHE_SLOTS
+
+
+cdef tuple _int64_tuple(const int64_t *values, int32_t ndim):
+    """``tuple(values[:ndim])`` of Python ints, from the intern cache when it holds it."""
+    cdef int32_t i
+    cdef uint64_t mix = <uint64_t>ndim
+    cdef Py_ssize_t slot = 0
+    cdef object item  # a Python int: PyTuple_SET_ITEM steals the reference we add
+    cdef tuple result
+    if ndim == 0:
+        return ()
+    if ndim <= _TUPLE_CACHE_MAX_NDIM:
+        for i in range(ndim):
+            mix = (mix ^ <uint64_t>values[i]) * <uint64_t>0x100000001b3
+        slot = <Py_ssize_t>((mix ^ (mix >> 29)) % <uint64_t>_TUPLE_CACHE_SLOTS)
+        if _cached_ndim[slot] == ndim and memcmp(
+            _cached_values[slot], values, ndim * sizeof(int64_t)
+        ) == 0:
+            return <tuple>_cached_tuples[slot]
+    result = PyTuple_New(ndim)
+    for i in range(ndim):
+        item = values[i]
+        Py_INCREF(item)
+        PyTuple_SET_ITEM(result, i, item)
+    if ndim <= _TUPLE_CACHE_MAX_NDIM:
+        _cached_tuples[slot] = result
+        memcpy(_cached_values[slot], values, ndim * sizeof(int64_t))
+        _cached_ndim[slot] = ndim
+    return result
+
+
 cdef int _fill_from_dltensor(
     StridedMemoryView view, DLTensor *tensor, uint64_t flags
 ) except -1:
@@ -219,14 +264,12 @@ cdef int _fill_from_dltensor(
     cdef int64_t size = 1
     cdef bint empty = False
     cdef bint overflow = False
-    cdef object item  # a Python int: PyTuple_SET_ITEM steals the reference we add
 
     if ndim < 0:
         raise BufferError(f"dlpack: ndim must be >= 0 (got {ndim})")
     if ndim > 0 and tensor.shape == NULL:
         raise BufferError(f"dlpack: shape is NULL with ndim {ndim}")
 
-    shape = PyTuple_New(ndim)
     for i in range(ndim):
         extent = tensor.shape[i]
         if extent < 0:
@@ -238,20 +281,14 @@ cdef int _fill_from_dltensor(
                 overflow = True
             else:
                 size *= extent
-        item = extent
-        Py_INCREF(item)
-        PyTuple_SET_ITEM(shape, i, item)
+    shape = _int64_tuple(tensor.shape, ndim)
     if empty:
         size = 0
     elif overflow:
         raise BufferError(f"dlpack: element count overflows int64 (shape {shape})")
 
     if ndim > 0 and tensor.strides != NULL:
-        strides = PyTuple_New(ndim)
-        for i in range(ndim):
-            item = tensor.strides[i]
-            Py_INCREF(item)
-            PyTuple_SET_ITEM(strides, i, item)
+        strides = _int64_tuple(tensor.strides, ndim)
     else:
         # Producers before DLPack 1.2 may send NULL strides: row-major.
         strides = _c_contiguous_strides(shape)

@@ -132,20 +132,27 @@ cdef bint _has_dlpack(object obj) except -1:
     return hasattr(obj, _DLPACK) and hasattr(obj, _DLPACK_DEVICE)
 
 
-cdef int _check_torch_bits(object tensor) except -1:
+cdef str _IS_NEG = "is_neg"
+cdef str _IS_CONJ = "is_conj"
+
+
+cdef int _check_torch_bits(object tensor, bint is_complex) except -1:
     """Refuse torch tensors whose memory does not hold their values.
 
-    A tensor with the conjugate or the negative bit set is a lazy view: its memory
-    holds the values before conjugation or negation.  torch's ``__dlpack__``
-    refuses the first and exports the second as if nothing were pending, and its
-    exchange API exports both; a kernel would read wrong values either way.
+    A tensor with the negative or the conjugate bit set is a lazy view: its memory
+    holds the values before negation or conjugation.  torch's ``__dlpack__``
+    refuses the second and exports the first as if nothing were pending, and its
+    exchange API exports both; a kernel would read wrong values either way.  Only
+    complex tensors can carry the conjugate bit, so only they are asked.
     """
-    if tensor.is_neg():
+    cdef PyObject *args[1]
+    args[0] = <PyObject *>tensor
+    if PyObject_VectorcallMethod(_IS_NEG, args, 1, NULL):
         raise BufferError(
             "dlpack: the torch tensor has its negative bit set, so its memory does not hold "
             "its values (call .resolve_neg() first)"
         )
-    if tensor.is_conj():
+    if is_complex and PyObject_VectorcallMethod(_IS_CONJ, args, 1, NULL):
         raise BufferError(
             "dlpack: the torch tensor has its conjugate bit set, so its memory does not hold "
             "its values (call .resolve_conj() first)"

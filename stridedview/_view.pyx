@@ -12,7 +12,7 @@ from cpython.pycapsule cimport (
     PyCapsule_SetName,
 )
 from cpython.ref cimport Py_INCREF
-from libc.string cimport strcmp, strncmp
+from libc.string cimport memcmp, memcpy, strcmp, strncmp
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
 
@@ -410,18 +410,6 @@ def _call_with_viewable_arguments(
     if new_args is None:
         return func(*args, **kwargs)
     return func(*new_args, **kwargs)
-
-
-cdef int64_t _element_count(tuple shape, str protocol) except -1:
-    """The number of elements of ``shape`` (Python ints >= 0), refusing an int64 overflow."""
-    count = 1
-    for extent in shape:
-        if extent == 0:
-            return 0
-        count *= extent
-    if count > INT64_MAX:
-        raise BufferError(f"{protocol}: element count overflows int64 (shape {shape})")
-    return count
 
 
 cdef object _c_contiguous_strides(tuple shape):

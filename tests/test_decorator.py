@@ -258,6 +258,24 @@ def test_bare_bool_is_type_error():
         args_viewable_as_strided_memory(True)(record("x", "y"))
 
 
+@pytest.mark.parametrize("bad", [1.5, None, object()], ids=["float", "None", "object"])
+def test_non_iterable_arg_indices_is_type_error(bad):
+    """arg_indices that is neither an int, a str nor an iterable of them is a TypeError (message unspecified)."""
+    with pytest.raises(TypeError):
+        args_viewable_as_strided_memory(bad)(record("x"))
+
+
+def test_one_decorator_for_several_functions():
+    """A decorator made once resolves its names against each function it decorates."""
+    decorator = args_viewable_as_strided_memory(("y",))
+    first = decorator(record("x", "y"))
+    second = decorator(record("y", "x"))
+    a, b = array(), array()
+    check_proxy(first(a, b)["y"], b)
+    check_proxy(second(a, b)["y"], a)
+    assert second(a, b)["x"] is b
+
+
 def _star(a, *args, b, **kwargs):
     pass
 
