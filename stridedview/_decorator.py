@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from stridedview._view import _call_with_viewable_arguments
+from stridedview._view import _ViewableLauncher
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:
@@ -27,7 +27,13 @@ def args_viewable_as_strided_memory(arg_indices: Iterable[Union[int, str]]) -> C
     """
     if isinstance(arg_indices, (int, str)):
         arg_indices = (arg_indices,)
-    chosen = tuple(arg_indices)
+    try:
+        chosen = tuple(arg_indices)
+    except TypeError:
+        raise TypeError(
+            "args_viewable_as_strided_memory: arg_indices must hold ints and strs "
+            f"(got {arg_indices!r})"
+        ) from None
 
     def decorate(func: F) -> F:
         import inspect  # costs ~10 ms: imported when a launcher is decorated, not at import
@@ -73,10 +79,8 @@ def args_viewable_as_strided_memory(arg_indices: Iterable[Union[int, str]]) -> C
             if p.kind != inspect.Parameter.POSITIONAL_ONLY
         )
 
-        @functools.wraps(func)
-        def launcher(*args, **kwargs):
-            return _call_with_viewable_arguments(func, args, kwargs, by_position, by_keyword)
-
+        launcher = _ViewableLauncher(func, by_position, by_keyword)
+        functools.update_wrapper(launcher, func)
         return launcher  # type: ignore[return-value]
 
     return decorate

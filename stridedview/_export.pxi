@@ -160,8 +160,11 @@ cdef object _export_dlpack(
             minor = DLPACK_MINOR_VERSION if max_version[0] > 1 else min(
                 max(max_version[1], 0), DLPACK_MINOR_VERSION
             )
+    capsule = _export_capsule(view, versioned, minor)
+    # Ordered once the export is known to succeed; should ordering fail, the
+    # unconsumed capsule's destructor releases the view again.
     _order_export(view, stream)
-    return _export_capsule(view, versioned, minor)
+    return capsule
 
 
 cdef int _order_export(StridedMemoryView view, object stream) except -1:

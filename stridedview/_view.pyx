@@ -22,6 +22,7 @@ include "_streams.pxi"
 include "_dtypes.pxi"
 
 import sys
+from types import MethodType as _MethodType
 
 cdef bint _BIG_ENDIAN_HOST = sys.byteorder == "big"
 # device_id of a CAI view before the driver has been asked.
@@ -72,18 +73,27 @@ cdef class StridedMemoryView:
     """A zero-copy view of a strided array from any DLPack or CUDA Array Interface producer.
 
     ``StridedMemoryView(obj, stream_ptr=None)`` views ``obj`` through DLPack when
-    it has ``__dlpack__`` and ``__dlpack_device__``; anything else is a
-    ``BufferError``.  ``StridedMemoryView.from_dlpack`` forces DLPack.
+    it has ``__dlpack__`` and ``__dlpack_device__``, else through the CUDA Array
+    Interface (CAI) when it has ``__cuda_array_interface__``; anything else is a
+    ``BufferError``.  ``from_dlpack`` and ``from_cuda_array_interface`` force one
+    protocol.  Nothing is copied; the view keeps ``obj`` alive.
 
-    Streams.  ``stream_ptr`` is the stream on which the caller will use the data:
-    an int handle (0 the null stream, 1 the legacy default stream, 2 the
+    Streams.  ``stream_ptr`` names the stream on which the caller will use the
+    data: an int handle (0 the null stream, 1 the legacy default stream, 2 the
     per-thread default stream, or a ``CUstream`` address), an object with
-    ``__cuda_stream__``, -1 to order nothing, or None.  Host (CPU) and pinned
-    (CUDAHost) memory have no stream to order: the producer is always handed
-    ``stream=None`` and any ``stream_ptr`` is fine.  For CUDA and managed memory the
-    producer is handed the caller's stream, so that it makes that stream wait for
-    its pending work (DLPack's rule; 0 is passed as 1, -1 as -1); there
-    ``stream_ptr=None`` is ambiguous and a ``BufferError``.
+    ``__cuda_stream__``, -1 to order nothing (the caller takes care of it), or
+    None.  The host is never blocked.
+
+    - DLPack, host (CPU) and pinned (CUDAHost) memory: nothing to order; the
+      producer is handed ``stream=None`` whatever ``stream_ptr`` says.
+    - DLPack, CUDA and managed memory: the producer is handed the caller's stream
+      (0 as 1, -1 as -1) and makes it wait for its pending work, as DLPack
+      requires; ``stream_ptr=None`` is ambiguous there, a ``BufferError``.
+    - CAI: if the producer names a stream (v3 ``stream``) other than the caller's,
+      an event is recorded on it and the caller's stream made to wait on it
+      (``cuEventRecord`` + ``cuStreamWaitEvent``); -1, no producer stream, or the
+      same stream order nothing and need no driver.  ``stream_ptr=None`` is a
+      ``BufferError``.
 
     Fields (read-only):
 
@@ -94,15 +104,22 @@ cdef class StridedMemoryView:
       (``()`` for 0-d; row-major when the producer sent none);
     - ``dtype``: a ``numpy.dtype`` (bfloat16 and the float8/6/4 kinds are
       ml_dtypes' dtypes);
-    - ``device_id``: -1 for host-only (CPU) memory, else the producer's device
-      ordinal (0 for pinned and managed memory, as DLPack gives it);
+    - ``device_id``: -1 for host-only (CPU) memory, else the device ordinal (0
+      for pinned and managed memory, as DLPack gives it; for a CAI view the driver
+      is asked on first read);
     - ``is_device_accessible``: whether a CUDA kernel may read the memory;
-    - ``readonly``: DLPack 1.x's READ_ONLY flag; a legacy (pre-1.0) capsule cannot
-      say, and is taken as writable;
-    - ``exporting_obj``: the object viewed, kept alive as long as the view.
+    - ``readonly``: DLPack 1.x's READ_ONLY flag or the CAI's ``data[1]``; a legacy
+      (pre-1.0) DLPack capsule cannot say, and is taken as writable;
+    - ``exporting_obj``: the object viewed, kept alive as long as the view;
+    - ``ready_stream``: the stream on which the data may be used without further
+      ordering (the caller's stream once ordered; with -1, the CAI producer's
+      stream), or None when there is none to speak of (host memory) or it is
+      unknown.
 
-    The DLPack capsule is consumed: its deleter runs exactly once, when the view
-    is deallocated.
+    A consumed DLPack capsule's deleter runs exactly once, when the view is
+    deallocated.  The view hands itself on through ``__dlpack__``,
+    ``__dlpack_device__`` and, for device-accessible memory,
+    ``__cuda_array_interface__``.
     """
 
     # Exposed as read-only member descriptors by _expose_as_members() below.
@@ -385,31 +402,51 @@ cdef object _viewable(object value, object name):
     return argument
 
 
-def _call_with_viewable_arguments(
-    func, tuple args, dict kwargs, tuple by_position, tuple by_keyword
-):
-    """``func(*args, **kwargs)`` with the chosen arguments made ViewableArguments.
+@cython.final
+cdef class _ViewableLauncher:
+    """What ``args_viewable_as_strided_memory`` returns: ``func`` with chosen arguments wrapped.
 
-    ``by_position`` holds ``(position, name)`` pairs in increasing position,
-    ``by_keyword`` the names that may come as keywords.  The decorator's
-    per-call work, done in one pass in C.
+    ``by_position`` holds ``(position, name)`` pairs in increasing position and
+    ``by_keyword`` the names that may come as keywords; both were resolved from
+    the signature once.  A call makes one pass over the chosen arguments, in C.
+    Binds like a function when used as a method.
     """
-    cdef Py_ssize_t count = len(args)
-    cdef list new_args = None
-    for position, name in by_position:
-        if position >= count:
-            break
+
+    cdef object func
+    cdef tuple by_position
+    cdef tuple by_keyword
+    cdef dict __dict__
+
+    def __init__(self, func, tuple by_position, tuple by_keyword):
+        self.func = func
+        self.by_position = by_position
+        self.by_keyword = by_keyword
+
+    def __call__(self, *args, **kwargs):
+        cdef Py_ssize_t count = len(args)
+        cdef list new_args = None
+        for position, name in self.by_position:
+            if position >= count:
+                break
+            if new_args is None:
+                new_args = list(args)
+            new_args[position] = _viewable(args[position], name)
+        if kwargs:
+            for name in self.by_keyword:
+                value = kwargs.get(name, _MISSING)
+                if value is not _MISSING:
+                    kwargs[name] = _viewable(value, name)
         if new_args is None:
-            new_args = list(args)
-        new_args[position] = _viewable(args[position], name)
-    if kwargs:
-        for name in by_keyword:
-            value = kwargs.get(name, _MISSING)
-            if value is not _MISSING:
-                kwargs[name] = _viewable(value, name)
-    if new_args is None:
-        return func(*args, **kwargs)
-    return func(*new_args, **kwargs)
+            return self.func(*args, **kwargs)
+        return self.func(*new_args, **kwargs)
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return self
+        return _MethodType(self, instance)
+
+    def __repr__(self):
+        return f"<viewable-arguments launcher {self.func!r}>"
 
 
 cdef object _c_contiguous_strides(tuple shape):
