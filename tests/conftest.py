@@ -126,3 +126,42 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     )
     for nodeid, reason in _SKIPS:
         terminalreporter.line(f"SKIPPED {nodeid}: {reason}")
+
+
+# --- The CUDA driver seam ------------------------------------------------------------
+
+
+@pytest.fixture
+def forbidden_driver():
+    """No test reaches the CUDA driver unless it installs the fake itself (``fake``)."""
+    from fake_driver import ForbiddenDriver
+    from stridedview import _driver
+
+    forbidden = ForbiddenDriver(on_use=pytest.fail)
+    _driver.use_api(forbidden)
+    yield forbidden
+    _driver.use_api(None)
+
+
+@pytest.fixture
+def fake(request):
+    """The modelling fake driver, installed with use_api for the test and reset after it.
+
+    The test fails afterwards if the library made a host-blocking driver call or
+    shared an event across threads.  Installed after ``forbidden_driver`` where a
+    module uses both.
+    """
+    from fake_driver import HOST_BLOCKING_CALLS, FakeDriver
+    from stridedview import _driver
+
+    if "forbidden_driver" in request.fixturenames:
+        request.getfixturevalue("forbidden_driver")
+    driver = FakeDriver()
+    _driver.use_api(driver)
+    yield driver
+    _driver.use_api(None)
+    if driver.violations:
+        pytest.fail(f"host-blocking or cross-thread driver use: {driver.violations}")
+    blocking = [name for name in driver.names() if name in HOST_BLOCKING_CALLS]
+    if blocking:
+        pytest.fail(f"host-blocking driver calls: {blocking}")

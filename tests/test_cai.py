@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import stridedview
-from fake_driver import FakeDriver, ForbiddenDriver
+from fake_driver import FakeDriver
 from producers import assert_view, make_producer
 from stridedview import CUDAError, StridedMemoryView
 from stridedview import _driver
@@ -36,6 +36,8 @@ ABSENT = object()
 
 #: A consumer stream handle (never ordered in this module: the producer gives no stream).
 CONSUMER = 0x7000
+
+pytestmark = pytest.mark.usefixtures("forbidden_driver")
 
 
 class CAIProducer:
@@ -130,24 +132,7 @@ class CudaStream:
         return (0, self.handle)
 
 
-@pytest.fixture(autouse=True)
-def forbidden_driver():
-    """No test here may reach the driver unless it installs the fake itself."""
-    forbidden = ForbiddenDriver(on_use=pytest.fail)
-    _driver.use_api(forbidden)
-    yield forbidden
-    _driver.use_api(None)
 
-
-@pytest.fixture
-def fake():
-    """The modelling fake driver, installed for the test and removed after it."""
-    driver = FakeDriver()
-    _driver.use_api(driver)
-    yield driver
-    _driver.use_api(None)
-    if driver.violations:
-        pytest.fail(f"host-blocking or cross-thread driver use: {driver.violations}")
 
 
 @pytest.fixture(

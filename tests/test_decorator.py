@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 
 import stridedview
-from fake_driver import FakeDriver, ForbiddenDriver
 from producers import assert_view, make_producer
 from stridedview import StridedMemoryView, ViewableArgument, args_viewable_as_strided_memory
-from stridedview import _driver
 
 PREFIX = "args_viewable_as_strided_memory: "
+
+pytestmark = pytest.mark.usefixtures("forbidden_driver")
 
 
 class HostCAI:
@@ -57,24 +57,7 @@ class HostCAI:
         return self.interface
 
 
-@pytest.fixture(autouse=True)
-def forbidden_driver():
-    """No test here reaches the CUDA driver unless it installs the fake itself."""
-    forbidden = ForbiddenDriver(on_use=pytest.fail)
-    _driver.use_api(forbidden)
-    yield forbidden
-    _driver.use_api(None)
 
-
-@pytest.fixture
-def fake():
-    """The modelling fake driver, installed for the test and reset afterwards."""
-    driver = FakeDriver()
-    _driver.use_api(driver)
-    yield driver
-    _driver.use_api(None)
-    if driver.violations:
-        pytest.fail(f"host-blocking or cross-thread driver use: {driver.violations}")
 
 
 def record(*names):

@@ -28,7 +28,6 @@ import weakref
 import numpy as np
 import pytest
 
-from fake_driver import HOST_BLOCKING_CALLS, FakeDriver, ForbiddenDriver
 from producers import (
     DTYPES,
     IS_SUBBYTE_TYPE_PADDED,
@@ -40,10 +39,11 @@ from producers import (
     make_producer,
 )
 from stridedview import StridedMemoryView
-from stridedview import _driver
 
 #: jax shares a host buffer only when it is aligned to this many bytes (measured: it copies otherwise).
 JAX_ALIGNMENT = 64
+
+pytestmark = pytest.mark.usefixtures("forbidden_driver")
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -152,27 +152,7 @@ def fields(view, *, device_id=True):
     return result + (view.device_id,) if device_id else result
 
 
-@pytest.fixture(autouse=True)
-def forbidden_driver():
-    """No test here reaches the CUDA driver unless it installs the fake itself."""
-    forbidden = ForbiddenDriver(on_use=pytest.fail)
-    _driver.use_api(forbidden)
-    yield forbidden
-    _driver.use_api(None)
 
-
-@pytest.fixture
-def fake():
-    """The modelling fake driver, installed with use_api and reset with use_api(None); no host blocking allowed."""
-    driver = FakeDriver()
-    _driver.use_api(driver)
-    yield driver
-    _driver.use_api(None)
-    if driver.violations:
-        pytest.fail(f"host-blocking or cross-thread driver use: {driver.violations}")
-    blocking = [name for name in driver.names() if name in HOST_BLOCKING_CALLS]
-    if blocking:
-        pytest.fail(f"host-blocking driver calls: {blocking}")
 
 
 def cai_view(fake, array=None, *, stream_ptr=-1, device=0, readonly=False, **keys):

@@ -22,19 +22,6 @@ from test_cai import CAIProducer, CudaStream, libcuda_loadable, replay_on_real_b
 DISABLE_TIMING = 2
 
 
-@pytest.fixture
-def fake():
-    """The modelling fake driver, installed for the test; no host-blocking call may have been made."""
-    driver = FakeDriver()
-    _driver.use_api(driver)
-    yield driver
-    _driver.use_api(None)
-    if driver.violations:
-        pytest.fail(f"host-blocking or cross-thread driver use: {driver.violations}")
-    blocking = [name for name in driver.names() if name in HOST_BLOCKING_CALLS]
-    if blocking:
-        pytest.fail(f"host-blocking driver calls: {blocking}")
-
 
 def ordered_view(producer_stream, consumer_stream, **keys):
     """A view of a fresh CAI producer whose dict names ``producer_stream``."""
