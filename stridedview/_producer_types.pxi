@@ -63,6 +63,7 @@ def _set_fast_paths_enabled(bint enabled):
 cdef class _ProducerType:
     """What one producer type offers; built once by _producer_type()."""
 
+    cdef object described_type  # the type this describes
     cdef bint has_dlpack
     cdef bint host_only  # its arrays are always host memory: no need to ask the device
     cdef bint is_torch
@@ -72,22 +73,23 @@ cdef class _ProducerType:
 
 
 cdef dict _producer_types = {}
-cdef object _last_type = None
+# The last answer, in one global so that a reader never pairs one type with
+# another type's description.
 cdef _ProducerType _last_info = None
 
 
 cdef _ProducerType _producer_type(object obj):
-    global _last_type, _last_info
+    global _last_info
     tp = type(obj)
-    if tp is _last_type:
-        return _last_info
+    cdef _ProducerType info = _last_info
+    if info is not None and info.described_type is tp:
+        return info
     info = <_ProducerType>_producer_types.get(tp)
     if info is None:
         info = _describe_type(tp)
         if len(_producer_types) >= 1024:
             _producer_types.clear()  # bound the cache where classes are made on the fly
         _producer_types[tp] = info
-    _last_type = tp
     _last_info = info
     return info
 
@@ -95,6 +97,7 @@ cdef _ProducerType _producer_type(object obj):
 cdef _ProducerType _describe_type(type tp):
     cdef _ProducerType info = _ProducerType.__new__(_ProducerType)
     cdef const DLPackExchangeAPI *api = NULL
+    info.described_type = tp
     info.has_dlpack = hasattr(tp, _DLPACK) and hasattr(tp, _DLPACK_DEVICE)
     # numpy keeps every array in host memory: ndarray's __dlpack_device__ always
     # answers (kDLCPU, 0), so a subclass that keeps numpy's methods need not be

@@ -1,0 +1,91 @@
+# Types of the compiled core (stridedview/_view.pyx), checked against the built
+# module by `python -m mypy.stubtest stridedview._view`.
+
+from collections.abc import Callable
+from typing import Any, ClassVar, SupportsIndex, final
+
+import numpy
+from typing_extensions import CapsuleType, TypeAlias
+
+from stridedview.typing import SupportsCudaArrayInterface, SupportsCudaStream, SupportsDLPack
+
+# What every ``stream_ptr`` accepts: None, an int handle (or anything with
+# ``__index__``; -1 opts out of ordering), or a stream object.
+_StreamPtr: TypeAlias = SupportsIndex | SupportsCudaStream | None
+
+@final
+class StridedMemoryView:
+    __match_args__: ClassVar[tuple[str, str, str, str]]
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    def __init__(
+        self,
+        obj: SupportsDLPack | SupportsCudaArrayInterface,
+        stream_ptr: _StreamPtr = None,
+    ) -> None: ...
+    @classmethod
+    def from_dlpack(cls, obj: SupportsDLPack, stream_ptr: _StreamPtr = None) -> StridedMemoryView: ...
+    @classmethod
+    def from_cuda_array_interface(
+        cls, obj: SupportsCudaArrayInterface, stream_ptr: _StreamPtr = None
+    ) -> StridedMemoryView: ...
+    @property
+    def ptr(self) -> int: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> numpy.dtype[Any]: ...
+    @property
+    def device_id(self) -> int: ...
+    @property
+    def is_device_accessible(self) -> bool: ...
+    @property
+    def readonly(self) -> bool: ...
+    @property
+    def exporting_obj(self) -> Any: ...
+    @property
+    def ready_stream(self) -> int | None: ...
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def itemsize(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def is_c_contiguous(self) -> bool: ...
+    @property
+    def is_f_contiguous(self) -> bool: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: _StreamPtr = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> CapsuleType: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+@final
+class ViewableArgument:
+    def __init__(self, obj: SupportsDLPack | SupportsCudaArrayInterface) -> None: ...
+    @property
+    def obj(self) -> Any: ...
+    def view(self, stream_ptr: _StreamPtr = None) -> StridedMemoryView: ...
+
+# Private: what args_viewable_as_strided_memory returns (see _decorator.py).
+@final
+class _ViewableLauncher:
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        by_position: tuple[tuple[int, str], ...],
+        by_keyword: tuple[str, ...],
+    ) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def __get__(self, instance: object, owner: type | None = None, /) -> Any: ...
