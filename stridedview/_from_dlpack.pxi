@@ -287,7 +287,9 @@ cdef int _fill_from_dltensor(
     elif overflow:
         raise BufferError(f"dlpack: element count overflows int64 (shape {shape})")
 
-    if ndim > 0 and tensor.strides != NULL:
+    if ndim == 0:
+        strides = ()
+    elif tensor.strides != NULL:
         strides = _int64_tuple(tensor.strides, ndim)
     else:
         # Producers before DLPack 1.2 may send NULL strides: row-major.

@@ -402,6 +402,10 @@ cdef object _viewable(object value, object name):
     return argument
 
 
+cdef extern from "Python.h":
+    object PyObject_Call(object callable, object args, PyObject *kwargs)
+
+
 @cython.final
 cdef class _ViewableLauncher:
     """What ``args_viewable_as_strided_memory`` returns: ``func`` with chosen arguments wrapped.
@@ -423,22 +427,32 @@ cdef class _ViewableLauncher:
         self.by_keyword = by_keyword
 
     def __call__(self, *args, **kwargs):
-        cdef Py_ssize_t count = len(args)
-        cdef list new_args = None
-        for position, name in self.by_position:
-            if position >= count:
-                break
-            if new_args is None:
-                new_args = list(args)
-            new_args[position] = _viewable(args[position], name)
+        cdef Py_ssize_t count = PyTuple_GET_SIZE(args)
+        cdef Py_ssize_t i, chosen = 0, chosen_count = PyTuple_GET_SIZE(self.by_position)
+        cdef Py_ssize_t next_position = -1
+        cdef tuple call_args = args
+        cdef object item
+        if chosen_count:
+            next_position, next_name = self.by_position[0]
+        if 0 <= next_position < count:
+            # One pass copying the arguments, the chosen ones wrapped.
+            call_args = PyTuple_New(count)
+            for i in range(count):
+                item = args[i]
+                if i == next_position:
+                    item = _viewable(item, next_name)
+                    chosen += 1
+                    if chosen < chosen_count:
+                        next_position, next_name = self.by_position[chosen]
+                Py_INCREF(item)
+                PyTuple_SET_ITEM(call_args, i, item)
         if kwargs:
             for name in self.by_keyword:
                 value = kwargs.get(name, _MISSING)
                 if value is not _MISSING:
                     kwargs[name] = _viewable(value, name)
-        if new_args is None:
-            return self.func(*args, **kwargs)
-        return self.func(*new_args, **kwargs)
+            return PyObject_Call(self.func, call_args, <PyObject *>kwargs)
+        return PyObject_Call(self.func, call_args, NULL)
 
     def __get__(self, instance, owner):
         if instance is None:
