@@ -14,6 +14,7 @@ setup(
             "language_level": 3,
             "embedsignature": True,
             "binding": True,
+            "autotestdict": False,
         },
     ),
 )

@@ -8,12 +8,18 @@ from stridedview._view import _ViewableLauncher
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs milliseconds
 if TYPE_CHECKING:
-    from typing import Callable, Iterable, TypeVar, Union
+    from collections.abc import Callable, Iterable
+    from typing import TypeVar
 
-    F = TypeVar("F", bound=Callable)
+    _R = TypeVar("_R")
 
 
-def args_viewable_as_strided_memory(arg_indices: Iterable[Union[int, str]]) -> Callable[[F], F]:
+# The wrapped function receives ViewableArgument proxies where its callers pass
+# arrays, so its signature cannot be the caller's: the result is typed as taking
+# any arguments and returning what the function returns.
+def args_viewable_as_strided_memory(
+    arg_indices: Iterable[int | str] | int | str,
+) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Wrap the chosen arguments of a launch function in ``ViewableArgument`` proxies.
 
     ``arg_indices`` names the arguments by position (an int, counting ``self`` for
@@ -35,7 +41,7 @@ def args_viewable_as_strided_memory(arg_indices: Iterable[Union[int, str]]) -> C
             f"(got {arg_indices!r})"
         ) from None
 
-    def decorate(func: F) -> F:
+    def decorate(func: Callable[..., _R]) -> Callable[..., _R]:
         import inspect  # costs ~10 ms: imported when a launcher is decorated, not at import
 
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -81,7 +87,7 @@ def args_viewable_as_strided_memory(arg_indices: Iterable[Union[int, str]]) -> C
 
         launcher = _ViewableLauncher(func, by_position, by_keyword)
         functools.update_wrapper(launcher, func)
-        return launcher  # type: ignore[return-value]
+        return launcher
 
     return decorate
 

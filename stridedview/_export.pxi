@@ -95,9 +95,13 @@ cdef object _export_capsule(StridedMemoryView view, bint versioned, uint32_t min
     if block == NULL:
         raise MemoryError()
     dims = <int64_t *>(block + header)
-    for i in range(ndim):
-        dims[i] = view.shape[i]
-        dims[ndim + i] = view.strides[i]
+    try:
+        for i in range(ndim):
+            dims[i] = view.shape[i]
+            dims[ndim + i] = view.strides[i]
+    except BaseException:
+        free(block)
+        raise
     if versioned:
         versioned_tensor = <DLManagedTensorVersioned *>block
         versioned_tensor.version.major = DLPACK_MAJOR_VERSION

@@ -285,10 +285,12 @@ cdef int _cai_element_strides(
             f"cuda array interface: 'strides' must be None or a tuple of ints "
             f"(got {_quote(strides)})"
         )
+    if type(strides) is not tuple:
+        strides = tuple(strides)  # a list, or a subclass whose len() might not be its own
     cdef Py_ssize_t i, ndim = len(shape)
     if len(strides) != ndim:
         raise BufferError(
-            f"cuda array interface: 'strides' {tuple(strides)!r} and 'shape' {shape!r} "
+            f"cuda array interface: 'strides' {strides!r} and 'shape' {shape!r} "
             "differ in length"
         )
     cdef int64_t byte_stride, element_stride
@@ -297,15 +299,15 @@ cdef int _cai_element_strides(
         if type(stride) is not int:
             raise TypeError(
                 f"cuda array interface: 'strides' must be None or a tuple of ints "
-                f"(got {tuple(strides)!r})"
+                f"(got {strides!r})"
             )
-        byte_stride = _int64_or_raise(stride, tuple(strides), "'strides'")
+        byte_stride = _int64_or_raise(stride, strides, "'strides'")
         element_stride = byte_stride // itemsize  # floor, as Python's //
         if byte_stride % itemsize != 0:
             # Extents of 0 or 1 never step: any stride will do there.
             if extents[i] > 1:
                 raise BufferError(
-                    f"cuda array interface: 'strides' {tuple(strides)!r} are not multiples of "
+                    f"cuda array interface: 'strides' {strides!r} are not multiples of "
                     f"the item size {itemsize}"
                 )
         out[i] = element_stride

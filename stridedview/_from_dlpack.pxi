@@ -297,6 +297,13 @@ cdef int _fill_from_dltensor(
 
     if size > 0 and tensor.data == NULL:
         raise BufferError(f"dlpack: data is NULL for a tensor of {size} elements")
+    if tensor.byte_offset > UINTPTR_MAX - <uintptr_t>tensor.data:
+        raise BufferError(
+            f"dlpack: data + byte_offset passes the end of the address space "
+            f"(data {<uintptr_t>tensor.data:#x}, byte_offset {tensor.byte_offset})"
+        )
+    if tensor.device.device_type != kDLCPU and tensor.device.device_id < 0:
+        raise BufferError(f"dlpack: device_id must be >= 0 (got {tensor.device.device_id})")
     view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
 
     view._ptr = <uintptr_t>tensor.data + <uintptr_t>tensor.byte_offset

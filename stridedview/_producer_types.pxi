@@ -60,6 +60,7 @@ def _set_fast_paths_enabled(bint enabled):
 
 
 @cython.final
+@cython.auto_pickle(False)
 cdef class _ProducerType:
     """What one producer type offers; built once by _producer_type()."""
 

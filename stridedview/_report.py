@@ -17,6 +17,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 VALUES = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
 
 
@@ -27,11 +31,11 @@ class Library:
     name: str
     module: str  # what must be importable
     distribution: str  # whose version is shown
-    devices: object  # () -> list of device names ("cpu", "cuda")
-    make: object  # (device) -> array holding VALUES as float32
-    consume: object = None  # (view) -> array, or None when not a DLPack/CAI consumer
-    address: object = None  # (array) -> int, the address of element [0, 0]
-    to_list: object = None  # (array) -> nested list of its values
+    devices: Any  # () -> list of device names ("cpu", "cuda")
+    make: Any  # (device) -> array holding VALUES as float32
+    consume: Any = None  # (view) -> array, or None when not a DLPack/CAI consumer
+    address: Any = None  # (array) -> int, the address of element [0, 0]
+    to_list: Any = None  # (array) -> nested list of its values
 
 
 def _numpy_library():
@@ -320,7 +324,7 @@ def format_report(report: dict) -> str:
                 consumers.append(cell["consumer"])
     head = f"  {'producer':<24} {'view µs':>8}  " + "  ".join(f"{c:^16}" for c in consumers)
     lines += ["producer x consumer: 'ok' = same memory and values through the view", head]
-    reasons = []
+    reasons: list[str] = []
     for row in report["rows"]:
         label = f"{row['producer']} ({row['device']})"
         timing = "" if row["view_us"] is None else f"{row['view_us']:.3f}"

@@ -14,7 +14,7 @@ from cpython.pycapsule cimport (
 from cpython.ref cimport Py_INCREF
 from libc.string cimport memcmp, memcpy, strcmp, strncmp
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
-from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
 
 from stridedview._dlpack cimport *
 
@@ -129,8 +129,13 @@ cdef class StridedMemoryView:
     cdef object dtype
     cdef object exporting_obj
     cdef readonly bint is_device_accessible
+    """Whether a CUDA kernel may access the memory: False only for host-only (CPU) memory."""
     cdef readonly bint readonly
+    """Whether the producer marked the memory read-only (DLPack 1.x's READ_ONLY flag, the
+    CAI's ``data[1]``); False for a legacy DLPack capsule, which cannot say."""
     cdef readonly object ready_stream
+    """The stream on which the data may be used with no further ordering, or None (host
+    memory, or unknown)."""
     cdef uintptr_t _ptr
     cdef int64_t _size
     cdef int32_t _device_type
@@ -359,6 +364,7 @@ cdef class ViewableArgument:
     """
 
     cdef readonly object obj
+    """The argument exactly as the caller passed it."""
 
     def __init__(self, obj):
         self.obj = obj
@@ -407,6 +413,7 @@ cdef extern from "Python.h":
 
 
 @cython.final
+@cython.auto_pickle(False)
 cdef class _ViewableLauncher:
     """What ``args_viewable_as_strided_memory`` returns: ``func`` with chosen arguments wrapped.
 
@@ -464,12 +471,17 @@ cdef class _ViewableLauncher:
 
 
 cdef object _c_contiguous_strides(tuple shape):
-    """Row-major element strides for ``shape`` (Python ints: no overflow)."""
+    """Row-major element strides for ``shape``, computed in Python ints.
+
+    Only an empty shape can make a stride pass int64 (the element count of any
+    other is checked to fit); such a stride never addresses anything, and is
+    given as 0 so that every stride of a view fits DLPack's int64.
+    """
     cdef Py_ssize_t ndim = len(shape)
     strides = [0] * ndim
     step = 1
     for i in range(ndim - 1, -1, -1):
-        strides[i] = step
+        strides[i] = step if step <= INT64_MAX else 0
         step *= max(shape[i], 1)
     return tuple(strides)
 

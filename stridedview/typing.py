@@ -33,7 +33,7 @@ class SupportsDLPack(Protocol):
     it in different ways.
     """
 
-    def __dlpack__(self, *, stream: Any = ...) -> object:
+    def __dlpack__(self, *, stream: Any = None) -> object:
         """A PyCapsule holding a DLPack managed tensor, ordered on ``stream``."""
         ...
 

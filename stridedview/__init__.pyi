@@ -1,0 +1,18 @@
+# Types of the package namespace.  __init__.py finds __version__ through a module
+# __getattr__ (read from the installed metadata on first use), which a checker
+# cannot see: it is declared here.
+
+from stridedview._decorator import args_viewable_as_strided_memory as args_viewable_as_strided_memory
+from stridedview._errors import CUDAError as CUDAError
+from stridedview._view import StridedMemoryView as StridedMemoryView
+from stridedview._view import ViewableArgument as ViewableArgument
+
+__all__ = [
+    "CUDAError",
+    "StridedMemoryView",
+    "ViewableArgument",
+    "__version__",
+    "args_viewable_as_strided_memory",
+]
+
+__version__: str
