@@ -75,30 +75,33 @@ cdef int _view_from_exchange_api(
     """
     cdef DLTensor tensor
     cdef void *producer_stream = NULL
+    cdef int32_t device_type
     if info.dltensor_from_py_object(<void *>obj, &tensor) != 0:
         return -1  # the producer has set a Python exception
     if info.is_torch:
         _check_torch_bits(obj, tensor.dtype.code == kDLComplex)
     device_type = tensor.device.device_type
     _check_device_type(device_type)
-    ready = None
-    if device_type == kDLCUDA or device_type == kDLCUDAManaged:
+    cdef bint on_device = device_type == kDLCUDA or device_type == kDLCUDAManaged
+    if on_device:
         _dlpack_stream_for(device_type, stream)  # refuses stream None as ambiguous
-        if stream != -1:
-            if info.current_work_stream == NULL:
-                raise BufferError(
-                    f"dlpack: the exchange API of {type(obj).__name__!r} has no "
-                    "current_work_stream to order after"
-                )
-            if info.current_work_stream(device_type, tensor.device.device_id, &producer_stream) != 0:
-                return -1
-            producer = <uintptr_t>producer_stream
-            # A NULL work stream is the legacy default stream.
-            producer = CU_STREAM_LEGACY_HANDLE if producer == 0 else producer
-            if not _same_stream(producer, stream):
-                _driver_module().order_after(producer, stream)
-            ready = stream
     _fill_from_dltensor(view, &tensor, 0)
+    # Only a tensor that passed every check gets its streams ordered.
+    ready = None
+    if on_device and stream != -1:
+        if info.current_work_stream == NULL:
+            raise BufferError(
+                f"dlpack: the exchange API of {type(obj).__name__!r} has no "
+                "current_work_stream to order after"
+            )
+        if info.current_work_stream(device_type, tensor.device.device_id, &producer_stream) != 0:
+            return -1
+        producer = <uintptr_t>producer_stream
+        # A NULL work stream is the legacy default stream.
+        producer = CU_STREAM_LEGACY_HANDLE if producer == 0 else producer
+        if not _same_stream(producer, stream):
+            _driver_module().order_after(producer, stream)
+        ready = stream
     view.exporting_obj = obj
     view.ready_stream = ready
     return 0

@@ -1,0 +1,632 @@
+"""Errors as a contract: docs/errors.md lists every exception the package raises.
+
+(a) The tables of docs/errors.md are parsed (``| type | message prefix | when |``).
+(b) Every ``raise <Name>(...)`` in stridedview/*.py, *.pyx and *.pxi is found with the
+    tokenizer, its message prefix read with ``ast`` (f-strings cut at the first
+    placeholder; a message held in a module constant is looked up), and must have a row.
+(c) Every row must still be a raise site: rows and sites match one to one.
+(d) A table of triggers raises as many rows as practical through the public API and checks
+    the type and the prefix (and a longer expected start where the prefix is short).
+Also: no ``assert`` statement anywhere in the package (validation must survive ``-O``).
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import io
+import re
+import sys
+import tokenize
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stridedview
+from fake_driver import CUresult, FakeDriver
+from producers import make_producer
+from stridedview import CUDAError, StridedMemoryView, args_viewable_as_strided_memory
+from stridedview import _driver
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "stridedview"
+ERRORS_MD = ROOT / "docs" / "errors.md"
+
+Row = collections.namedtuple("Row", "group type prefix when line")
+Site = collections.namedtuple("Site", "type prefix file line")
+
+# The cell of a row whose message has no fixed start.
+_NO_PREFIX_CELLS = ("(placeholder)", "(none)")
+
+
+# --- (a) the table ---------------------------------------------------------------------------
+
+def _split_row(line: str) -> list[str]:
+    """The cells of a Markdown table row; ``\\|`` is a literal pipe."""
+    cells, cell, i = [], [], 1
+    body = line.strip()
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body) and body[i + 1] == "|":
+            cell.append("|")
+            i += 2
+            continue
+        if ch == "|":
+            cells.append("".join(cell).strip())
+            cell = []
+        else:
+            cell.append(ch)
+        i += 1
+    return cells
+
+
+def parse_errors_table(path: Path = ERRORS_MD) -> list[Row]:
+    """Every row of every ``| type | message prefix | when |`` table, with its ``##`` group."""
+    rows, group, in_table = [], None, False
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith("## "):
+            group, in_table = line[3:].strip(), False
+            continue
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        cells = _split_row(line)
+        if [c.lower() for c in cells] == ["type", "message prefix", "when"]:
+            in_table = True
+            continue
+        if not in_table or set("".join(cells)) <= set("-: "):
+            continue
+        if len(cells) != 3:
+            raise ValueError(f"{path.name}:{number}: a row needs 3 cells: {line!r}")
+        kind, prefix_cell, when = cells
+        if prefix_cell in _NO_PREFIX_CELLS:
+            prefix = ""
+        else:
+            match = re.fullmatch(r"`([^`]*)`", prefix_cell)
+            if match is None:
+                raise ValueError(f"{path.name}:{number}: the prefix must be in backticks: {prefix_cell!r}")
+            prefix = match.group(1)
+        rows.append(Row(group, kind, prefix, when, number))
+    return rows
+
+
+def documented_prefixes() -> dict[str, tuple[str, ...]]:
+    """Exception type name -> the documented message prefixes (for the fuzz tests)."""
+    out = collections.defaultdict(set)
+    for row in parse_errors_table():
+        out[row.type].add(row.prefix)
+    return {kind: tuple(sorted(prefixes)) for kind, prefixes in out.items()}
+
+
+# --- (b) the sources -------------------------------------------------------------------------
+
+def package_sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.iterdir() if p.suffix in (".py", ".pyx", ".pxi"))
+
+
+def _tokens(text: str):
+    return list(tokenize.generate_tokens(io.StringIO(text).readline))
+
+
+def _line_offsets(text: str) -> list[int]:
+    offsets = [0]
+    for line in text.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+    return offsets
+
+
+def _string_constants(text: str) -> dict[str, str]:
+    """Module-level ``NAME = "..."`` (or ``cdef object NAME = (...)``) string constants."""
+    constants = {}
+    for match in re.finditer(r"^(?:cdef\s+(?:object|str)\s+)?([A-Za-z_]\w*)\s*=\s*", text, re.M):
+        rest = text[match.end():]
+        depth, end = 0, None
+        for tok in tokenize.generate_tokens(io.StringIO(rest).readline):
+            if tok.type == tokenize.OP and tok.string in "([{":
+                depth += 1
+            elif tok.type == tokenize.OP and tok.string in ")]}":
+                depth -= 1
+            elif tok.type in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER) and depth == 0:
+                end = tok.start
+                break
+        if end is None:
+            continue
+        lines = rest.splitlines(keepends=True)
+        expression = "".join(lines[: end[0] - 1]) + (lines[end[0] - 1][: end[1]] if lines else "")
+        try:
+            node = ast.parse(expression.strip(), mode="eval").body
+        except SyntaxError:
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            constants[match.group(1)] = node.value
+    return constants
+
+
+def _message_prefix(node, constants):
+    """The fixed start of a message expression, or None when it is not a literal."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for part in node.values:
+            if not isinstance(part, ast.Constant):
+                break
+            parts.append(part.value)
+        return "".join(parts)
+    if isinstance(node, ast.Name) and node.id in constants:
+        return constants[node.id].split("{")[0]
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "format"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in constants
+    ):
+        return constants[node.func.value.id].split("{")[0]
+    return None
+
+
+def raise_sites(path: Path) -> list[Site]:
+    """Every ``raise Name(...)`` in ``path`` (comments and strings are not code to the tokenizer)."""
+    text = path.read_text()
+    tokens = _tokens(text)
+    offsets = _line_offsets(text)
+    constants = _string_constants(text)
+    sites = []
+    for i, tok in enumerate(tokens[:-2]):
+        if not (tok.type == tokenize.NAME and tok.string == "raise"):
+            continue
+        name, paren = tokens[i + 1], tokens[i + 2]
+        if name.type != tokenize.NAME or not (paren.type == tokenize.OP and paren.string == "("):
+            continue
+        depth = 0
+        for j in range(i + 2, len(tokens)):
+            if tokens[j].type == tokenize.OP and tokens[j].string in "([{":
+                depth += 1
+            elif tokens[j].type == tokenize.OP and tokens[j].string in ")]}":
+                depth -= 1
+                if depth == 0:
+                    break
+        start = offsets[paren.start[0] - 1] + paren.start[1]
+        end = offsets[tokens[j].start[0] - 1] + tokens[j].start[1] + 1
+        try:
+            call = ast.parse(name.string + text[start:end], mode="eval").body
+        except SyntaxError:
+            # Cython inside an f-string placeholder (a cast: {<uintptr_t>x:#x}) is no Python:
+            # read the leading string literals token by token instead.
+            prefix = _prefix_from_tokens(tokens[i + 3 : j])
+        else:
+            prefix = _message_prefix(call.args[0], constants) if call.args else ""
+        sites.append(Site(name.string, prefix, path.name, tok.start[0]))
+    return sites
+
+
+def _prefix_from_tokens(tokens) -> str | None:
+    """The fixed start of a message given as adjacent string literals, from its tokens.
+
+    Python 3.11 tokenizes an f-string as one STRING token; 3.12 splits it into
+    FSTRING_START, FSTRING_MIDDLE (the literal text) and the placeholders' tokens.
+    """
+    parts = []
+    fstring_start = getattr(tokenize, "FSTRING_START", None)
+    fstring_middle = getattr(tokenize, "FSTRING_MIDDLE", None)
+    fstring_end = getattr(tokenize, "FSTRING_END", None)
+    in_fstring = False
+    for tok in tokens:
+        if tok.type in (tokenize.NL, tokenize.COMMENT):
+            continue
+        if tok.type == tokenize.STRING:
+            quote_at = min(i for i in (tok.string.find("'"), tok.string.find('"')) if i >= 0)
+            letters = tok.string[:quote_at].lower()
+            if "f" not in letters:
+                parts.append(ast.literal_eval(tok.string))
+                continue
+            literal = tok.string[quote_at:]
+            quote = literal[:3] if literal[:3] in ('"""', "'''") else literal[0]
+            body = literal[len(quote): -len(quote)]
+            cut = re.search(r"(?<!\{)\{(?!\{)", body)
+            text = body if cut is None else body[: cut.start()]
+            parts.append(ast.literal_eval(letters.replace("f", "") + quote + text + quote).replace("{{", "{").replace("}}", "}"))
+            if cut is not None:
+                return "".join(parts)
+        elif fstring_start is not None and tok.type == fstring_start:
+            in_fstring = True
+        elif fstring_middle is not None and tok.type == fstring_middle:
+            parts.append(tok.string)
+        elif fstring_end is not None and tok.type == fstring_end:
+            in_fstring = False
+        elif in_fstring and tok.type == tokenize.OP and tok.string == "{":
+            return "".join(parts)
+        else:
+            break
+    return "".join(parts) if parts else None
+
+
+def all_raise_sites() -> list[Site]:
+    return [site for path in package_sources() for site in raise_sites(path)]
+
+
+def test_table_parses_into_groups():
+    """docs/errors.md has the six protocol groups (and a general one), each with rows."""
+    groups = collections.Counter(row.group for row in parse_errors_table())
+    for group in ("Stream", "DLPack", "CUDA Array Interface", "Export", "Decorator", "Driver", "General"):
+        assert groups[group] > 0, f"no rows under '## {group}'"
+    assert set(groups) <= {"Stream", "DLPack", "CUDA Array Interface", "Export", "Decorator", "Driver", "General"}
+
+
+def test_scanner_finds_the_raises():
+    """The scanner is not vacuous: it finds many raises, all with a readable literal message."""
+    sites = all_raise_sites()
+    assert len(sites) >= 80
+    unreadable = [s for s in sites if s.prefix is None]
+    assert not unreadable, f"raise sites whose message is not a literal: {unreadable}"
+    files = {s.file for s in sites}
+    assert {"_from_cai.pxi", "_from_dlpack.pxi", "_export.pxi", "_streams.pxi", "_driver.py"} <= files
+
+
+def test_every_raise_is_listed():
+    """Each raise site in the sources has its own row (type and exact prefix) in docs/errors.md."""
+    rows = collections.Counter((r.type, r.prefix) for r in parse_errors_table())
+    sites = collections.Counter((s.type, s.prefix) for s in all_raise_sites())
+    missing = sites - rows
+    where = [s for s in all_raise_sites() if (s.type, s.prefix) in missing]
+    assert not missing, "raises without a row in docs/errors.md:\n" + "\n".join(
+        f"  {s.file}:{s.line}: {s.type} {s.prefix!r}" for s in where
+    )
+
+
+def test_no_stale_rows():
+    """Each row of docs/errors.md is still a raise site in the sources (one row per site)."""
+    rows = collections.Counter((r.type, r.prefix) for r in parse_errors_table())
+    sites = collections.Counter((s.type, s.prefix) for s in all_raise_sites())
+    stale = rows - sites
+    lines = [r for r in parse_errors_table() if (r.type, r.prefix) in stale]
+    assert not stale, "rows of docs/errors.md with no raise left in the sources:\n" + "\n".join(
+        f"  errors.md:{r.line}: {r.type} {r.prefix!r}" for r in lines
+    )
+
+
+def test_no_assert_statements_in_package():
+    """No validation rests on ``assert`` (stripped under python -O): none in any package source."""
+    found = []
+    for path in sorted(PACKAGE.iterdir()):
+        if path.suffix not in (".py", ".pyx", ".pxi", ".pxd"):
+            continue
+        for tok in _tokens(path.read_text()):
+            if tok.type == tokenize.NAME and tok.string == "assert":
+                found.append(f"{path.name}:{tok.start[0]}")
+    assert not found, f"assert statements in the package: {found}"
+
+
+def test_scanner_reads_fstrings_constants_and_concatenation(tmp_path):
+    """The scanner's own rules, on a small sample: f-strings cut at '{', constants, no comments."""
+    sample = tmp_path / "sample.pxi"
+    sample.write_text(
+        'cdef object _MSG = (\n    "stream: bad {!r}"\n)\n'
+        "def f(x):\n"
+        "    # raise KeyError('not code')\n"
+        "    s = 'raise IndexError(\"in a string\")'\n"
+        '    raise BufferError(\n        f"dlpack: a {x} b "\n        "c"\n    )\n'
+        "    raise TypeError(_MSG.format(x))\n"
+        "    raise MemoryError()\n"
+        '    raise CUDAError(f"{x} failed", "NAME")\n'
+        '    raise BufferError(\n        f"dlpack: end "\n        f"(data {<uintptr_t>x:#x})"\n    )\n'
+    )
+    assert [(s.type, s.prefix) for s in raise_sites(sample)] == [
+        ("BufferError", "dlpack: a "),
+        ("TypeError", "stream: bad "),
+        ("MemoryError", ""),
+        ("CUDAError", ""),
+        ("BufferError", "dlpack: end (data "),
+    ]
+
+
+# --- (d) triggering the rows ---------------------------------------------------------------
+
+class CAI:
+    """An object exporting ``interface`` as its CUDA Array Interface."""
+
+    def __init__(self, **interface):
+        self.__cuda_array_interface__ = interface
+
+
+def cai(**changes):
+    """A valid v3 CAI object (2x3 float32 at a never-read address) with ``changes`` applied."""
+    interface = {"version": 3, "shape": (2, 3), "typestr": "<f4", "data": (0x10000, False), "strides": None}
+    for key, value in changes.items():
+        if value is ...:
+            interface.pop(key, None)
+        else:
+            interface[key] = value
+    return CAI(**interface)
+
+
+def view_cai(**changes):
+    return StridedMemoryView(cai(**changes), stream_ptr=-1)
+
+
+def view_dlpack(_stream=-1, **fields):
+    producer = make_producer("versioned", **fields)
+    try:
+        return StridedMemoryView(producer, stream_ptr=_stream)
+    finally:
+        producer.release_capsules()
+
+
+class CudaStream:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def __cuda_stream__(self):
+        return self.answer
+
+
+class NotCapsule:
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **kwargs):
+        return 42
+
+
+class BadDevice(NotCapsule):
+    def __dlpack_device__(self):
+        return "cpu"
+
+
+class Device(NotCapsule):
+    def __init__(self, device):
+        self.device = device
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+def host_view():
+    return StridedMemoryView(np.arange(6, dtype=np.float32).reshape(2, 3))
+
+
+def device_view(**changes):
+    """A CAI (device) view with device_id known to the installed fake."""
+    return view_cai(**changes)
+
+
+def structured_view():
+    return view_cai(typestr="|V8", descr=[("x", "<f4"), ("y", "<i4")])
+
+
+def _decorate(indices, func=None):
+    def f(x, y=None):
+        return x
+
+    return args_viewable_as_strided_memory(indices)(func or f)
+
+
+def _launch_with_list():
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        return x
+
+    return launch([1, 2])
+
+
+def _driver_failure(fake):
+    fake.fail("cuEventRecord", CUresult.CUDA_ERROR_INVALID_HANDLE, times=2)
+    producer_stream = fake.new_stream()
+    return StridedMemoryView(cai(stream=producer_stream), stream_ptr=fake.new_stream())
+
+
+class _UnloadableDriver:
+    """Bindings whose library cannot be loaded: every call raises like cuda-bindings does."""
+
+    def cuInit(self, flags):
+        raise RuntimeError("Failed to dlopen libcuda.so.1")
+
+
+def _no_bindings(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+    _driver.use_api(None)
+    return host_view_then_device_id()
+
+
+def host_view_then_device_id():
+    return view_cai().device_id
+
+
+def _no_driver_library():
+    _driver.use_api(_UnloadableDriver())
+    return view_cai().device_id
+
+
+def _again():
+    view = host_view()
+    view.__init__(np.zeros(3))
+
+
+def _torch_neg():
+    torch = pytest.importorskip("torch")
+    return StridedMemoryView(torch._neg_view(torch.arange(3.0)))
+
+
+def _torch_conj():
+    torch = pytest.importorskip("torch")
+    return StridedMemoryView(torch.arange(3.0).to(torch.complex64).conj())
+
+
+def _exchange_without_work_stream():
+    from test_fuzz import ExchangeProducerNoWorkStream
+
+    spec = {"device": (2, 0), "dtype": (2, 32, 1), "shape": [2], "ndim": 1, "strides": None,
+            "byte_offset": 0, "data": 0x10000, "work_stream": None}
+    obj = ExchangeProducerNoWorkStream(spec)
+    try:
+        return StridedMemoryView(obj, stream_ptr=7)
+    finally:
+        obj.close()
+
+
+def _unknown_attribute():
+    return stridedview.no_such_name
+
+
+#: (id, callable(fake, monkeypatch), type, message start).  The message start is the row's
+#: prefix or longer; the row is the one whose prefix it starts with.
+TRIGGERS = [
+    # stream
+    ("stream-bool", lambda f, m: host_view_with(True), TypeError, "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got True)"),
+    ("stream-float", lambda f, m: host_view_with(1.5), TypeError, "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got 1.5)"),
+    ("stream-negative", lambda f, m: host_view_with(-2), ValueError, "stream: stream_ptr must be -1 or a stream handle >= 0 (got -2)"),
+    ("stream-2**64", lambda f, m: host_view_with(2**64), ValueError, "stream: stream_ptr must be -1 or a stream handle >= 0 (got "),
+    ("cuda-stream-bad", lambda f, m: host_view_with(CudaStream((0,))), TypeError, "stream: __cuda_stream__() must return (version, handle) (got "),
+    ("cuda-none-ambiguous", lambda f, m: view_dlpack(device=(2, 0), _stream=None), BufferError, "dlpack: stream_ptr=None is ambiguous for CUDA memory"),
+    ("managed-none-ambiguous", lambda f, m: view_dlpack(device=(13, 0), _stream=None), BufferError, "dlpack: stream_ptr=None is ambiguous for CUDAManaged memory"),
+    # dlpack
+    ("from-dlpack-list", lambda f, m: StridedMemoryView.from_dlpack([1]), BufferError, "dlpack: 'list' object has no __dlpack__"),
+    ("torch-neg", lambda f, m: _torch_neg(), BufferError, "dlpack: the torch tensor has its negative bit set, so its memory does not hold its values (call .resolve_neg() first)"),
+    ("torch-conj", lambda f, m: _torch_conj(), BufferError, "dlpack: the torch tensor has its conjugate bit set, so its memory does not hold its values (call .resolve_conj() first)"),
+    ("device-not-pair", lambda f, m: StridedMemoryView(BadDevice()), BufferError, "dlpack: __dlpack_device__() must return (device_type, device_id) (got 'cpu')"),
+    ("device-opencl", lambda f, m: StridedMemoryView(Device((4, 0))), BufferError, "dlpack: unsupported device type 4 (OpenCL)"),
+    ("device-unknown", lambda f, m: StridedMemoryView(Device((99, 0))), BufferError, "dlpack: unsupported device type 99 (unknown)"),
+    ("exchange-no-work-stream", lambda f, m: _exchange_without_work_stream(), BufferError, "dlpack: the exchange API of "),
+    ("not-capsule", lambda f, m: StridedMemoryView(NotCapsule()), BufferError, "dlpack: __dlpack__() must return a PyCapsule (got an object of type 'int')"),
+    ("used-capsule", lambda f, m: view_dlpack(capsule_name="used_dltensor"), BufferError, "dlpack: capsule was already consumed (name 'used_dltensor')"),
+    ("foreign-name", lambda f, m: view_dlpack(capsule_name="foo"), BufferError, "dlpack: capsule name must be 'dltensor_versioned' or 'dltensor' (got 'foo')"),
+    ("version-2", lambda f, m: view_dlpack(version=(2, 0)), BufferError, "dlpack: unsupported DLPack version 2.0 (major version must be 1)"),
+    ("device-differs", lambda f, m: view_dlpack(device=(2, 0), reported_device=(1, 0)), BufferError, "dlpack: capsule device (2, 0) differs from __dlpack_device__() (1, 0)"),
+    ("ndim-negative", lambda f, m: view_dlpack(ndim=-1), BufferError, "dlpack: ndim must be >= 0 (got -1)"),
+    ("shape-null", lambda f, m: view_dlpack(shape=None, ndim=2, strides=None, data=0x10000), BufferError, "dlpack: shape is NULL with ndim 2"),
+    ("extent-negative", lambda f, m: view_dlpack(shape=(2, -3), strides=(1, 1), data=0x10000), BufferError, "dlpack: shape[1] must be >= 0 (got -3)"),
+    ("count-overflow", lambda f, m: view_dlpack(shape=(2**32, 2**31), strides=(1, 1), data=0x10000), BufferError, "dlpack: element count overflows int64 (shape "),
+    ("data-null", lambda f, m: view_dlpack(data=0), BufferError, "dlpack: data is NULL for a tensor of 6 elements"),
+    ("past-address-space", lambda f, m: view_dlpack(data=2**64 - 8, byte_offset=16), BufferError, "dlpack: data + byte_offset passes the end of the address space (data 0xfffffffffffffff8, byte_offset 16)"),
+    ("device-id-negative", lambda f, m: view_dlpack(device=(2, -2)), BufferError, "dlpack: device_id must be >= 0 (got -2)"),
+    ("lanes", lambda f, m: view_dlpack(dtype=(2, 32, 4)), BufferError, "dlpack: dtype lanes must be 1 (got 4)"),
+    ("code-unknown", lambda f, m: view_dlpack(dtype=(99, 8, 1)), BufferError, "dlpack: unsupported dtype code 99 (unknown)"),
+    ("code-opaque", lambda f, m: view_dlpack(dtype=(3, 64, 1)), BufferError, "dlpack: unsupported dtype code 3 (OpaqueHandle)"),
+    ("bfloat-32", lambda f, m: view_dlpack(dtype=(4, 32, 1)), BufferError, "dlpack: dtype Bfloat must have 16 bits (got 32)"),
+    ("int-12", lambda f, m: view_dlpack(dtype=(0, 12, 1)), BufferError, "dlpack: dtype Int must have 8, 16, 32 or 64 bits (got 12)"),
+    ("float4-unpadded", lambda f, m: view_dlpack(dtype=(17, 4, 1)), BufferError, "dlpack: dtype Float4_e2m1fn is sub-byte and not padded (IS_SUBBYTE_TYPE_PADDED unset)"),
+    # cuda array interface
+    ("cai-missing", lambda f, m: StridedMemoryView.from_cuda_array_interface([1], -1), BufferError, "cuda array interface: 'list' object has no __cuda_array_interface__"),
+    ("cai-stream-none", lambda f, m: StridedMemoryView(cai()), BufferError, "cuda array interface: stream_ptr=None is ambiguous: pass a stream handle, or -1 to opt out"),
+    ("cai-not-dict", lambda f, m: StridedMemoryView.from_cuda_array_interface(CAIWith([1]), -1), TypeError, "cuda array interface: __cuda_array_interface__ must be a dict (got "),
+    ("version-missing", lambda f, m: view_cai(version=...), BufferError, "cuda array interface: 'version' is missing"),
+    ("version-4", lambda f, m: view_cai(version=4), BufferError, "cuda array interface: 'version' must be an int from 0 to 3 (got 4)"),
+    ("version-bool", lambda f, m: view_cai(version=True), BufferError, "cuda array interface: 'version' must be an int from 0 to 3 (got True)"),
+    ("shape-missing", lambda f, m: view_cai(shape=...), BufferError, "cuda array interface: 'shape' is missing"),
+    ("shape-str", lambda f, m: view_cai(shape="2,3"), TypeError, "cuda array interface: 'shape' must be a tuple of ints (got "),
+    ("shape-65", lambda f, m: view_cai(shape=(1,) * 65), BufferError, "cuda array interface: 'shape' has 65 dimensions, more than 64"),
+    ("shape-float", lambda f, m: view_cai(shape=(2, 3.0)), TypeError, "cuda array interface: 'shape' must be a tuple of ints (got (2, 3.0))"),
+    ("shape-below-int64", lambda f, m: view_cai(shape=(-(2**63) - 1, 3)), BufferError, "cuda array interface: 'shape' extents must be >= 0 (got "),
+    ("shape-past-int64", lambda f, m: view_cai(shape=(2**63, 3)), BufferError, "cuda array interface: 'shape' extents must fit in int64 (got "),
+    ("shape-negative", lambda f, m: view_cai(shape=(2, -1)), BufferError, "cuda array interface: 'shape' extents must be >= 0 (got (2, -1))"),
+    ("typestr-missing", lambda f, m: view_cai(typestr=...), BufferError, "cuda array interface: 'typestr' is missing"),
+    ("typestr-bytes", lambda f, m: view_cai(typestr=b"<f4"), TypeError, "cuda array interface: 'typestr' must be a str (got "),
+    ("typestr-short", lambda f, m: view_cai(typestr="f4"), BufferError, "cuda array interface: 'typestr' must be <byte order><kind><item size>, e.g. '<f4' (got 'f4')"),
+    ("typestr-unknown", lambda f, m: view_cai(typestr="<q9"), BufferError, "cuda array interface: 'typestr' '<q9' is not a numpy type string"),
+    ("typestr-big-endian", lambda f, m: view_cai(typestr=">f4"), BufferError, "cuda array interface: 'typestr' '>f4' is not native-endian"),
+    ("typestr-object", lambda f, m: view_cai(typestr="|O8"), BufferError, "cuda array interface: 'typestr' '|O8' holds Python objects"),
+    ("descr-bad", lambda f, m: view_cai(typestr="|V8", descr=[("a", "<f4"), ("a", "<f4")]), BufferError, "cuda array interface: 'descr' [('a', '<f4'), ('a', '<f4')] is not a numpy descr"),
+    ("descr-size", lambda f, m: view_cai(typestr="|V4", descr=[("x", "<f4"), ("y", "<f4")]), BufferError, "cuda array interface: 'descr' [('x', '<f4'), ('y', '<f4')] has item size 8, 'typestr' '|V4' 4"),
+    ("descr-object", lambda f, m: view_cai(typestr="|V8", descr=[("x", "|O")]), BufferError, "cuda array interface: 'descr' [('x', '|O')] holds Python objects"),
+    ("itemsize-0", lambda f, m: view_cai(typestr="|V0"), BufferError, "cuda array interface: 'typestr' '|V0' has item size 0"),
+    ("cai-count-overflow", lambda f, m: view_cai(shape=(2**32, 2**31)), BufferError, "cuda array interface: element count overflows int64 (shape "),
+    ("data-missing", lambda f, m: view_cai(data=...), BufferError, "cuda array interface: 'data' is missing"),
+    ("data-list", lambda f, m: view_cai(data=[0x10000, False]), TypeError, "cuda array interface: 'data' must be a (ptr, readonly) tuple (got "),
+    ("data-ptr-float", lambda f, m: view_cai(data=(1.0, False)), TypeError, "cuda array interface: 'data' pointer must be an int (got 1.0)"),
+    ("data-ptr-negative", lambda f, m: view_cai(data=(-1, False)), BufferError, "cuda array interface: 'data' pointer must be an address >= 0 (got -1)"),
+    ("data-ptr-2**64", lambda f, m: view_cai(data=(2**64, False)), BufferError, "cuda array interface: 'data' pointer must be an address >= 0 (got "),
+    ("data-ptr-0", lambda f, m: view_cai(data=(0, False)), BufferError, "cuda array interface: 'data' pointer is 0 for a non-empty array (shape (2, 3))"),
+    ("data-readonly-str", lambda f, m: view_cai(data=(0x10000, "no")), TypeError, "cuda array interface: 'data' readonly flag must be a bool (got 'no')"),
+    ("strides-str", lambda f, m: view_cai(strides="12,4"), TypeError, "cuda array interface: 'strides' must be None or a tuple of ints (got "),
+    ("strides-length", lambda f, m: view_cai(strides=(8,)), BufferError, "cuda array interface: 'strides' (8,) and 'shape' (2, 3) differ in length"),
+    ("strides-float", lambda f, m: view_cai(strides=(12, 4.0)), TypeError, "cuda array interface: 'strides' must be None or a tuple of ints (got (12, 4.0))"),
+    ("strides-past-int64", lambda f, m: view_cai(strides=(2**63, 4)), BufferError, "cuda array interface: 'strides' must fit in int64 (got "),
+    ("strides-not-multiple", lambda f, m: view_cai(strides=(6, 1)), BufferError, "cuda array interface: 'strides' (6, 1) are not multiples of the item size 4"),
+    ("mask", lambda f, m: view_cai(mask=object()), BufferError, "cuda array interface: masked arrays are not supported ('mask' is "),
+    ("stream-key-float", lambda f, m: view_cai(stream=1.5), TypeError, "cuda array interface: 'stream' must be None or an int (got 1.5)"),
+    ("stream-key-0", lambda f, m: view_cai(stream=0), BufferError, "cuda array interface: 'stream' 0 is disallowed (ambiguous: use 1 for the legacy default stream, 2 for the per-thread one)"),
+    ("stream-key-negative", lambda f, m: view_cai(stream=-1), BufferError, "cuda array interface: 'stream' must be None or a stream handle > 0 (got -1)"),
+    # export
+    ("export-copy", lambda f, m: host_view().__dlpack__(copy=True), BufferError, "dlpack: a view never copies (got copy=True)"),
+    ("export-device", lambda f, m: host_view().__dlpack__(dl_device=(2, 0)), BufferError, "dlpack: the view lives on device (1, 0), not (2, 0) (a view never copies)"),
+    ("export-max-version", lambda f, m: host_view().__dlpack__(max_version=1), TypeError, "dlpack: max_version must be None or a (major, minor) tuple (got 1)"),
+    ("export-structured", lambda f, m: structured_view().__dlpack__(max_version=(1, 3), stream=-1), BufferError, "dlpack: dtype [('x', '<f4'), ('y', '<i4')] has no DLPack equivalent"),
+    ("export-readonly-legacy", lambda f, m: StridedMemoryView(readonly_array()).__dlpack__(), BufferError, "dlpack: a read-only view cannot be exported as a legacy capsule"),
+    ("export-host-stream", lambda f, m: host_view().__dlpack__(stream=5), BufferError, "dlpack: stream must be None for host memory (got 5)"),
+    ("export-stream-0", lambda f, m: device_view().__dlpack__(stream=0, max_version=(1, 3)), BufferError, "dlpack: stream 0 is disallowed (ambiguous: pass 1 for the legacy default stream, 2 for the per-thread one)"),
+    ("export-host-cai", lambda f, m: host_view().__cuda_array_interface__, AttributeError, "__cuda_array_interface__: a host-only view (device_id -1) has no CUDA Array Interface; use DLPack"),
+    # decorator
+    ("decorator-not-iterable", lambda f, m: _decorate(3.5), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got 3.5)"),
+    ("decorator-bool", lambda f, m: _decorate([True]), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got True)"),
+    ("decorator-index", lambda f, m: _decorate(5), ValueError, "args_viewable_as_strided_memory: "),
+    ("decorator-name", lambda f, m: _decorate("nope"), ValueError, "args_viewable_as_strided_memory: "),
+    ("decorator-argument", lambda f, m: _launch_with_list(), BufferError, "args_viewable_as_strided_memory: argument 'x' ('list' object) supports neither DLPack nor the CUDA Array Interface"),
+    # driver
+    ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),
+    ("driver-unloadable", lambda f, m: _no_driver_library(), CUDAError, "the CUDA driver could not be used for cuInit ("),
+    ("driver-call-failed", lambda f, m: _driver_failure(f), CUDAError, "cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE"),
+    # general
+    ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports neither DLPack"),
+    ("init-twice", lambda f, m: _again(), TypeError, "StridedMemoryView is already initialised"),
+    ("module-attribute", lambda f, m: _unknown_attribute(), AttributeError, "module 'stridedview' has no attribute 'no_such_name'"),
+]
+
+#: Rows no public call can reach on a healthy machine, with the reason.
+UNTRIGGERED = {
+    ("MemoryError", ""): "malloc failing for a capsule's ~100 bytes",
+}
+
+
+class CAIWith:
+    def __init__(self, value):
+        self.__cuda_array_interface__ = value
+
+
+def host_view_with(stream_ptr):
+    return StridedMemoryView(np.zeros(3), stream_ptr=stream_ptr)
+
+
+def readonly_array():
+    array = np.arange(3.0)
+    array.setflags(write=False)
+    return array
+
+
+@pytest.fixture
+def fake():
+    driver = FakeDriver()
+    driver.register_pointer(0x10000, 1 << 20, device=0)
+    _driver.use_api(driver)
+    yield driver
+    _driver.use_api(None)
+    assert not driver.violations
+
+
+def _row_for(kind, message):
+    """The (type, prefix) of the row a message belongs to: the longest prefix that starts it."""
+    candidates = [r for r in parse_errors_table() if r.type == kind and message.startswith(r.prefix)]
+    if not candidates:
+        return None
+    best = max(candidates, key=lambda r: len(r.prefix))
+    return (best.type, best.prefix)
+
+
+@pytest.mark.parametrize("trigger, kind, start", [pytest.param(*t[1:], id=t[0]) for t in TRIGGERS])
+def test_trigger(fake, monkeypatch, trigger, kind, start):
+    """The public call raises exactly the documented type, its message starting as the row says."""
+    assert _row_for(kind.__name__, start) is not None, f"no row of docs/errors.md covers {kind.__name__} {start!r}"
+    with pytest.raises(kind) as info:
+        trigger(fake, monkeypatch)
+    assert type(info.value) is kind
+    assert str(info.value).startswith(start), str(info.value)
+
+
+def test_triggers_cover_the_table():
+    """Every distinct (type, prefix) of docs/errors.md is triggered above, or listed as unreachable with a reason."""
+    table = {(r.type, r.prefix) for r in parse_errors_table()}
+    covered = {_row_for(kind.__name__, start) for _, _, kind, start in TRIGGERS}
+    missing = table - covered - set(UNTRIGGERED)
+    assert not missing, f"rows no trigger reaches: {sorted(missing)}"
+    assert not (set(UNTRIGGERED) - table), "UNTRIGGERED names rows that no longer exist"
