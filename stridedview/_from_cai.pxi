@@ -11,7 +11,6 @@ cdef enum:
 
 cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object, int *) except? -1
-cdef object _UINTPTR_LIMIT = 1 << 64
 
 # typestr (or (typestr, descr)) -> numpy dtype
 cdef dict _cai_dtypes = {}
@@ -82,11 +81,7 @@ cdef int _view_from_cai(
 
     strides = cai.get("strides")
     if strides is None:
-        if size == 0:  # any extents, so the products may pass int64: Python ints
-            element_strides = _c_contiguous_strides(shape)
-        else:
-            _c_contiguous_into(extents, ndim, element_strides_c)
-            element_strides = _int64_tuple(element_strides_c, <int32_t>ndim)
+        element_strides = _row_major_strides(shape, extents, size)
     else:
         _cai_element_strides(strides, shape, extents, itemsize, element_strides_c)
         element_strides = _int64_tuple(element_strides_c, <int32_t>ndim)
@@ -195,15 +190,6 @@ cdef int64_t _extents_product(const int64_t *extents, Py_ssize_t ndim, tuple sha
     if overflow:
         raise BufferError(f"cuda array interface: element count overflows int64 (shape {shape})")
     return size
-
-
-cdef void _c_contiguous_into(const int64_t *extents, Py_ssize_t ndim, int64_t *strides) noexcept:
-    # Only for non-empty shapes, whose products all fit in int64.
-    cdef int64_t step = 1
-    cdef Py_ssize_t i
-    for i in range(ndim - 1, -1, -1):
-        strides[i] = step
-        step *= extents[i]
 
 
 cdef object _cai_dtype(dict cai):

@@ -296,7 +296,7 @@ cdef int _fill_from_dltensor(
         strides = _int64_tuple(tensor.strides, ndim)
     else:
         # Producers before DLPack 1.2 may send NULL strides: row-major.
-        strides = _c_contiguous_strides(shape)
+        strides = _row_major_strides(shape, tensor.shape, size)
 
     if size > 0 and tensor.data == NULL:
         raise BufferError(f"dlpack: data is NULL for a tensor of {size} elements")

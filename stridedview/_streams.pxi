@@ -11,7 +11,7 @@ from cpython.number cimport PyNumber_Index
 cdef object _STREAM_TYPE_MSG = (
     "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got {!r})"
 )
-cdef object _MAX_HANDLE = 1 << 64
+cdef object _UINTPTR_LIMIT = 1 << 64  # one past the largest address or handle
 cdef object CU_STREAM_LEGACY_HANDLE = 1
 
 
@@ -36,7 +36,7 @@ cdef object _normalize_stream(object stream_ptr):
             handle = PyNumber_Index(stream_ptr)
         except TypeError:
             raise TypeError(_STREAM_TYPE_MSG.format(stream_ptr)) from None
-    if handle < -1 or handle >= _MAX_HANDLE:
+    if handle < -1 or handle >= _UINTPTR_LIMIT:
         raise ValueError(
             f"stream: stream_ptr must be -1 or a stream handle >= 0 (got {handle!r})"
         )

@@ -470,19 +470,28 @@ cdef class _ViewableLauncher:
         return f"<viewable-arguments launcher {self.func!r}>"
 
 
-cdef object _c_contiguous_strides(tuple shape):
-    """Row-major element strides for ``shape``, computed in Python ints.
+cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
+    """Row-major element strides for ``shape`` (whose extents are also in ``extents``).
 
-    Only an empty shape can make a stride pass int64 (the element count of any
-    other is checked to fit); such a stride never addresses anything, and is
-    given as 0 so that every stride of a view fits DLPack's int64.
+    The one place both protocols compute strides a producer left out.  For a
+    non-empty shape every product fits int64 (its element count was checked), so
+    the strides are computed in C and interned.  Only an empty shape can make a
+    stride pass int64; such a stride never addresses anything, and is given as 0
+    so that every stride of a view fits DLPack's int64.
     """
-    cdef Py_ssize_t ndim = len(shape)
+    cdef Py_ssize_t i, ndim = PyTuple_GET_SIZE(shape)
+    cdef int64_t step = 1
+    cdef int64_t computed[64]
+    if size != 0 and ndim <= 64:
+        for i in range(ndim - 1, -1, -1):
+            computed[i] = step
+            step *= extents[i]
+        return _int64_tuple(computed, <int32_t>ndim)
     strides = [0] * ndim
-    step = 1
+    big_step = 1
     for i in range(ndim - 1, -1, -1):
-        strides[i] = step if step <= INT64_MAX else 0
-        step *= max(shape[i], 1)
+        strides[i] = big_step if big_step <= INT64_MAX else 0
+        big_step *= max(shape[i], 1)
     return tuple(strides)
 
 
