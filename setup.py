@@ -4,7 +4,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 extensions = [
-    Extension("stridedview._view", ["stridedview/_view.pyx"]),
+    Extension("stridedview._view", ["src/stridedview/_view.pyx"]),
 ]
 
 setup(

@@ -30,7 +30,7 @@ from stridedview import CUDAError, StridedMemoryView, args_viewable_as_strided_m
 from stridedview import _driver
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "stridedview"
+PACKAGE = ROOT / "src" / "stridedview"
 ERRORS_MD = ROOT / "docs" / "errors.md"
 
 Row = collections.namedtuple("Row", "group type prefix when line")

@@ -326,7 +326,7 @@ def test_new_threads_after_use_api_start_clean(fake):
 # --- what docs/threads.md says ----------------------------------------------------------------
 
 def _sources():
-    return {p.name: p.read_text() for p in sorted((ROOT / "stridedview").iterdir())
+    return {p.name: p.read_text() for p in sorted((ROOT / "src" / "stridedview").iterdir())
             if p.suffix in (".py", ".pyx", ".pxi")}
 
 
