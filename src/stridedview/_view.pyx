@@ -142,6 +142,10 @@ cdef class StridedMemoryView:
     cdef int32_t _device_id
     cdef void *_managed
     cdef bint _managed_is_versioned
+    # The view whose DLPack capsule holds the memory, for a view derived from
+    # another (_derive); None when this view owns its memory itself (through
+    # _managed or exporting_obj).  Always the root owner: derived views never chain.
+    cdef StridedMemoryView _memory_owner
 
     __match_args__ = ("ptr", "shape", "strides", "dtype")
 
@@ -468,6 +472,33 @@ cdef class _ViewableLauncher:
 
     def __repr__(self):
         return f"<viewable-arguments launcher {self.func!r}>"
+
+
+cdef StridedMemoryView _derive(StridedMemoryView base):
+    """A new view of ``base``'s memory: every field copied, the memory owner shared.
+
+    The one way a view is made from another (derived layouts, a view of a view):
+    the caller then changes the layout fields it needs (``ptr``/``_ptr``,
+    ``shape``, ``strides``, ``dtype``, ``_size``, ``readonly``...).  The new view
+    keeps the root owner alive, never ``base`` itself, so that no chain of views
+    forms however often views are derived from views; it takes no capsule of its
+    own, so its deallocation calls no deleter.
+    """
+    cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+    view._ptr = base._ptr
+    view.ptr = base.ptr
+    view.shape = base.shape
+    view.strides = base.strides
+    view.dtype = base.dtype
+    view._size = base._size
+    view._device_type = base._device_type
+    view._device_id = base._device_id
+    view.is_device_accessible = base.is_device_accessible
+    view.readonly = base.readonly
+    view.ready_stream = base.ready_stream
+    view.exporting_obj = base.exporting_obj
+    view._memory_owner = base if base._memory_owner is None else base._memory_owner
+    return view
 
 
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
