@@ -6,23 +6,38 @@ keeps, and refuses what the real driver refuses (shared/CUDA_SEMANTICS.md):
 
 - ``cuInit(0)`` must come first; any other call before it is
   ``CUDA_ERROR_NOT_INITIALIZED`` (``cuGetErrorName``/``cuGetErrorString`` excepted).
+- ``devices`` devices (``cuDeviceGetCount``, ``cuDeviceGet``), each with one
+  primary context (``primary_contexts[d]``), retained once by "the runtime" at
+  start; ``cuDevicePrimaryCtxRetain``/``Release`` count references, and
+  ``cuDevicePrimaryCtxReset`` (what ``cudaDeviceReset`` does) destroys every
+  event and stream of that context but keeps its handle, which stays usable.
+  ``reset_device(d)`` does the same on behalf of another library.
 - Each thread has a stack of current contexts (``cuCtxGetCurrent``,
-  ``cuCtxSetCurrent``, ``cuCtxPushCurrent``, ``cuCtxPopCurrent``); a new thread
-  starts with ``default_context`` current (the primary context of device 0, as
-  the CUDA runtime, CuPy or PyTorch would have made it), or none when that is None.
+  ``cuCtxSetCurrent``, ``cuCtxPushCurrent``, ``cuCtxPopCurrent``).  Every new
+  thread starts with NONE: ``cuCtxGetCurrent`` gives a NULL context, and calls
+  that need one (``cuEventCreate``, ``cuCtxGetDevice``, handles 0/1/2 ...) fail
+  with ``CUDA_ERROR_INVALID_CONTEXT``.  Only the thread that constructs the fake
+  gets ``current_device``'s primary context made current (default device 0, as
+  a test's setup would; None for none).
 - A stream belongs to one context (``cuStreamGetCtx``); handles 0 and 1 name the
-  legacy default stream of the calling thread's current context, 2 its per-thread
-  default stream (one per thread and context).
+  legacy default stream of the context current in the calling thread AT THE TIME
+  OF THE CALL, 2 its per-thread default stream (one per thread and context).
 - A stream is a list of operations.  ``cuEventRecord(event, stream)`` captures
   the stream's current length, and fails with ``CUDA_ERROR_INVALID_HANDLE`` if the
   event and the stream belong to different contexts; recording again overwrites
   the capture.  ``cuStreamWaitEvent(stream, event, 0)`` appends to ``stream`` a
   dependency on the point the event captured *when the wait is made* (the event
-  may come from another context); an event never recorded captures nothing.
+  may come from another context or device); an event never recorded captures
+  nothing.  An event belongs to the context current at ``cuEventCreate``.
+  ``cuEventDestroy`` ends it (conservatively, with some context current, as its
+  documented CUDA_ERROR_INVALID_CONTEXT allows); ``live_events()`` counts the
+  events alive, ``created_events`` keeps every event ever created.
 - ``enqueue_write(stream, tag)`` puts a producer kernel on a stream and
   ``enqueue_read(stream)`` a consumer kernel, returning the set of write tags the
   consumer is guaranteed to see: every write earlier on its stream, plus,
-  transitively, every write captured by the events its stream waited on.
+  transitively, every write captured by the events its stream waited on.  Both
+  take ``context=`` to resolve handles 0/1/2 in that context (a library launching
+  with it current) instead of the calling thread's current one.
 - ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)`` knows the
   ranges given to ``register_pointer``; any other pointer (host memory) is
   ``CUDA_ERROR_INVALID_VALUE``.
@@ -241,6 +256,7 @@ class Event:
         self.captured: tuple[Stream, int] | None = None
         self.recorded_by: int | None = None
         self.records = 0
+        self.alive = True
 
     def __repr__(self):
         return f"Event({self.handle:#x}, context={self.context.handle:#x}, flags={self.flags})"
@@ -313,7 +329,9 @@ class FakeDriver:
     CU_STREAM_LEGACY = CU_STREAM_LEGACY
     CU_STREAM_PER_THREAD = CU_STREAM_PER_THREAD
 
-    def __init__(self, *, devices: int = 2, current: bool = True, enum_attributes: bool = True):
+    def __init__(
+        self, *, devices: int = 2, current_device: int | None = 0, enum_attributes: bool = True
+    ):
         self._lock = threading.RLock()
         self._handles = itertools.count(0x7F0000001000, 0x100)
         self._tls = threading.local()
@@ -327,12 +345,16 @@ class FakeDriver:
         self.hooks: list = []
         self.contexts: dict[int, Context] = {}
         self.streams: dict[int, Stream] = {}
-        self.events: dict[int, Event] = {}
+        self.events: dict[int, Event] = {}  # the live ones
+        self.created_events: list[Event] = []  # every event ever created, in order
         self.pointers: list[tuple[int, int, int]] = []  # (start, end, device)
         self._failures: list[list] = []
-        #: The primary context of each device, made as a runtime library would.
+        #: The primary context of each device, made (and retained once) as a runtime library would.
         self.primary_contexts = [self.new_context(device) for device in range(devices)]
-        self.default_context = self.primary_contexts[0] if current else None
+        #: References to each device's primary context (cuDevicePrimaryCtxRetain/Release).
+        self.primary_retains = [1] * devices
+        if current_device is not None:
+            self.set_current(self.primary_contexts[current_device])
 
     # -- helpers (not driver calls: what other libraries or the test do) -----
 
@@ -374,6 +396,18 @@ class FakeDriver:
             self.destroy_stream(stream)
             return self.new_stream(context, handle=int(stream))
 
+    def reset_device(self, device: int) -> None:
+        """What ``cudaDeviceReset`` in another library does: reset ``device``'s primary context."""
+        with self._lock:
+            self._reset(self.contexts[int(self.primary_contexts[device])])
+
+    def live_events(self, context=None) -> int:
+        """How many events are alive (in ``context`` only, when given)."""
+        with self._lock:
+            if context is None:
+                return len(self.events)
+            return sum(1 for e in self.events.values() if e.context.handle == int(context))
+
     def set_current(self, context) -> None:
         """Make ``context`` (or nothing, for None) the calling thread's only current context."""
         stack = self._stack()
@@ -395,10 +429,10 @@ class FakeDriver:
         with self._lock:
             self.pointers.append((int(ptr), int(ptr) + max(int(nbytes), 1), device))
 
-    def stream(self, stream) -> Stream:
-        """The model of a stream handle (1 and 2 in the calling thread's current context)."""
+    def stream(self, stream, context=None) -> Stream:
+        """The model of a stream handle (0, 1 and 2 in ``context``, default the current one)."""
         with self._lock:
-            return self._stream(stream)
+            return self._stream(stream, context)
 
     def event(self, event) -> Event:
         """The model of an event handle."""
@@ -412,15 +446,19 @@ class FakeDriver:
         """The model of a context handle."""
         return self._context(handle)
 
-    def enqueue_write(self, stream, tag) -> None:
-        """A producer kernel on ``stream`` writing; ``tag`` names the write."""
-        with self._lock:
-            self._stream(stream).ops.append(("write", tag))
+    def enqueue_write(self, stream, tag, context=None) -> None:
+        """A producer kernel on ``stream`` writing; ``tag`` names the write.
 
-    def enqueue_read(self, stream) -> frozenset:
-        """A consumer kernel on ``stream``; the write tags it is guaranteed to see."""
+        Handles 0, 1 and 2 name a default stream of ``context`` when given, else
+        of the calling thread's current context (a ValueError when none is).
+        """
         with self._lock:
-            target = self._stream(stream)
+            self._helper_stream(stream, context).ops.append(("write", tag))
+
+    def enqueue_read(self, stream, context=None) -> frozenset:
+        """A consumer kernel on ``stream``; the write tags it is guaranteed to see (``context`` as above)."""
+        with self._lock:
+            target = self._helper_stream(stream, context)
             tags = frozenset(_visible(target, len(target.ops), set()))
             target.ops.append(("read", tags))
             return tags
@@ -450,9 +488,30 @@ class FakeDriver:
         try:
             return self._tls.stack
         except AttributeError:
-            default = self.default_context
-            self._tls.stack = [] if default is None else [self.contexts[int(default)]]
+            self._tls.stack = []  # a new thread has no current context
             return self._tls.stack
+
+    def _reset(self, context: Context) -> None:
+        """Destroy every event and stream of ``context``; its handle stays valid."""
+        for handle, event in list(self.events.items()):
+            if event.context is context:
+                event.alive = False
+                del self.events[handle]
+        for handle, stream in list(self.streams.items()):
+            if stream.context is context:
+                stream.alive = False
+                del self.streams[handle]
+        context.legacy_stream.alive = False
+        context.legacy_stream = Stream(CU_STREAM_LEGACY, context, "legacy")
+        for stream in context.per_thread_streams.values():
+            stream.alive = False
+        context.per_thread_streams.clear()
+
+    def _helper_stream(self, stream, context) -> Stream:
+        try:
+            return self._stream(stream, context)
+        except DriverError as exc:
+            raise ValueError(f"no stream {int(stream or 0):#x} here: {exc.code.name}") from None
 
     def _current_or_fail(self) -> Context:
         stack = self._stack()
@@ -466,12 +525,13 @@ class FakeDriver:
             raise DriverError(CUresult.CUDA_ERROR_INVALID_CONTEXT)
         return found
 
-    def _stream(self, handle) -> Stream:
+    def _stream(self, handle, context=None) -> Stream:
         value = 0 if handle is None else int(handle)
-        if value in (0, CU_STREAM_LEGACY):
-            return self._current_or_fail().legacy_stream
-        if value == CU_STREAM_PER_THREAD:
-            return self._current_or_fail().per_thread_stream(threading.get_ident())
+        if value in (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
+            owner = self._current_or_fail() if context is None else self._context(context)
+            if value == CU_STREAM_PER_THREAD:
+                return owner.per_thread_stream(threading.get_ident())
+            return owner.legacy_stream
         found = self.streams.get(value)
         if found is None:
             raise DriverError(CUresult.CUDA_ERROR_INVALID_HANDLE)
@@ -545,6 +605,37 @@ class FakeDriver:
     @_driver_call(1)
     def cuDeviceGetCount(self):
         return self.devices
+
+    @_driver_call(1)
+    def cuDeviceGet(self, ordinal):
+        if not 0 <= int(ordinal) < self.devices:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_DEVICE)
+        return CUdevice(int(ordinal))
+
+    def _device(self, dev) -> int:
+        value = int(dev)
+        if not 0 <= value < self.devices:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_DEVICE)
+        return value
+
+    @_driver_call(1)
+    def cuDevicePrimaryCtxRetain(self, dev):
+        device = self._device(dev)
+        self.primary_retains[device] += 1
+        return CUcontext(self.primary_contexts[device])
+
+    @_driver_call(0)
+    def cuDevicePrimaryCtxRelease(self, dev):
+        device = self._device(dev)
+        if self.primary_retains[device] == 0:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_CONTEXT)
+        self.primary_retains[device] -= 1
+        if self.primary_retains[device] == 0:
+            self._reset(self.contexts[int(self.primary_contexts[device])])
+
+    @_driver_call(0)
+    def cuDevicePrimaryCtxReset(self, dev):
+        self._reset(self.contexts[int(self.primary_contexts[self._device(dev)])])
 
     @_driver_call(1)
     def cuCtxGetCurrent(self):
@@ -623,12 +714,15 @@ class FakeDriver:
             raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
         context = self._current_or_fail()
         handle = next(self._handles)
-        self.events[handle] = Event(handle, context, int(flags), threading.get_ident())
+        event = self.events[handle] = Event(handle, context, int(flags), threading.get_ident())
+        self.created_events.append(event)
         return CUevent(handle)
 
     @_driver_call(0)
     def cuEventDestroy(self, event):
-        self._event(event)
+        found = self._event(event)
+        self._current_or_fail()
+        found.alive = False
         del self.events[int(event)]
 
     @_driver_call(0)
@@ -651,7 +745,7 @@ class FakeDriver:
         if int(attribute) != CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
             raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
         address = int(ptr)
-        for start, end, device in self.pointers:
+        for start, end, device in reversed(self.pointers):  # the newest registration wins
             if start <= address < end:
                 return device
         raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)

@@ -119,9 +119,14 @@ def no_fake():
     _driver.use_api(None)
 
 
+#: Devices of the fake driver, and the handles naming a default stream (0 is the NULL stream).
+DEVICES = 2
+DEFAULT_STREAMS = (0, 1, 2)
+
+
 def new_fake():
     """A fresh modelling fake, installed; SAFE_PTR's range is device 1's memory."""
-    fake = FakeDriver()
+    fake = FakeDriver(devices=DEVICES)  # device 0's primary context current in this thread
     fake.register_pointer(S.SAFE_PTR, 8 * S.SAFE_SPAN + 1, device=1)
     _driver.use_api(fake)
     return fake
@@ -176,10 +181,6 @@ def model_stream(stream_ptr):
     if handle < -1 or handle >= 2**64:
         raise Refused(ValueError, "stream: stream_ptr must be -1 or a stream handle >= 0 (got ")
     return handle
-
-
-def same_stream(a, b):
-    return (1 if a == 0 else a) == (1 if b == 0 else b)
 
 
 def c_strides(shape):
@@ -733,9 +734,14 @@ def model_exchange(spec, stream_ptr, producer_stream, known):
     if on_device and stream != -1:
         if spec["work_stream"] is None:
             raise Refused(BufferError, "dlpack: the exchange API of ")
-        producer = 1 if producer_stream == 0 else producer_stream
-        if not same_stream(producer, stream):
-            if producer not in known or stream not in known:
+        # Only which driver calls can fail is predicted here; what a default stream
+        # means is checked by visibility in the fake (check_exchange).
+        if producer_stream in DEFAULT_STREAMS:
+            # A default work stream is the tensor's device's: a device the driver lacks fails.
+            if not 0 <= device_id < DEVICES or stream not in known:
+                raise Refused(CUDAError, "")
+        elif producer_stream != stream:
+            if producer_stream not in known or stream not in known:
                 raise Refused(CUDAError, "")
         ready = stream
     fields["ready_stream"] = ready
@@ -758,8 +764,14 @@ def check_exchange(spec, stream_choice):
         except Refused as refused:
             expected = refused
         _note(f"model: {expected!r}")
-        if (_WORK_STREAM[0] or 1) in known:
-            fake.enqueue_write(_WORK_STREAM[0] or 1, "producer")
+        work_handle = _WORK_STREAM[0]
+        device_id = spec["device"][1]
+        if work_handle in DEFAULT_STREAMS:
+            # The producer's default stream is its tensor's device's (the current one is device 0's).
+            if 0 <= device_id < DEVICES:
+                fake.enqueue_write(work_handle, "producer", context=fake.primary_contexts[device_id])
+        elif work_handle in known:
+            fake.enqueue_write(work_handle, "producer")
         exc = view = None
         try:
             view = StridedMemoryView(obj, stream_ptr)
@@ -905,19 +917,24 @@ def model_cai(interface, stream_ptr, known):
                 raise Refused(BufferError, CAI + "'stream' 0 is disallowed")
             if not 0 < producer_stream < 2**64:
                 raise Refused(BufferError, CAI + "'stream' must be None or a stream handle > 0 (got ")
-    if stream == -1:
-        ready = producer_stream
-    else:
-        if producer_stream is not None and not same_stream(producer_stream, stream):
-            if producer_stream not in known or stream not in known:
-                raise Refused(CUDAError, "")
-        ready = stream
     if ptr == 0:
         device_id = 0  # the current device
     elif S.SAFE_PTR <= ptr <= S.SAFE_PTR + 8 * S.SAFE_SPAN:
         device_id = 1
     else:
         device_id = None  # the driver does not know the pointer: CUDAError
+    if stream == -1:
+        ready = producer_stream
+    else:
+        # Which driver calls can fail; what the streams mean is checked in the fake (check_cai).
+        if producer_stream in DEFAULT_STREAMS:
+            # The default stream of the data's device, asked of the driver for the pointer.
+            if device_id is None or stream not in known:
+                raise Refused(CUDAError, "")
+        elif producer_stream is not None and producer_stream != stream:
+            if producer_stream not in known or stream not in known:
+                raise Refused(CUDAError, "")
+        ready = stream
     return {
         "ptr": ptr, "shape": shape, "strides": element_strides, "dtype": dtype, "size": size,
         "readonly": bool(readonly), "is_device_accessible": True, "ready_stream": ready,
@@ -939,8 +956,14 @@ def check_cai(interface, stream_choice):
     except Refused as refused:
         expected = refused
     _note(f"model: {expected!r}")
-    for handle in (own_producer, 1, 2):
-        fake.enqueue_write(handle, ("write", handle))
+    fake.enqueue_write(own_producer, ("write", own_producer))
+    # A producer's default streams are those of its data's device (1 for SAFE_PTR; the
+    # current context's for a NULL pointer).
+    data = interface.get("data") if isinstance(interface, dict) else None
+    ptr = data[0] if type(data) is tuple and len(data) == 2 and type(data[0]) is int else 0
+    data_context = fake.primary_contexts[1] if S.SAFE_PTR <= ptr <= S.SAFE_PTR + 8 * S.SAFE_SPAN else None
+    for handle in (1, 2):
+        fake.enqueue_write(handle, ("write", handle), context=data_context)
     exc = view = None
     try:
         view = StridedMemoryView(obj, stream_ptr)

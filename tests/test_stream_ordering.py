@@ -23,9 +23,12 @@ DISABLE_TIMING = 2
 
 
 
-def ordered_view(producer_stream, consumer_stream, **keys):
-    """A view of a fresh CAI producer whose dict names ``producer_stream``."""
-    return StridedMemoryView(CAIProducer(stream=producer_stream, **keys), stream_ptr=consumer_stream)
+def ordered_view(producer_stream, consumer_stream, data_device=0, **keys):
+    """A view of a fresh CAI producer whose dict names ``producer_stream``; its data is ``data_device``'s memory."""
+    producer = CAIProducer(stream=producer_stream, **keys)
+    if isinstance(_driver._api, FakeDriver):
+        _driver._api.register_pointer(producer.ptr, producer.array.nbytes, device=data_device)
+    return StridedMemoryView(producer, stream_ptr=consumer_stream)
 
 
 def state_calls(fake, calls=None):
@@ -64,14 +67,11 @@ def event_of(fake, call):
         ({"version": 1, "stream": 0x5000}, 0x7000),
         ({"version": 0, "stream": 0x5000}, 0x7000),
         ({"stream": 0x5000}, 0x5000),
-        ({"stream": 1}, 0),
-        ({"stream": 1}, 1),
-        ({"stream": 2}, 2),
     ],
-    ids=["opt-out", "stream-none", "stream-absent", "v2", "v1", "v0", "same", "0-vs-1", "1-vs-1", "2-vs-2"],
+    ids=["opt-out", "stream-none", "stream-absent", "v2", "v1", "v0", "same"],
 )
 def test_no_calls_when_nothing_to_order(fake, keys, stream_ptr):
-    """No driver call at all (not even cuInit) for -1, no producer stream, v0-v2 dicts, or the same stream (0 counts as 1)."""
+    """No driver call at all (not even cuInit) for -1, no producer stream, v0-v2 dicts, or the same ordinary stream."""
     view = StridedMemoryView(CAIProducer(**keys), stream_ptr=stream_ptr)
     assert fake.calls == []
     assert view.shape == (2, 3)
@@ -107,17 +107,60 @@ def test_first_ordering_call_sequence(fake):
     assert view.ready_stream == consumer
 
 
+@pytest.mark.parametrize("current", ["device-0", "none"])
+@pytest.mark.parametrize("data_device", [0, 1])
 @pytest.mark.parametrize("producer_handle", [1, 2], ids=["legacy", "per-thread"])
-def test_default_stream_producer_uses_current_context(fake, producer_handle):
-    """For producer handles 1 and 2 the context is cuCtxGetCurrent's, not cuStreamGetCtx's."""
+def test_default_stream_producer_resolved_in_data_device_primary(fake, producer_handle, data_device, current):
+    """A CAI producer's handle 1 or 2 is the default stream of the data's device (cuPointerGetAttribute), recorded with that device's primary context pushed, whatever is current."""
+    primary = fake.primary_contexts[data_device]
     consumer = fake.new_stream()
-    ordered_view(producer_handle, consumer)
-    assert names(fake.calls) == [
-        "cuInit", "cuCtxGetCurrent", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
+    if current == "none":
+        fake.set_current(None)
+    fake.enqueue_write(producer_handle, "w", context=primary)
+    ordered_view(producer_handle, consumer, data_device=data_device)
+    calls = fake.calls
+    assert names(calls) == [
+        "cuInit", "cuPointerGetAttribute", "cuDeviceGet", "cuDevicePrimaryCtxRetain",
+        "cuCtxPushCurrent", "cuEventCreate", "cuEventRecord", "cuCtxPopCurrent",
         "cuStreamWaitEvent",
     ]
-    check_call(fake.calls[4], "cuEventRecord", fake.calls[4][1][0], producer_handle)
-    assert fake.event(fake.calls[4][1][0]).context is fake.context_of(fake.current_context())
+    check_call(calls[2], "cuDeviceGet", data_device)
+    check_call(calls[4], "cuCtxPushCurrent", primary)
+    event = calls[6][1][0]
+    check_call(calls[6], "cuEventRecord", event, producer_handle)
+    check_call(calls[8], "cuStreamWaitEvent", consumer, event, 0)
+    assert fake.event(event).context is fake.context_of(primary)
+    assert fake.current_context() == (None if current == "none" else fake.primary_contexts[0])
+    assert fake.enqueue_read(consumer) == {"w"}
+    # Never cached: the next view pushes again; the device's primary context is retained once.
+    fake.clear_calls()
+    ordered_view(producer_handle, consumer, data_device=data_device)
+    assert names(fake.calls) == [
+        "cuPointerGetAttribute", "cuCtxPushCurrent", "cuEventRecord", "cuCtxPopCurrent",
+        "cuStreamWaitEvent",
+    ]
+
+
+@pytest.mark.parametrize(
+    "producer_handle, consumer_handle", [(1, 1), (1, 0), (2, 2)], ids=["1-vs-1", "1-vs-0", "2-vs-2"]
+)
+def test_same_default_stream_orders_nothing(fake, producer_handle, consumer_handle):
+    """Producer and consumer naming one default stream (0 is 1) of the data device's context, current or implied by none current, record and wait on nothing."""
+    for current in (fake.primary_contexts[0], None):
+        fake.set_current(current)
+        ordered_view(producer_handle, consumer_handle, data_device=0)
+        assert "cuEventRecord" not in names(fake.calls)
+        assert "cuStreamWaitEvent" not in names(fake.calls)
+
+
+@pytest.mark.parametrize(
+    "producer_handle, consumer_handle", [(1, 1), (1, 0), (2, 2), (1, 2)], ids=["1-vs-1", "1-vs-0", "2-vs-2", "1-vs-2"]
+)
+def test_default_streams_of_two_devices_are_ordered(fake, producer_handle, consumer_handle):
+    """Data on device 1 with device 0 current: the producer's default stream is device 1's, the consumer's device 0's, and the consumer sees the producer's writes."""
+    fake.enqueue_write(producer_handle, "on-device-1", context=fake.primary_contexts[1])
+    ordered_view(producer_handle, consumer_handle, data_device=1)
+    assert fake.enqueue_read(consumer_handle) == {"on-device-1"}  # device 0's default stream
 
 
 @pytest.mark.parametrize(
@@ -127,9 +170,11 @@ def test_different_default_streams_are_ordered(fake, producer_handle, consumer_h
     """Different streams are ordered even when both are default streams (2 vs 1, 2 vs 0) or the consumer is one."""
     if producer_handle == 0x5000:
         producer_handle = fake.new_stream()
+    fake.enqueue_write(producer_handle, "w")
     ordered_view(producer_handle, consumer_handle)
-    assert names(fake.calls)[-2:] == ["cuEventRecord", "cuStreamWaitEvent"]
+    assert "cuEventRecord" in names(fake.calls)
     check_call(fake.calls[-1], "cuStreamWaitEvent", consumer_handle, fake.calls[-1][1][1], 0)
+    assert fake.enqueue_read(consumer_handle) == {"w"}
 
 
 def test_init_once_then_two_calls_per_view(fake):
@@ -235,23 +280,23 @@ def test_stale_context_retried_after_invalid_handle(fake):
     assert names(fake.calls) == ["cuEventRecord", "cuStreamWaitEvent"]
 
 
-def test_legacy_stream_retried_when_current_context_changes(fake):
-    """A producer on handle 1 after the thread's current context changed: the stale record fails and is retried in the new context."""
+def test_legacy_stream_follows_the_data_not_the_current_context(fake):
+    """A producer on handle 1 is resolved afresh for each view: after the current context changes, still the data device's default stream, with no failed record."""
     other = fake.new_context(1)
     consumer = fake.new_stream()
-    ordered_view(1, consumer)
+    ordered_view(1, consumer, data_device=0)
     fake.set_current(other)
+    fake.enqueue_write(1, "legacy-of-device-0", context=fake.primary_contexts[0])
     fake.enqueue_write(1, "legacy-of-other")
     fake.clear_calls()
-    ordered_view(1, consumer)
+    ordered_view(1, consumer, data_device=0)
     calls = state_calls(fake)
     assert names(calls) == [
-        "cuEventRecord", "cuCtxGetCurrent", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
+        "cuPointerGetAttribute", "cuCtxPushCurrent", "cuEventRecord", "cuCtxPopCurrent",
         "cuStreamWaitEvent",
     ]
-    assert fake.event(calls[4][1][0]).context is fake.context_of(other)
-    fake.set_current(fake.primary_contexts[0])
-    assert fake.enqueue_read(consumer) == {"legacy-of-other"}
+    assert fake.event(calls[2][1][0]).context is fake.context_of(fake.primary_contexts[0])
+    assert fake.enqueue_read(consumer) == {"legacy-of-device-0"}
 
 
 def test_invalid_handle_on_fresh_lookup_is_not_retried(fake):
@@ -489,6 +534,7 @@ def test_separate_events_per_thread(fake):
     start, end = threading.Barrier(3, timeout=10), threading.Barrier(3, timeout=10)
 
     def run():
+        fake.set_current(fake.primary_contexts[0])  # a new thread has none: real code makes one current
         start.wait()
         ordered_view(producer, consumer)
         end.wait()
@@ -496,13 +542,17 @@ def test_separate_events_per_thread(fake):
     threads = _run_threads([run] * 3)
     assert names(fake.calls).count("cuInit") == 1
     events = set()
+    created_by = {e.handle: e.created_by for e in fake.created_events}
     for thread in threads:
         calls = fake.thread_calls(thread.ident)
+        # ... and destroys it, in its own context, when it ends.
         assert names(calls) == [
             "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent",
+            "cuCtxPushCurrent", "cuEventDestroy", "cuCtxPopCurrent",
         ]
         event = int(calls[3][1][0])
-        assert fake.event(event).created_by == thread.ident
+        assert created_by[event] == thread.ident
+        check_call(calls[6], "cuEventDestroy", event)
         events.add(event)
     events.add(int(fake.thread_calls()[-1][1][1]))
     assert len(events) == 4

@@ -232,6 +232,7 @@ def test_event_cache_per_thread_and_context(fake):
 
     def work(index):
         mine = streams[index]
+        fake.set_current(ctx0)  # a new thread has no current context: real code makes one current
         for round_ in range(rounds):
             for name, producer in (("shared0", shared0), ("shared1", shared1), ("own0", mine["own0"]),
                                    ("own1", mine["own1"]), ("legacy", 1), ("per-thread", 2)):
@@ -252,17 +253,20 @@ def test_event_cache_per_thread_and_context(fake):
     owner = {}
     for thread in threads:
         calls = fake.thread_calls(thread.ident)
-        created = [event.handle for event in fake.events.values() if event.created_by == thread.ident]
-        contexts = Counter(int(fake.event(e).context.handle) for e in created)
-        # One event per context this thread used (ctx0 and ctx1), created by this thread.
+        created = [event for event in fake.created_events if event.created_by == thread.ident]
+        contexts = Counter(int(event.context.handle) for event in created)
+        # One event per context this thread used (ctx0 and ctx1), created by this thread ...
         assert contexts == Counter({int(ctx0): 1, int(ctx1): 1}), contexts
         for event in created:
-            assert fake.event(event).created_by == thread.ident
-            owner[int(event)] = thread.ident
+            owner[event.handle] = thread.ident
         used = {int(args[0]) for name, args in calls if name == "cuEventRecord"}
         used |= {int(args[1]) for name, args in calls if name == "cuStreamWaitEvent"}
-        assert used == {int(e) for e in created}, "a thread used an event it did not create"
+        assert used == {event.handle for event in created}, "a thread used an event it did not create"
+        # ... and destroyed by it when it ended.
+        destroyed = {int(args[0]) for name, args in calls if name == "cuEventDestroy"}
+        assert destroyed == {event.handle for event in created}
     assert len(owner) == 2 * THREADS
+    assert fake.live_events() == 0
 
 
 def test_event_cache_with_exchange_api_producer(fake):
@@ -294,7 +298,7 @@ def test_event_cache_with_exchange_api_producer(fake):
         test_fuzz._WORK_STREAM[0] = 0
     assert fake.violations == []
     by_thread = defaultdict(set)
-    for event in fake.events.values():
+    for event in fake.created_events:
         by_thread[event.created_by].add(event.handle)
     for thread in threads:
         assert len(by_thread[thread.ident]) == 1

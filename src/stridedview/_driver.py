@@ -9,19 +9,51 @@ machine with no driver.  Tests replace the bindings with a fake through
 
 Ordering never blocks the host: an event is recorded on the producer's stream
 and the consumer's stream is made to wait on it (``cuEventRecord`` then
-``cuStreamWaitEvent``), which also works under CUDA graph capture.  One event is
-kept per (context, thread) and reused: a wait uses what the event captured when
-the wait was enqueued, so recording it again later is harmless; sharing it across
-threads is not, hence one per thread.  The context of each producer stream is
-remembered per thread too, so that an ordering after warm-up costs two driver
-calls.  Should a remembered context be stale (a stream destroyed and its handle
-reused in another context), the record fails with CUDA_ERROR_INVALID_HANDLE; the
-context is then looked up afresh and the record tried once more.
+``cuStreamWaitEvent``), which also works under CUDA graph capture.
+
+What a stream handle names:
+
+- An ordinary handle names one stream, of one context (``cuStreamGetCtx``); that
+  context is remembered per thread.
+- The default-stream handles 0 (NULL), 1 (``CU_STREAM_LEGACY``) and 2
+  (``CU_STREAM_PER_THREAD``) name a default stream of whichever context is current
+  when a driver call is made, so what they mean is decided here, never remembered:
+
+  * a *producer's* default stream is that of the device holding the data (the
+    tensor's device through DLPack, the device owning the pointer for the CUDA
+    Array Interface): it is resolved in that device's primary context, which is
+    retained once, pushed around the record and popped, whatever context the
+    calling thread has current (or none);
+  * a *consumer's* default stream is that of the context current in the calling
+    thread, where the consumer will launch; with none current, that of the data's
+    device's primary context.  A producer and a consumer default stream are the
+    same stream (nothing to order) only when both resolve to one context, and 0
+    and 1 are the same stream;
+  * when the data's device is not known (``device`` and ``ptr`` not given) both
+    are resolved in the current context, as the driver would.
+
+Events: one per (context, thread), reused.  A wait uses what the event captured
+when the wait was enqueued, so recording it again later is harmless; sharing it
+across threads is not, hence one per thread.  Each thread's events are held by a
+``_ThreadEvents`` object in a ``threading.local``; when the thread ends the object
+is dropped and its finalizer destroys the events (``cuEventDestroy``, with the
+event's context pushed); ``use_api`` destroys every thread's events and releases
+the retained primary contexts.  Nothing is destroyed at interpreter exit: the
+process's driver resources go with it.
+
+After warm-up, ordering after an ordinary producer stream costs two driver calls
+(record, wait); after a producer's default stream, four (push, record, pop,
+wait).  Should a remembered context or event be stale (a stream destroyed and its
+handle reused elsewhere, a primary context reset by ``cudaDeviceReset``, which
+keeps the context's handle but destroys its events), the record fails with
+CUDA_ERROR_INVALID_HANDLE or CUDA_ERROR_INVALID_CONTEXT; the stale entries are
+then dropped and the record tried once more with a fresh lookup and a fresh event.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 
 from stridedview._errors import CUDAError
 
@@ -35,9 +67,15 @@ DEVICE_ID_HINT = (
 # default stream, both of whichever context is current.
 CU_STREAM_LEGACY = 1
 CU_STREAM_PER_THREAD = 2
+# Handles that name a default stream of the current context (0 is the NULL stream,
+# which the driver API takes as the legacy default stream).
+_DEFAULT_STREAMS = (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD)
 
 _CUDA_SUCCESS = 0
-_CUDA_ERROR_INVALID_HANDLE = 400
+_NO_DRIVER = "CUDA_ERROR_NO_DRIVER"
+_INVALID_CONTEXT = "CUDA_ERROR_INVALID_CONTEXT"
+# What a record on a dead event, or on a stream of another context, returns.
+_STALE = ("CUDA_ERROR_INVALID_HANDLE", _INVALID_CONTEXT)
 _CU_EVENT_DISABLE_TIMING = 2
 _CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
 
@@ -45,18 +83,28 @@ _api = None  # the module providing cu* calls: cuda.bindings.driver, or a test f
 _initialized = False
 _init_lock = threading.Lock()
 _per_thread = threading.local()
+# device ordinal -> (CUdevice, its primary context), retained by this module.
+_primary_contexts: dict = {}
+# Every thread's live _ThreadEvents, so that use_api can destroy their events.
+_thread_events = weakref.WeakSet()
 
 
 def use_api(api) -> None:
     """Make ``api`` (an object with cuda.bindings.driver's calls) the driver; None resets.
 
-    Forgets every cached context and event: tests call it to install a fake.
+    Destroys every thread's cached events and releases the retained primary
+    contexts in the driver being replaced, and forgets every cached context: tests
+    call it to install a fake.  No other thread may be ordering streams meanwhile.
     """
-    global _api, _initialized, _per_thread
+    global _api, _initialized, _per_thread, _primary_contexts
     with _init_lock:
+        for holder in list(_thread_events):
+            holder.close()
+        _release_primary_contexts(_api, _primary_contexts)
         _api = api
         _initialized = False
         _per_thread = threading.local()
+        _primary_contexts = {}
 
 
 def _load_api(hint: str):
@@ -67,7 +115,7 @@ def _load_api(hint: str):
         except ImportError as exc:
             raise CUDAError(
                 f"cuda-bindings is not installed ({exc}): {hint}",
-                "CUDA_ERROR_NO_DRIVER",
+                _NO_DRIVER,
             ) from exc
         _api = driver
     return _api
@@ -80,10 +128,12 @@ def _call(api, name: str, *args, hint: str = NO_DRIVER_HINT):
     """
     try:
         result = getattr(api, name)(*args)
+    except CUDAError:
+        raise  # a driver error from below (a wrapper, a hook): not "no driver"
     except (RuntimeError, OSError) as exc:  # cuda-bindings' error when libcuda cannot be loaded
         raise CUDAError(
             f"the CUDA driver could not be used for {name} ({exc}): {hint}",
-            "CUDA_ERROR_NO_DRIVER",
+            _NO_DRIVER,
         ) from exc
     if int(result[0]) != _CUDA_SUCCESS:
         error_name = _error_name(api, result[0])
@@ -117,68 +167,51 @@ def _driver(hint: str = NO_DRIVER_HINT):
     return api
 
 
-def _thread_state():
-    state = _per_thread
-    try:
-        return state.context_of_stream, state.event_of_context
-    except AttributeError:
-        state.context_of_stream = {}
-        state.event_of_context = {}
-        return state.context_of_stream, state.event_of_context
+# --- contexts -------------------------------------------------------------------------------
 
+def _in_context(api, context, action):
+    """``action()`` with ``context`` pushed as the calling thread's current context.
 
-def _context_of(api, stream: int):
-    if stream in (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
-        return _call(api, "cuCtxGetCurrent")
-    return _call(api, "cuStreamGetCtx", stream)
-
-
-def _event_in(api, context, event_of_context):
-    key = int(context)
-    event = event_of_context.get(key)
-    if event is None:
-        current = _call(api, "cuCtxGetCurrent")
-        if int(current) == key:
-            event = _call(api, "cuEventCreate", _CU_EVENT_DISABLE_TIMING)
-        else:
-            _call(api, "cuCtxPushCurrent", context)
-            try:
-                event = _call(api, "cuEventCreate", _CU_EVENT_DISABLE_TIMING)
-            finally:
-                _call(api, "cuCtxPopCurrent")
-        event_of_context[key] = event
-    return event
-
-
-def order_after(producer_stream: int, consumer_stream: int) -> None:
-    """Make work later enqueued on ``consumer_stream`` wait for ``producer_stream``'s work so far.
-
-    Both are stream handles (1 and 2 the current context's default streams); the
-    host is never blocked.
+    The context is popped afterwards; if ``action`` fails, its error is the one
+    raised even when the pop fails too.
     """
-    api = _driver()
-    context_of_stream, event_of_context = _thread_state()
-    context = context_of_stream.get(producer_stream)
-    fresh = context is None
-    if fresh:
-        context = context_of_stream[producer_stream] = _context_of(api, producer_stream)
-    event = _event_in(api, context, event_of_context)
+    _call(api, "cuCtxPushCurrent", context)
     try:
-        _call(api, "cuEventRecord", event, producer_stream)
-    except CUDAError as exc:
-        if fresh or exc.name != "CUDA_ERROR_INVALID_HANDLE":
-            raise
-        context = context_of_stream[producer_stream] = _context_of(api, producer_stream)
-        event = _event_in(api, context, event_of_context)
-        _call(api, "cuEventRecord", event, producer_stream)
-    _call(api, "cuStreamWaitEvent", consumer_stream, event, 0)
+        result = action()
+    except BaseException:
+        try:
+            _call(api, "cuCtxPopCurrent")
+        except CUDAError:
+            pass  # the first error is the one that explains what went wrong
+        raise
+    _call(api, "cuCtxPopCurrent")
+    return result
 
 
-def device_of_pointer(ptr: int) -> int:
-    """The ordinal of the device owning ``ptr``; for ptr 0, the current device."""
-    api = _driver(DEVICE_ID_HINT)
+def _primary_context(api, device: int):
+    """The primary context of ``device`` (an ordinal), retained once per driver."""
+    found = _primary_contexts.get(device)
+    if found is None:
+        with _init_lock:
+            found = _primary_contexts.get(device)
+            if found is None:
+                handle = _call(api, "cuDeviceGet", device)
+                found = (handle, _call(api, "cuDevicePrimaryCtxRetain", handle))
+                _primary_contexts[device] = found
+    return found[1]
+
+
+def _release_primary_contexts(api, retained: dict) -> None:
+    for handle, _ in retained.values():
+        try:
+            _call(api, "cuDevicePrimaryCtxRelease", handle)
+        except Exception:  # noqa: BLE001 - a driver being replaced: nothing to report to
+            pass
+
+
+def _pointer_device(api, ptr: int, hint: str) -> int:
     if ptr == 0:
-        return int(_call(api, "cuCtxGetDevice", hint=DEVICE_ID_HINT))
+        return int(_call(api, "cuCtxGetDevice", hint=hint))
     # cuda-bindings wants its enum here, not a plain int.
     attributes = getattr(api, "CUpointer_attribute", None)
     attribute = (
@@ -186,9 +219,231 @@ def device_of_pointer(ptr: int) -> int:
         if attributes is None
         else attributes.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     )
-    return int(_call(api, "cuPointerGetAttribute", attribute, ptr, hint=DEVICE_ID_HINT))
+    return int(_call(api, "cuPointerGetAttribute", attribute, ptr, hint=hint))
+
+
+# --- events, per thread ---------------------------------------------------------------------
+
+class _ThreadEvents:
+    """One thread's cached driver state: its events by context, and its streams' contexts.
+
+    The thread's ``threading.local`` holds it; when the thread ends (or ``use_api``
+    closes it) its finalizer destroys the events.
+    """
+
+    __slots__ = ("event_of_context", "context_of_stream", "_finalizer", "__weakref__")
+
+    def __init__(self, api):
+        # int(context) -> (context, event); shared with the finalizer, which must
+        # not hold the object itself.
+        self.event_of_context: dict = {}
+        # ordinary producer stream handle -> its context
+        self.context_of_stream: dict = {}
+        self._finalizer = weakref.finalize(self, _destroy_events, api, self.event_of_context)
+        # At interpreter exit the process's driver resources go with it: the
+        # driver may already be shutting down, so it is not called then.
+        self._finalizer.atexit = False
+        _thread_events.add(self)
+
+    def close(self) -> None:
+        """Destroy the events now (once); the caches start empty again."""
+        self._finalizer()
+        self.context_of_stream.clear()
+
+
+def _destroy_events(api, event_of_context: dict) -> None:
+    """Destroy each event with its own context pushed; errors are ignored (a reset
+    context's events are already gone, and a finalizer has no one to tell)."""
+    entries = list(event_of_context.values())
+    event_of_context.clear()
+    for context, event in entries:
+        _destroy_quietly(api, context, event)
+
+
+def _destroy_quietly(api, context, event) -> None:
+    try:
+        _in_context(api, context, lambda: _call(api, "cuEventDestroy", event))
+    except Exception:  # noqa: BLE001 - see _destroy_events
+        pass
+
+
+def _thread_state(api) -> _ThreadEvents:
+    state = _per_thread
+    try:
+        return state.events
+    except AttributeError:
+        state.events = _ThreadEvents(api)
+        return state.events
+
+
+def _new_event(api, state: _ThreadEvents, context):
+    """Create an event in ``context``, which must be current, and cache it at once."""
+    event = _call(api, "cuEventCreate", _CU_EVENT_DISABLE_TIMING)
+    state.event_of_context[int(context)] = (context, event)
+    return event
+
+
+def _drop_event(api, state: _ThreadEvents, context) -> None:
+    entry = state.event_of_context.pop(int(context), None)
+    if entry is not None:
+        _destroy_quietly(api, *entry)
+
+
+def _event_in(api, state: _ThreadEvents, context):
+    """This thread's event in ``context`` (created on first use), and whether it is new."""
+    entry = state.event_of_context.get(int(context))
+    if entry is not None:
+        return entry[1], False
+    current = _call(api, "cuCtxGetCurrent")
+    if int(current) == int(context):
+        return _new_event(api, state, context), True
+    # Cached before the pop, so that an event is never lost if the pop fails.
+    return _in_context(api, context, lambda: _new_event(api, state, context)), True
+
+
+# --- ordering -------------------------------------------------------------------------------
+
+def order_after(producer_stream: int, consumer_stream: int, device=None, ptr: int = 0) -> None:
+    """Make work later enqueued on ``consumer_stream`` wait for ``producer_stream``'s work so far.
+
+    Both are stream handles; the host is never blocked.  ``device`` is the ordinal
+    of the device holding the data, or None; then ``ptr``, when not 0, is a pointer
+    into the data whose device the driver is asked for, only if a default-stream
+    handle needs it.  A producer's default stream (0, 1, 2) is that device's
+    primary context's; a consumer's, the calling thread's current context's (the
+    data device's primary context's with none current).  With neither ``device``
+    nor ``ptr``, both are the current context's.  CUDAError if a driver call fails.
+    """
+    if producer_stream == consumer_stream and producer_stream not in _DEFAULT_STREAMS:
+        return
+    api = _driver()
+    state = _thread_state(api)
+    if producer_stream in _DEFAULT_STREAMS:
+        if device is None and ptr != 0:
+            device = _pointer_device(api, ptr, NO_DRIVER_HINT)
+        if device is None:
+            _order_after_current_default(api, state, producer_stream, consumer_stream)
+        else:
+            _order_after_default(api, state, producer_stream, consumer_stream, device)
+        return
+    event = _record_on_stream(api, state, producer_stream)
+    _wait(api, event, consumer_stream, device, ptr)
+
+
+def _same_default_stream(a: int, b: int) -> bool:
+    """Whether default-stream handles ``a`` and ``b`` name one stream of one context."""
+    return (a == CU_STREAM_PER_THREAD) == (b == CU_STREAM_PER_THREAD)
+
+
+def _order_after_default(api, state, producer_stream, consumer_stream, device) -> None:
+    """Order after the default stream ``producer_stream`` of ``device``'s primary context."""
+    primary = _primary_context(api, device)
+    wait_inside = False
+    if consumer_stream in _DEFAULT_STREAMS:
+        current = int(_call(api, "cuCtxGetCurrent"))
+        wait_inside = current == 0  # no current context: the consumer's is the primary
+        if current in (0, int(primary)) and _same_default_stream(producer_stream, consumer_stream):
+            return
+
+    def record():
+        event = _record_in_current(api, state, primary, producer_stream)
+        if wait_inside:
+            _call(api, "cuStreamWaitEvent", consumer_stream, event, 0)
+        return event
+
+    event = _in_context(api, primary, record)
+    if not wait_inside:
+        _call(api, "cuStreamWaitEvent", consumer_stream, event, 0)
+
+
+def _order_after_current_default(api, state, producer_stream, consumer_stream) -> None:
+    """Order after the default stream ``producer_stream`` of the current context (never cached)."""
+    if consumer_stream in _DEFAULT_STREAMS and _same_default_stream(producer_stream, consumer_stream):
+        return  # one context, one stream
+    context = _call(api, "cuCtxGetCurrent")
+    event = _record_in_current(api, state, context, producer_stream)
+    _call(api, "cuStreamWaitEvent", consumer_stream, event, 0)
+
+
+def _record_in_current(api, state, context, stream):
+    """Record this thread's event of ``context``, the current context, on ``stream``.
+
+    A cached event that fails as stale (its context was reset) is replaced by a
+    fresh one and the record tried once more.
+    """
+    entry = state.event_of_context.get(int(context))
+    if entry is None:
+        event = _new_event(api, state, context)
+        _call(api, "cuEventRecord", event, stream)
+        return event
+    try:
+        _call(api, "cuEventRecord", entry[1], stream)
+        return entry[1]
+    except CUDAError as exc:
+        if exc.name not in _STALE:
+            raise
+    _drop_event(api, state, context)
+    event = _new_event(api, state, context)
+    _call(api, "cuEventRecord", event, stream)
+    return event
+
+
+def _record_on_stream(api, state, stream):
+    """Record this thread's event of ``stream``'s context on ``stream``; the event.
+
+    When a remembered context or event fails as stale, the context is looked up
+    afresh, a dead event replaced, and the record tried once more.
+    """
+    context = state.context_of_stream.get(stream)
+    looked_up = context is None
+    if looked_up:
+        context = state.context_of_stream[stream] = _call(api, "cuStreamGetCtx", stream)
+    event, created = _event_in(api, state, context)
+    try:
+        _call(api, "cuEventRecord", event, stream)
+        return event
+    except CUDAError as exc:
+        if exc.name not in _STALE or (looked_up and created):
+            raise
+    state.context_of_stream.pop(stream, None)
+    fresh = _call(api, "cuStreamGetCtx", stream)
+    state.context_of_stream[stream] = fresh
+    if int(fresh) == int(context):
+        _drop_event(api, state, context)  # the stream is the same: the event is the dead one
+    event, _ = _event_in(api, state, fresh)
+    _call(api, "cuEventRecord", event, stream)
+    return event
+
+
+def _wait(api, event, consumer_stream, device, ptr) -> None:
+    """``consumer_stream`` waits on ``event``; a default stream with no current
+    context is the data device's primary context's."""
+    try:
+        _call(api, "cuStreamWaitEvent", consumer_stream, event, 0)
+        return
+    except CUDAError as exc:
+        if (
+            exc.name != _INVALID_CONTEXT
+            or consumer_stream not in _DEFAULT_STREAMS
+            or (device is None and ptr == 0)
+            or int(_call(api, "cuCtxGetCurrent")) != 0
+        ):
+            raise
+    if device is None:
+        device = _pointer_device(api, ptr, NO_DRIVER_HINT)
+    _in_context(
+        api,
+        _primary_context(api, device),
+        lambda: _call(api, "cuStreamWaitEvent", consumer_stream, event, 0),
+    )
+
+
+def device_of_pointer(ptr: int) -> int:
+    """The ordinal of the device owning ``ptr``; for ptr 0, the current device."""
+    return _pointer_device(_driver(DEVICE_ID_HINT), ptr, DEVICE_ID_HINT)
 
 
 def device_count() -> int:
     """The number of CUDA devices; CUDAError when there is no usable driver."""
     return int(_call(_driver(), "cuDeviceGetCount"))
+

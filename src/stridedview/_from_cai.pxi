@@ -116,8 +116,11 @@ cdef int _view_from_cai(
     if stream == -1:
         view.ready_stream = producer_stream
     else:
-        if producer_stream is not None and not _same_stream(producer_stream, stream):
-            _driver_module().order_after(producer_stream, stream)
+        # A default-stream producer (1, 2: <= 2) is the data device's: the driver decides.
+        if producer_stream is not None and (
+            producer_stream <= 2 or producer_stream != stream
+        ):
+            _driver_module().order_after(producer_stream, stream, None, ptr)
         view.ready_stream = stream
 
     view._ptr = ptr

@@ -97,10 +97,11 @@ cdef int _view_from_exchange_api(
         if info.current_work_stream(device_type, tensor.device.device_id, &producer_stream) != 0:
             return -1
         producer = <uintptr_t>producer_stream
-        # A NULL work stream is the legacy default stream.
-        producer = CU_STREAM_LEGACY_HANDLE if producer == 0 else producer
-        if not _same_stream(producer, stream):
-            _driver_module().order_after(producer, stream)
+        # A NULL (or 1, 2) work stream is a default stream of the TENSOR's device,
+        # whatever context is current: the driver resolves it there, and decides
+        # whether it is the consumer's stream.
+        if producer <= 2 or producer != stream:
+            _driver_module().order_after(producer, stream, tensor.device.device_id)
         ready = stream
     view.exporting_obj = obj
     view.ready_stream = ready
