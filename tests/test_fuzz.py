@@ -983,7 +983,9 @@ def check_cai(interface, stream_choice):
         ready, producer_stream = expected["ready_stream"], expected["producer_stream"]
         if producer_stream in (own_producer, 1, 2) and ready in known:
             # Ordered on the device (or the same stream): the consumer sees the producer's write.
-            if ("write", producer_stream) not in fake.enqueue_read(ready):
+            # After -1 the ready stream is the producer's own, a default one of its data's device.
+            opted_out = model_stream(stream_ptr) == -1
+            if ("write", producer_stream) not in fake.enqueue_read(ready, context=data_context if opted_out else None):
                 raise AssertionError(f"consumer stream {ready} does not wait for {producer_stream}")
         if expected["device_id"] is not None:
             exercise_exports(view)

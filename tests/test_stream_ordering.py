@@ -488,6 +488,180 @@ def test_ordering_through_cuda_stream_object(fake):
     assert view.ready_stream == consumer
 
 
+# --- many devices: default streams belong to the data's device -----------------------------
+
+def exchange_view(device, work_stream, consumer_stream):
+    """A view through the C exchange API of a tensor on CUDA ``device`` whose producer reports ``work_stream``."""
+    import test_fuzz
+
+    test_fuzz._WORK_STREAM[0] = work_stream
+    lender = test_fuzz.ExchangeProducer(
+        {"device": (2, device), "dtype": (2, 32, 1), "shape": [4], "ndim": 1, "strides": None,
+         "byte_offset": 0, "data": 0x10000, "work_stream": work_stream}
+    )
+    try:
+        return StridedMemoryView(lender, stream_ptr=consumer_stream)
+    finally:
+        lender.close()
+        test_fuzz._WORK_STREAM[0] = 0
+
+
+@pytest.mark.parametrize("work_stream", [0, 1, 2], ids=["null", "legacy", "per-thread"])
+def test_exchange_api_default_stream_is_the_tensor_devices(fake, work_stream):
+    """A tensor on cuda:1 whose producer reports a NULL (or 1, 2) work stream while cuda:0 is current: the consumer on device 0 sees device 1's default-stream writes."""
+    consumer = fake.new_stream(fake.primary_contexts[0])
+    fake.enqueue_write(work_stream, "torch-on-cuda1", context=fake.primary_contexts[1])
+    fake.enqueue_write(work_stream, "device-0-work")
+    view = exchange_view(1, work_stream, consumer)
+    assert view.ready_stream == consumer
+    assert fake.enqueue_read(consumer) == {"torch-on-cuda1"}
+    assert fake.current_context() == fake.primary_contexts[0]
+
+
+@pytest.mark.parametrize("consumer_kind", ["stream", "null", "legacy"])
+def test_exchange_api_null_stream_with_no_current_context(fake, consumer_kind):
+    """With no current context at all, a NULL work stream of a tensor on cuda:1 is ordered in device 1's primary context (no CUDA_ERROR_INVALID_CONTEXT); a default consumer stream is device 1's too."""
+    fake.set_current(None)
+    consumer = {"stream": fake.new_stream(fake.primary_contexts[0]), "null": 0, "legacy": 1}[consumer_kind]
+    fake.enqueue_write(0, "w", context=fake.primary_contexts[1])
+    exchange_view(1, 0, 2 if consumer_kind != "stream" else consumer)
+    reader_context = None if consumer_kind == "stream" else fake.primary_contexts[1]
+    assert fake.enqueue_read(2 if consumer_kind != "stream" else consumer, context=reader_context) == {"w"}
+    assert fake.current_context() is None
+
+
+def test_exchange_api_default_stream_context_is_never_cached(fake):
+    """One thread viewing NULL-stream tensors on device 0, then device 1, then device 0: each view waits on its own tensor's device."""
+    consumer = fake.new_stream(fake.primary_contexts[0])
+    for round_, device in enumerate([0, 1, 0, 1]):
+        tag = (round_, device)
+        fake.enqueue_write(0, tag, context=fake.primary_contexts[device])
+        exchange_view(device, 0, consumer)
+        assert tag in fake.enqueue_read(consumer)
+
+
+def test_exchange_api_same_default_stream_records_nothing(fake):
+    """NULL work stream and consumer stream 0 on the tensor's device (current): one stream, no event recorded; on another device: ordered."""
+    exchange_view(0, 0, 0)
+    assert "cuEventRecord" not in names(fake.calls)
+    fake.enqueue_write(0, "on-1", context=fake.primary_contexts[1])
+    exchange_view(1, 0, 0)
+    assert "cuEventRecord" in names(fake.calls)
+    assert fake.enqueue_read(0) == {"on-1"}
+
+
+def test_exchange_api_unknown_device_is_cuda_error(fake):
+    """A NULL work stream for a device the driver does not have raises CUDAError (cuDeviceGet's CUDA_ERROR_INVALID_DEVICE)."""
+    with pytest.raises(CUDAError) as excinfo:
+        exchange_view(7, 0, fake.new_stream())
+    assert excinfo.value.name == "CUDA_ERROR_INVALID_DEVICE"
+
+
+# --- events are destroyed; a reset context recovers ---------------------------------------------
+
+def test_use_api_destroys_every_event_and_releases_primary_contexts(fake):
+    """Swapping the seam destroys the events of every thread, live or not, and releases the retained primary contexts."""
+    consumer = fake.new_stream()
+    ordered_view(fake.new_stream(fake.primary_contexts[0]), consumer)
+    ordered_view(fake.new_stream(fake.primary_contexts[1]), consumer)  # a second event
+    ordered_view(1, consumer, data_device=1)  # device 1's primary context, retained
+    ready, release = threading.Event(), threading.Event()
+
+    def holder():
+        fake.set_current(fake.primary_contexts[0])
+        ordered_view(fake.new_stream(), fake.new_stream())
+        ready.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        assert fake.live_events() == 3
+        _driver.use_api(FakeDriver())
+        assert fake.live_events() == 0
+        assert fake.primary_retains == [1, 1]
+    finally:
+        release.set()
+        thread.join(10)
+        _driver.use_api(fake)
+
+
+@pytest.mark.parametrize("producer", ["stream", "null-stream"])
+def test_ordering_recovers_after_primary_context_reset(fake, producer):
+    """After cuDevicePrimaryCtxReset (same context handle, its events dead), the next orderings on the thread drop the dead event and succeed with a fresh one."""
+    primary = fake.primary_contexts[0]
+    consumer = fake.new_stream(fake.primary_contexts[1])
+
+    def view_after(tag):
+        if producer == "stream":
+            stream = fake.new_stream(primary)
+            fake.enqueue_write(stream, tag)
+            ordered_view(stream, consumer)
+        else:
+            fake.enqueue_write(0, tag, context=primary)
+            exchange_view(0, 0, consumer)
+        assert tag in fake.enqueue_read(consumer)
+
+    view_after("before")
+    (old_event,) = [e.handle for e in fake.created_events]
+    fake.reset_device(0)
+    view_after("after-reset")
+    view_after("again")
+    new_events = [e for e in fake.created_events if e.handle != old_event]
+    assert len(new_events) == 1 and new_events[0].alive
+    assert fake.live_events() == 1
+
+
+# --- errors are reported as they happened -----------------------------------------------------
+
+class RaisingDriver:
+    """A driver whose cuStreamWaitEvent raises CUDAError itself (a wrapper or hook would)."""
+
+    def __init__(self, fake):
+        self._fake = fake
+
+    def __getattr__(self, name):
+        return getattr(self._fake, name)
+
+    def cuStreamWaitEvent(self, *args):
+        raise CUDAError("cuStreamWaitEvent failed: CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_LAUNCH_FAILED")
+
+
+def test_cuda_error_raised_inside_a_call_is_not_no_driver(fake):
+    """A CUDAError (a RuntimeError) raised inside a driver call propagates as it is, not as CUDA_ERROR_NO_DRIVER."""
+    _driver.use_api(RaisingDriver(fake))
+    with pytest.raises(CUDAError) as excinfo:
+        ordered_view(fake.new_stream(), fake.new_stream())
+    assert excinfo.value.name == "CUDA_ERROR_LAUNCH_FAILED"
+    assert "could not be used" not in str(excinfo.value)
+
+
+def test_failing_pop_does_not_hide_the_first_error(fake):
+    """When cuEventCreate fails in a pushed context and cuCtxPopCurrent fails too, the CUDAError raised is cuEventCreate's."""
+    producer, consumer = fake.new_stream(fake.primary_contexts[1]), fake.new_stream()
+    fake.fail("cuEventCreate", CUresult.CUDA_ERROR_OUT_OF_MEMORY)
+    fake.fail("cuCtxPopCurrent", CUresult.CUDA_ERROR_INVALID_CONTEXT)
+    with pytest.raises(CUDAError) as excinfo:
+        ordered_view(producer, consumer)
+    assert excinfo.value.name == "CUDA_ERROR_OUT_OF_MEMORY"
+
+
+def test_no_event_leaks_when_pop_fails_after_create(fake):
+    """If cuCtxPopCurrent fails after the event was created, the event is kept (and reused), not leaked."""
+    producer, consumer = fake.new_stream(fake.primary_contexts[1]), fake.new_stream()
+    fake.fail("cuCtxPopCurrent", CUresult.CUDA_ERROR_INVALID_CONTEXT)
+    with pytest.raises(CUDAError, match="^cuCtxPopCurrent failed"):
+        ordered_view(producer, consumer)
+    fake.set_current(fake.primary_contexts[0])  # the failed pop left the pushed context current
+    fake.enqueue_write(producer, "w")
+    ordered_view(producer, consumer)
+    assert fake.enqueue_read(consumer) == {"w"}
+    assert len(fake.created_events) == 1
+    _driver.use_api(None)
+    assert fake.live_events() == 0
+
+
 # --- ready_stream ----------------------------------------------------------------------
 
 def test_ready_stream(fake):

@@ -306,6 +306,62 @@ def test_event_cache_with_exchange_api_producer(fake):
         assert set(records) == by_thread[thread.ident]
 
 
+def test_events_destroyed_when_their_threads_end(fake):
+    """200 threads each ordering a view: once they have ended, no event is left alive, each destroyed by its own thread."""
+    consumer = fake.new_stream(fake.primary_contexts[0])
+    producers = [fake.new_stream(fake.primary_contexts[0]), fake.new_stream(fake.primary_contexts[1])]
+    data = np.arange(6, dtype=np.float32)
+    fake.register_pointer(data.ctypes.data, data.nbytes, device=1)
+
+    def work(index):
+        fake.set_current(fake.primary_contexts[index % 2])
+        producer = producers[index % 2] if index % 3 else 1  # 1: device 1's default stream
+        StridedMemoryView(CAIProducer(data, stream=producer), stream_ptr=consumer)
+
+    for batch in range(0, 200, 25):  # 25 threads alive at a time
+        run_threads([lambda index, batch=batch: work(batch + index)] * 25, timeout=60)
+    assert len(fake.created_events) == 200
+    assert fake.live_events() == 0
+    destroyed_by = defaultdict(set)  # thread ident (reused across batches) -> events it destroyed
+    for thread_id, calls in fake.calls_by_thread.items():
+        destroyed_by[thread_id] |= {int(args[0]) for name, args in calls if name == "cuEventDestroy"}
+    for event in fake.created_events:
+        assert event.handle in destroyed_by[event.created_by]
+    assert fake.violations == []
+
+
+def test_interpreter_exit_with_live_events_is_quiet():
+    """A process that exits with events held by its main thread and by a still-running thread prints nothing and exits 0 (the driver is not called at shutdown)."""
+    import subprocess
+
+    code = """
+import sys, threading
+sys.path.insert(0, {tests!r})
+from fake_driver import FakeDriver
+from stridedview import StridedMemoryView, _driver
+from test_cai import CAIProducer
+fake = FakeDriver()
+_driver.use_api(fake)
+def order():
+    fake.set_current(fake.primary_contexts[0])
+    StridedMemoryView(CAIProducer(stream=fake.new_stream()), stream_ptr=fake.new_stream())
+order()
+done = threading.Event()
+def daemon():
+    order()
+    done.set()
+    threading.Event().wait()
+threading.Thread(target=daemon, daemon=True).start()
+done.wait(10)
+print(fake.live_events())
+""".format(tests=str(ROOT / "tests"))
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2"
+    assert result.stderr == ""
+
+
 def test_new_threads_after_use_api_start_clean(fake):
     """use_api forgets every thread's cache: threads started after it create fresh events in the new driver."""
     producer, consumer = fake.new_stream(), fake.new_stream()
