@@ -84,7 +84,7 @@ _initialized = False
 _init_lock = threading.Lock()
 _per_thread = threading.local()
 # device ordinal -> (CUdevice, its primary context), retained by this module.
-_primary_contexts: dict = {}
+_primary_contexts = {}
 # Every thread's live _ThreadEvents, so that use_api can destroy their events.
 _thread_events = weakref.WeakSet()
 
