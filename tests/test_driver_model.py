@@ -243,3 +243,61 @@ def test_model_catches_a_wrong_default_stream():
     fake.cuEventRecord(event, 1)
     fake.cuStreamWaitEvent(consumer, event, 0)
     assert "on-device-1" not in fake.enqueue_read(consumer)
+
+
+# --- the fake's own model: what the tests above rely on --------------------------------------
+
+def test_fake_new_thread_has_no_current_context():
+    """In the fake a new thread starts with no current context: cuCtxGetCurrent gives NULL, cuEventCreate and handle 1 fail with CUDA_ERROR_INVALID_CONTEXT."""
+    fake = FakeDriver(devices=2, current_device=0)
+    fake.cuInit(0)
+    results = {}
+
+    def probe():
+        results["current"] = int(fake.cuCtxGetCurrent()[1])
+        results["create"] = fake.cuEventCreate(2)[0].name
+        results["wait"] = fake.cuStreamWaitEvent(1, 0, 0)[0].name
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join(10)
+    assert results == {
+        "current": 0, "create": "CUDA_ERROR_INVALID_CONTEXT", "wait": "CUDA_ERROR_INVALID_CONTEXT",
+    }
+    assert fake.current_context() == fake.primary_contexts[0]  # the constructing thread's
+
+
+def test_fake_default_handles_resolve_at_call_time_and_records_stay_in_their_context():
+    """In the fake handle 1 is the legacy stream of the context current at each call; an event records only on streams of its own context, and any stream may wait on it."""
+    fake = FakeDriver(devices=2, current_device=0)
+    fake.cuInit(0)
+    ctx1 = fake.primary_contexts[1]
+    _, event0 = fake.cuEventCreate(2)
+    assert fake.cuEventRecord(event0, 1)[0].name == "CUDA_SUCCESS"
+    fake.set_current(ctx1)
+    assert fake.stream(1) is fake.context_of(ctx1).legacy_stream
+    assert fake.cuEventRecord(event0, 1)[0].name == "CUDA_ERROR_INVALID_HANDLE"
+    assert fake.cuStreamWaitEvent(1, event0, 0)[0].name == "CUDA_SUCCESS"  # across devices
+    assert int(fake.cuCtxGetDevice()[1]) == 1
+
+
+def test_fake_primary_context_reset_keeps_the_handle_and_kills_events_and_streams():
+    """In the fake cuDevicePrimaryCtxReset keeps the primary context's handle and destroys its events and streams; retain gives the same handle; live events are counted."""
+    fake = FakeDriver(devices=2, current_device=0)
+    fake.cuInit(0)
+    ctx0 = fake.primary_contexts[0]
+    _, event = fake.cuEventCreate(2)
+    stream = fake.new_stream(ctx0)
+    fake.enqueue_write(1, "lost")
+    assert fake.live_events() == 1
+    assert fake.cuDevicePrimaryCtxReset(0)[0].name == "CUDA_SUCCESS"
+    assert fake.live_events() == 0
+    assert fake.cuEventRecord(event, stream)[0].name == "CUDA_ERROR_INVALID_HANDLE"
+    assert fake.cuStreamGetCtx(stream)[0].name == "CUDA_ERROR_INVALID_HANDLE"
+    assert fake.cuDevicePrimaryCtxRetain(0)[1] == ctx0
+    assert fake.current_context() == ctx0
+    _, fresh = fake.cuEventCreate(2)
+    assert fake.cuEventRecord(fresh, 1)[0].name == "CUDA_SUCCESS"
+    assert fake.enqueue_read(1) == frozenset()  # the reset's work is gone
+    assert fake.cuEventDestroy(fresh)[0].name == "CUDA_SUCCESS"
+    assert fake.live_events() == 0 and len(fake.created_events) == 2

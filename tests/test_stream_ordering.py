@@ -807,10 +807,18 @@ def test_ordering_calls_accepted_by_real_bindings(fake):
     ordered_view(b, c)
     ordered_view(1, c)
     ordered_view(a, CudaStream(2))
+    ordered_view(1, 0, data_device=1)
+    exchange_view(1, 0, c)
+    fake.set_current(None)
+    ordered_view(a, 1, data_device=1)
+    fake.set_current(fake.primary_contexts[0])
     fake.fail("cuEventRecord", CUresult.CUDA_ERROR_ILLEGAL_ADDRESS)
     with pytest.raises(CUDAError):
         ordered_view(a, c)
-    assert "cuGetErrorName" in names(fake.calls)
+    _driver.use_api(None)  # destroys the events, releases the primary contexts
+    made = set(names(fake.calls))
+    assert {"cuGetErrorName", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxPushCurrent",
+            "cuCtxPopCurrent", "cuEventDestroy", "cuDevicePrimaryCtxRelease"} <= made
     assert replay_on_real_bindings(fake.calls, safe_only=libcuda_loadable()) == []
 
 
