@@ -410,7 +410,7 @@ def test_extension_does_not_declare_free_threading():
 _STATE = re.compile(
     r"^(?:cdef\s+(?:dict|list|object|bint|_ProducerType)\s+(_[a-z][a-z_]*)\s*=|"
     r"cdef\s+\w+\s+(_[a-z][a-z_]*)\[|"
-    r"(_[a-z][a-z_]*)\s*=\s*(?:None|False|True|\{\}|\[\]|threading\.))",
+    r"(_[a-z][a-z_]*)\s*(?::[^=\n]+)?=\s*(?:None|False|True|\{\}|\[\]|threading\.|weakref\.))",
     re.M,
 )
 
@@ -426,7 +426,7 @@ def test_threads_doc_names_every_module_level_cache():
             found.add(next(g for g in match.groups() if g))
     found -= _CONSTANTS
     assert {"_producer_types", "_last_info", "_cached_tuples", "_dtype_slots", "_cai_dtypes",
-            "_per_thread"} <= found, found
+            "_per_thread", "_primary_contexts", "_thread_events"} <= found, found
     doc = (ROOT / "docs" / "threads.md").read_text()
     named = set(re.findall(r"`(_[a-z][a-z_]*)`", doc))
     missing = found - named

@@ -84,9 +84,9 @@ _initialized = False
 _init_lock = threading.Lock()
 _per_thread = threading.local()
 # device ordinal -> (CUdevice, its primary context), retained by this module.
-_primary_contexts = {}
+_primary_contexts: dict[int, tuple] = {}
 # Every thread's live _ThreadEvents, so that use_api can destroy their events.
-_thread_events = weakref.WeakSet()
+_thread_events: weakref.WeakSet[_ThreadEvents] = weakref.WeakSet()
 
 
 def use_api(api) -> None:
