@@ -303,7 +303,9 @@ def _event_in(api, state: _ThreadEvents, context):
 
 # --- ordering -------------------------------------------------------------------------------
 
-def order_after(producer_stream: int, consumer_stream: int, device=None, ptr: int = 0) -> None:
+def order_after(
+    producer_stream: int, consumer_stream: int, device: int | None = None, ptr: int = 0
+) -> None:
     """Make work later enqueued on ``consumer_stream`` wait for ``producer_stream``'s work so far.
 
     Both are stream handles; the host is never blocked.  ``device`` is the ordinal
