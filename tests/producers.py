@@ -7,14 +7,16 @@ deleter records how often each managed tensor was released, and a capsule
 destructor calls that deleter when an unconsumed capsule dies, as numpy and
 PyTorch do.
 
-Why a producer holds on to its capsules: a consumer that fails validation
-raises and then drops the capsule *while its exception is still pending*.
-A real producer's destructor is C code that saves and restores that
-exception; a ctypes callback cannot (ctypes reports anything left pending as
-"returned a result with an exception set" and the consumer's error becomes a
-SystemError).  So every capsule stays in ``producer.capsules`` until the
-test calls ``producer.release_capsules()``; its destructor then runs in a
-clean state, and the test can look at the capsule's name first.
+By default a producer keeps no reference to the capsules it hands out, as a
+real producer does: the consumer alone decides when each dies, and on a
+refusal the capsule's destructor (Python, through ctypes) runs when the
+consumer drops it.  A ctypes callback cannot run while an exception is pending
+(ctypes reports "returned a result with an exception set", the consumer's
+error becomes a SystemError and the deleter is skipped), so this is the test
+that a consumer releases refused capsules with no exception pending.  A test
+that wants to look at a capsule afterwards (its name, its reference count)
+asks for ``hold_capsules=True``: every capsule then stays in
+``producer.capsules`` until ``producer.release_capsules()``.
 
 Nothing here needs numpy except ``from_numpy`` and ``assert_view``.
 """
@@ -335,9 +337,9 @@ class DLPackProducer:
     dtype           a name from ``DTYPES`` or a (code, bits, lanes) tuple.
     capsule_name    overrides the capsule name ("used_dltensor", "foo", ...).
     null_deleter    True: the managed tensor's deleter is NULL.
-    hold_capsules   False: keep no reference to the capsules handed out, so
-                    the consumer alone decides when each dies (safe only where
-                    the consumer succeeds: see the module docstring).
+    hold_capsules   True: keep every capsule handed out in ``capsules`` until
+                    ``release_capsules()``, so a test can inspect it; False
+                    (default): keep none, as a real producer does.
     mode            "capsule" (default), "not_capsule" (return ``returns``)
                     or "raise" (raise the exception ``raises``).
     """
@@ -358,7 +360,7 @@ class DLPackProducer:
         byte_offset=0,
         capsule_name=None,
         null_deleter=False,
-        hold_capsules=True,
+        hold_capsules=False,
         mode="capsule",
         returns=42,
         raises=None,

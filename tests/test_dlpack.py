@@ -340,7 +340,7 @@ def test_either_capsule_kind_accepted_whatever_was_asked(kind, old_api):
 
 def test_capsule_renamed_used_after_success(kind):
     """A consumed capsule is renamed "used_dltensor_versioned" or "used_dltensor"."""
-    producer = make_producer(kind)
+    producer = make_producer(kind, hold_capsules=True)
     view = StridedMemoryView(producer)
     [capsule] = producer.capsules
     assert capsule_name(capsule) == "used_" + unused_name(kind)
@@ -359,7 +359,7 @@ def test_any_minor_version_of_major_1_accepted(version):
 @pytest.mark.parametrize("null_deleter", [False, True], ids=["deleter", "NULL-deleter"])
 def test_other_major_version_refused_and_deleted_at_once(version, null_deleter):
     """A major version other than 1 renames the capsule, calls the deleter at once, then raises BufferError."""
-    producer = make_producer("versioned", version=version, null_deleter=null_deleter)
+    producer = make_producer("versioned", version=version, null_deleter=null_deleter, hold_capsules=True)
     major, minor = version
     message = f"dlpack: unsupported DLPack version {major}.{minor} (major version must be 1)"
     with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
@@ -542,7 +542,7 @@ def test_failed_validation_leaves_the_capsule_to_its_destructor(
     kind, fields, stream_ptr, exc, prefix, capsule
 ):
     """On a validation failure the capsule keeps its name, is released, and its destructor calls the deleter once."""
-    producer = make_producer(kind, **fields)
+    producer = make_producer(kind, hold_capsules=True, **fields)
     with pytest.raises(exc):
         StridedMemoryView(producer, stream_ptr=stream_ptr)
     [capsule_obj] = producer.capsules
@@ -554,10 +554,35 @@ def test_failed_validation_leaves_the_capsule_to_its_destructor(
     assert deleter_calls(producer) == 1
 
 
+_REFUSALS = {
+    "negative-extent": {"shape": (2, -3), "strides": (1, 1), "data": 0x10000},
+    "lanes": {"dtype": (2, 32, 4)},
+    "device-differs": {"device": (2, 0), "reported_device": (1, 0)},
+}
+
+
+@pytest.mark.parametrize(
+    "kind, fields",
+    [pytest.param(k, f, id=f"{k}-{name}") for name, f in _REFUSALS.items() for k in KINDS]
+    + [pytest.param("versioned", {"version": (2, 0)}, id="versioned-major-version-2")],
+)
+def test_refused_capsule_held_by_nobody_is_released_with_no_error_pending(kind, fields):
+    """10,000 refused capsules that only the consumer holds, with Python deleters: BufferError each time, 10,000 deleter calls."""
+    producer = make_producer(kind, **fields)
+    for _ in range(10_000):
+        try:
+            StridedMemoryView(producer)
+        except BufferError as error:
+            assert type(error) is BufferError
+        else:
+            raise AssertionError("the capsule was not refused")
+    assert deleter_calls(producer) == 10_000
+
+
 @pytest.mark.parametrize(ROW_ARGS, [row for row in ERROR_TABLE if row.values[-1] == "foreign"])
 def test_foreign_or_used_capsule_is_left_alone(kind, fields, stream_ptr, exc, prefix, capsule):
     """A capsule named "used_*" or something else is neither renamed nor deleted by the consumer."""
-    producer = make_producer(kind, **fields)
+    producer = make_producer(kind, hold_capsules=True, **fields)
     with pytest.raises(exc):
         StridedMemoryView(producer, stream_ptr=stream_ptr)
     [capsule_obj] = producer.capsules
@@ -1089,7 +1114,7 @@ def test_fields_are_read_only(kind, name):
 
 def test_producer_unconsumed_capsule_calls_deleter_once(kind):
     """Without any consumer, dropping a fresh capsule runs its deleter exactly once."""
-    producer = make_producer(kind)
+    producer = make_producer(kind, hold_capsules=True)
     capsule = producer.__dlpack__(max_version=MAX_VERSION)
     assert capsule_name(capsule) == unused_name(kind)
     del capsule

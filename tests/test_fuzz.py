@@ -525,6 +525,7 @@ def build_producer(spec):
         mode=spec["mode"],
         returns=spec["returns"],
         raises=raises_type(raises_message),
+        hold_capsules=True,
     )
     if name == S.NULL_NAME:
         producer.forced_name = None
@@ -1143,7 +1144,7 @@ def test_found_pointer_past_address_space_is_refused(kind, data, byte_offset, sh
     """Found: data + byte_offset >= 2**64 gave a view of the wrapped address (0x8; NULL for a
     0-d tensor at 2**64 - 1 + 1, whose re-export then failed "data is NULL").  It is no address:
     refused."""
-    producer = producers.make_producer(kind, shape=shape, data=data, byte_offset=byte_offset)
+    producer = producers.make_producer(kind, shape=shape, data=data, byte_offset=byte_offset, hold_capsules=True)
     try:
         with pytest.raises(BufferError, match=re.escape("dlpack: data + byte_offset passes the end of the address space")):
             StridedMemoryView(producer)

@@ -166,8 +166,14 @@ cdef object _export_dlpack(
             )
     capsule = _export_capsule(view, versioned, minor)
     # Ordered once the export is known to succeed; should ordering fail, the
-    # unconsumed capsule's destructor releases the view again.
-    _order_export(view, stream)
+    # unconsumed capsule's destructor releases the view again, with the error
+    # handled rather than pending (releasing the view may run a producer's
+    # deleter written in Python).
+    try:
+        _order_export(view, stream)
+    except BaseException:
+        capsule = None
+        raise
     return capsule
 
 

@@ -56,7 +56,16 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
         if "max_version" not in str(exc):
             raise
         capsule = PyObject_VectorcallMethod(_DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM)
-    _view_from_capsule(view, capsule, device_type, device_id)
+    try:
+        _view_from_capsule(view, capsule, device_type, device_id)
+    except BaseException:
+        # Release a refused capsule here, where the error is handled rather than
+        # pending: its destructor (or, for a major version other than 1, nothing
+        # more) may run Python code, a ctypes or cffi callback, which fails with
+        # an exception set, turning the refusal into SystemError and skipping
+        # the deleter.
+        capsule = None
+        raise
     view.exporting_obj = obj
     # Host memory needs no stream; device memory is ready on the stream the
     # producer was asked to order, or unknown when the caller opted out.
