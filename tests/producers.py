@@ -38,6 +38,10 @@ __all__ = [
     "DLTensor",
     "DLManagedTensor",
     "DLManagedTensorVersioned",
+    "DLPackExchangeAPI",
+    "DLTensorFromPyObject",
+    "CurrentWorkStream",
+    "exchange_api",
     "DLPackProducer",
     "OldStyleProducer",
     "make_producer",
@@ -533,6 +537,51 @@ def from_numpy(kind, array, **fields):
     fields.setdefault("strides", tuple(s // itemsize for s in array.strides))
     fields.setdefault("data", array.__array_interface__["data"][0])
     return make_producer(kind, buffer=array, **fields)
+
+
+# --- The DLPack C exchange API (1.3) ---------------------------------------
+
+#: ``int (*dltensor_from_py_object_no_sync)(void *py_object, DLTensor *out)``
+DLTensorFromPyObject = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensor))
+#: ``int (*current_work_stream)(int32 device_type, int32 device_id, void **out)``
+CurrentWorkStream = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)
+)
+
+
+class DLPackExchangeAPI(ctypes.Structure):
+    """DLPack 1.3's exchange API table (56 bytes): header, then five function pointers."""
+
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("prev_api", ctypes.c_void_p),
+        ("managed_tensor_allocator", ctypes.c_void_p),
+        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+        ("dltensor_from_py_object_no_sync", DLTensorFromPyObject),
+        ("current_work_stream", CurrentWorkStream),
+    ]
+
+
+if ctypes.sizeof(DLPackExchangeAPI) != 56:
+    raise ImportError("DLPackExchangeAPI is not 56 bytes")
+
+
+def exchange_api(dltensor_from_py_object, current_work_stream=None, version=(1, 3)):
+    """``(table, capsule)``: a table with these callbacks and its "dlpack_exchange_api" capsule.
+
+    The capsule points into ``table``: keep both (as class attributes, say) for as
+    long as the type that offers the capsule lives.
+    """
+    table = DLPackExchangeAPI()
+    table.version = DLPackVersion(*version)
+    table.dltensor_from_py_object_no_sync = dltensor_from_py_object
+    if current_work_stream is not None:
+        table.current_work_stream = current_work_stream
+    capsule = _PyCapsule_New(
+        ctypes.addressof(table), _name_bytes("dlpack_exchange_api"), PyCapsuleDestructor()
+    )
+    return table, capsule
 
 
 # --- Checking a view --------------------------------------------------------

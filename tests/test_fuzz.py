@@ -621,29 +621,6 @@ def check_dlpack(spec, stream_ptr, *, exports=True):
 
 # --- the DLPack C exchange API ---------------------------------------------------------------
 
-_FromPyObject = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensor))
-_CurrentWorkStream = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)
-)
-
-
-class DLPackExchangeAPI(ctypes.Structure):
-    """DLPack 1.3's exchange API table (56 bytes)."""
-
-    _fields_ = [
-        ("version", DLPackVersion),
-        ("prev_api", ctypes.c_void_p),
-        ("managed_tensor_allocator", ctypes.c_void_p),
-        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
-        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
-        ("dltensor_from_py_object_no_sync", _FromPyObject),
-        ("current_work_stream", _CurrentWorkStream),
-    ]
-
-
-if ctypes.sizeof(DLPackExchangeAPI) != 56:
-    raise ImportError("DLPackExchangeAPI is not 56 bytes")
-
 #: id(object) -> object, for the objects whose DLTensor is being lent.
 _LENDERS = {}
 #: The handle current_work_stream reports (set per case).
@@ -652,14 +629,14 @@ _WORK_STREAM = [0]
 EXCHANGE_CALLS = {"dltensor": 0, "work_stream": 0}
 
 
-@_FromPyObject
+@producers.DLTensorFromPyObject
 def _dltensor_from_py_object(address, out):
     EXCHANGE_CALLS["dltensor"] += 1
     out[0] = _LENDERS[address].tensor
     return 0
 
 
-@_CurrentWorkStream
+@producers.CurrentWorkStream
 def _current_work_stream(device_type, device_id, out):
     EXCHANGE_CALLS["work_stream"] += 1
     out[0] = _WORK_STREAM[0]
@@ -667,15 +644,9 @@ def _current_work_stream(device_type, device_id, out):
 
 
 def _exchange_api_capsule(with_work_stream):
-    table = DLPackExchangeAPI()
-    table.version = DLPackVersion(1, 3)
-    table.dltensor_from_py_object_no_sync = _dltensor_from_py_object
-    if with_work_stream:
-        table.current_work_stream = _current_work_stream
-    capsule = producers._PyCapsule_New(
-        ctypes.addressof(table), producers._name_bytes("dlpack_exchange_api"), producers.PyCapsuleDestructor()
+    return producers.exchange_api(
+        _dltensor_from_py_object, _current_work_stream if with_work_stream else None
     )
-    return table, capsule
 
 
 class ExchangeProducer:

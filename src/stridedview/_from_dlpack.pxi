@@ -1,6 +1,9 @@
 # DLPack -> the view's fields: negotiate with the producer, validate the capsule,
 # take ownership, and leave the deleter to the view's deallocation.
 
+from cpython.exc cimport PyErr_Occurred
+from libc.stdlib cimport free, malloc
+
 cdef extern from "Python.h":
     # Calls args[0].<name>(*args[1:nargs], **dict(zip(kwnames, args[nargs:]))) without
     # building a bound method, an argument tuple or a keyword dict.
@@ -78,23 +81,42 @@ cdef int _view_from_exchange_api(
 ) except -1:
     """Fill ``view`` from a DLTensor the producer lends (DLPack 1.3's C exchange API).
 
-    The DLTensor is borrowed: valid while ``obj`` lives, which the view ensures.
+    The DLTensor is lent only until control returns to the producer, and any
+    Python code may hand it control (a method call, a torch mode, a garbage
+    collection): every field is copied, in C, before anything else runs.
     "no_sync" means the producer orders nothing: for device memory the caller's
     stream is made to wait for the producer's current work stream here.
     """
-    cdef DLTensor tensor
+    cdef DLTensor tensor  # the copy the rest reads; its arrays point into ours
+    cdef int64_t inline_arrays[2 * _LENT_INLINE_NDIM]
+    cdef int64_t *arrays = inline_arrays
     cdef void *producer_stream = NULL
     cdef int32_t device_type
-    if info.dltensor_from_py_object(<void *>obj, &tensor) != 0:
-        return -1  # the producer has set a Python exception
-    if info.is_torch:
-        _check_torch_bits(obj, tensor.dtype.code == kDLComplex)
-    device_type = tensor.device.device_type
-    _check_device_type(device_type)
-    cdef bint on_device = device_type == kDLCUDA or device_type == kDLCUDAManaged
-    if on_device:
-        _dlpack_stream_for(device_type, stream)  # refuses stream None as ambiguous
-    _fill_from_dltensor(view, &tensor, 0)
+    _borrow_dltensor(obj, info, &tensor)
+    if tensor.ndim > _LENT_INLINE_NDIM:
+        arrays = <int64_t *>malloc(2 * <size_t>tensor.ndim * sizeof(int64_t))
+        if arrays == NULL:
+            raise MemoryError()
+    try:
+        if tensor.ndim > 0:
+            if tensor.shape != NULL:
+                memcpy(arrays, tensor.shape, tensor.ndim * sizeof(int64_t))
+                tensor.shape = arrays
+            if tensor.strides != NULL:
+                memcpy(arrays + tensor.ndim, tensor.strides, tensor.ndim * sizeof(int64_t))
+                tensor.strides = arrays + tensor.ndim
+        # The lent DLTensor is not touched again: Python code may run from here on.
+        if info.is_torch:
+            _check_torch_bits(obj, tensor.dtype.code == kDLComplex)
+        device_type = tensor.device.device_type
+        _check_device_type(device_type)
+        on_device = device_type == kDLCUDA or device_type == kDLCUDAManaged
+        if on_device:
+            _dlpack_stream_for(device_type, stream)  # refuses stream None as ambiguous
+        _fill_from_dltensor(view, &tensor, 0)
+    finally:
+        if arrays != inline_arrays:
+            free(arrays)
     # Only a tensor that passed every check gets its streams ordered.
     ready = None
     if on_device and stream != -1:
@@ -114,6 +136,39 @@ cdef int _view_from_exchange_api(
     view.exporting_obj = obj
     view.ready_stream = ready
     return 0
+
+
+cdef enum:
+    _LENT_INLINE_NDIM = 16  # a lent layout of up to this many dimensions is copied on the stack
+
+
+cdef int _borrow_dltensor(object obj, _ProducerType info, DLTensor *out) except -1:
+    """Fill ``out`` through the exchange API; a failure is a one-line BufferError.
+
+    The producer reports a failure as -1 with a Python exception set; one that
+    sets none, or a torch error (a RuntimeError carrying its C++ frames: sparse,
+    quantized and meta tensors), is made the BufferError DLPack producers raise.
+    """
+    try:
+        _lend(obj, info.dltensor_from_py_object, out)
+    except (RuntimeError, ValueError, TypeError) as error:
+        first_line = str(error).partition("\n")[0]
+        raise BufferError(
+            f"dlpack: the exchange API of {type(obj).__name__!r} cannot export this object "
+            f"({first_line})"
+        ) from None
+    return 0
+
+
+cdef int _lend(object obj, DLTensorFromPyObject dltensor_from_py_object, DLTensor *out) except -1:
+    if dltensor_from_py_object(<void *>obj, out) == 0:
+        return 0
+    if PyErr_Occurred() == NULL:
+        raise BufferError(
+            f"dlpack: the exchange API of {type(obj).__name__!r} failed without setting "
+            "an error"
+        )
+    return -1  # the producer's exception
 
 
 cdef int _ask_device(object obj, int32_t *device_type, int32_t *device_id) except -1:
