@@ -21,8 +21,11 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     """Fill ``view`` from ``obj`` through DLPack; ``stream`` is already normalised.
 
     Through the producer type's C exchange API when it has one (no capsule, no
-    allocation), else through ``__dlpack_device__`` and ``__dlpack__``.
+    allocation), else through ``__dlpack_device__`` and ``__dlpack__``.  A
+    StridedMemoryView is not asked: its fields are taken as they are.
     """
+    if type(obj) is StridedMemoryView:
+        return _view_from_view(view, <StridedMemoryView>obj, stream)
     cdef _ProducerType info = _producer_type(obj)
     if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
         return _view_from_exchange_api(view, obj, stream, info)
@@ -73,6 +76,27 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     # Host memory needs no stream; device memory is ready on the stream the
     # producer was asked to order, or unknown when the caller opted out.
     view.ready_stream = None if dl_stream is None or dl_stream == -1 else stream
+    return 0
+
+
+cdef int _view_from_view(StridedMemoryView view, StridedMemoryView base, object stream) except -1:
+    """Fill ``view`` as a view of the view ``base``: no capsule, no chain, no driver.
+
+    ``view`` shares ``base``'s root memory owner (``_derive_into``), so views of
+    views never nest however deep they go.  Streams as for any device memory:
+    the caller's stream is made to wait for ``base.ready_stream`` unless they are
+    the same or the caller passed -1 (then the data stay ready where they were).
+    """
+    if base.dtype is None:
+        raise BufferError("stridedview: the StridedMemoryView to view is not initialised")
+    dl_stream = _dlpack_stream_for(base._device_type, stream)  # refuses None on a device
+    ready = base.ready_stream
+    if dl_stream is not None and dl_stream != -1:
+        if ready is not None and not _same_stream(ready, stream):
+            _driver_module().order_after(ready, stream)
+        ready = stream
+    _derive_into(view, base)
+    view.ready_stream = ready
     return 0
 
 

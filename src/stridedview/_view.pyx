@@ -76,7 +76,9 @@ cdef class StridedMemoryView:
     it has ``__dlpack__`` and ``__dlpack_device__``, else through the CUDA Array
     Interface (CAI) when it has ``__cuda_array_interface__``; anything else is a
     ``BufferError``.  ``from_dlpack`` and ``from_cuda_array_interface`` force one
-    protocol.  Nothing is copied; the view keeps ``obj`` alive.
+    protocol.  Nothing is copied; the view keeps ``obj`` alive.  A view of a
+    StridedMemoryView takes that view's fields, its ``exporting_obj`` and its
+    memory owner (no capsule, no driver, no chain however deep views nest).
 
     Streams.  ``stream_ptr`` names the stream on which the caller will use the
     data: an int handle (0 the null stream, 1 the legacy default stream, 2 the
@@ -94,6 +96,8 @@ cdef class StridedMemoryView:
       (``cuEventRecord`` + ``cuStreamWaitEvent``); -1, no producer stream, or the
       same stream order nothing and need no driver.  ``stream_ptr=None`` is a
       ``BufferError``.
+    - A StridedMemoryView: as its memory kind says above, with its
+      ``ready_stream`` as the producer's stream.
 
     Fields (read-only):
 
@@ -110,7 +114,8 @@ cdef class StridedMemoryView:
     - ``is_device_accessible``: whether a CUDA kernel may read the memory;
     - ``readonly``: DLPack 1.x's READ_ONLY flag or the CAI's ``data[1]``; a legacy
       (pre-1.0) DLPack capsule cannot say, and is taken as writable;
-    - ``exporting_obj``: the object viewed, kept alive as long as the view;
+    - ``exporting_obj``: the object viewed, kept alive as long as the view (for
+      a view of a view, the object that view views);
     - ``ready_stream``: the stream on which the data may be used without further
       ordering (the caller's stream once ordered; with -1, the CAI producer's
       stream), or None when there is none to speak of (host memory) or it is
@@ -485,6 +490,12 @@ cdef StridedMemoryView _derive(StridedMemoryView base):
     own, so its deallocation calls no deleter.
     """
     cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+    _derive_into(view, base)
+    return view
+
+
+cdef int _derive_into(StridedMemoryView view, StridedMemoryView base) except -1:
+    """``_derive``'s work on a view already allocated (a constructor's ``self``)."""
     view._ptr = base._ptr
     view.ptr = base.ptr
     view.shape = base.shape
@@ -498,7 +509,7 @@ cdef StridedMemoryView _derive(StridedMemoryView base):
     view.ready_stream = base.ready_stream
     view.exporting_obj = base.exporting_obj
     view._memory_owner = base if base._memory_owner is None else base._memory_owner
-    return view
+    return 0
 
 
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
