@@ -28,7 +28,8 @@ from producers import (
     from_numpy,
     make_producer,
 )
-from stridedview import StridedMemoryView
+from producers import DLPackProducer
+from stridedview import StridedMemoryView, _view
 
 MAX_VERSION = (1, 3)
 CPU, CUDA, CUDA_HOST, CUDA_MANAGED = 1, 2, 3, 13
@@ -142,7 +143,7 @@ def test_host_memory_is_handed_no_stream(kind, entry, device_type, stream_ptr):
     """CPU and pinned memory are always exported with stream=None, whatever stream_ptr says."""
     producer = make_producer(kind, device=(device_type, 0))
     entry(producer, stream_ptr=stream_ptr)
-    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION}]
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION, "copy": False}]
 
 
 @pytest.mark.parametrize(
@@ -166,7 +167,7 @@ def test_cuda_memory_is_handed_the_consumer_stream(kind, entry, device_type, str
     producer = make_producer(kind, device=(device_type, 0))
     entry(producer, stream_ptr=stream_ptr)
     [kwargs] = dlpack_calls(producer)
-    assert kwargs == {"stream": expected, "max_version": MAX_VERSION}
+    assert kwargs == {"stream": expected, "max_version": MAX_VERSION, "copy": False}
     assert type(kwargs["stream"]) is int
 
 
@@ -249,7 +250,7 @@ def test_old_style_producer_is_asked_again_without_max_version(kind):
     producer = make_producer(kind, old_api=True)
     view = StridedMemoryView(producer)
     assert dlpack_calls(producer) == [
-        {"stream": None, "max_version": MAX_VERSION},
+        {"stream": None, "max_version": MAX_VERSION, "copy": False},
         {"stream": None},
     ]
     assert view.shape == (2, 3)
@@ -260,7 +261,7 @@ def test_old_style_retry_passes_the_same_stream(kind):
     """The retry without max_version passes the same stream value as the first call."""
     producer = make_producer(kind, old_api=True, device=(CUDA, 0))
     StridedMemoryView(producer, stream_ptr=0)
-    assert dlpack_calls(producer) == [{"stream": 1, "max_version": MAX_VERSION}, {"stream": 1}]
+    assert dlpack_calls(producer) == [{"stream": 1, "max_version": MAX_VERSION, "copy": False}, {"stream": 1}]
 
 
 def test_other_type_error_is_not_retried(kind, entry):
@@ -280,7 +281,7 @@ def test_max_version_type_error_is_retried_once(kind):
     with pytest.raises(TypeError) as excinfo:
         StridedMemoryView(producer)
     assert excinfo.value is error
-    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION}, {"stream": None}]
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION, "copy": False}, {"stream": None}]
 
 
 @pytest.mark.parametrize(
@@ -758,13 +759,102 @@ def test_lanes_other_than_one_refused(kind, lanes):
 
 @pytest.mark.parametrize(
     "flags, readonly",
-    [(0, False), (READ_ONLY, True), (IS_COPIED, False), (READ_ONLY | IS_COPIED, True)],
-    ids=["none", "READ_ONLY", "IS_COPIED", "READ_ONLY|IS_COPIED"],
+    [(0, False), (READ_ONLY, True), (IS_SUBBYTE_TYPE_PADDED, False), (READ_ONLY | IS_SUBBYTE_TYPE_PADDED, True)],
+    ids=["none", "READ_ONLY", "IS_SUBBYTE_TYPE_PADDED", "READ_ONLY|IS_SUBBYTE_TYPE_PADDED"],
 )
 def test_readonly_follows_the_versioned_flag(flags, readonly):
     """A versioned capsule's view is read-only exactly when READ_ONLY is set."""
     producer = make_producer("versioned", flags=flags)
     assert StridedMemoryView(producer).readonly is readonly
+
+
+# --- copy=False and IS_COPIED: a view of the original or nothing --------------
+
+@pytest.mark.parametrize("flags", [IS_COPIED, IS_COPIED | READ_ONLY, 2**64 - 1], ids=["IS_COPIED", "with-READ_ONLY", "all-flags"])
+def test_copied_capsule_is_refused(flags):
+    """A versioned capsule flagged IS_COPIED is refused with BufferError; its deleter runs once."""
+    producer = make_producer("versioned", flags=flags)
+    message = "dlpack: the producer copied the data (IS_COPIED flag set): a view of a copy would not see the original"
+    with pytest.raises(BufferError, match="^" + re.escape(message) + "$") as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.type is BufferError
+    assert deleter_calls(producer) == 1
+
+
+class NoCopyKeyword(DLPackProducer):
+    """A DLPack 1.0 producer that knows max_version but predates the copy keyword."""
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None):
+        self.calls.append(("__dlpack__", {"stream": stream, "max_version": max_version}))
+        return self._export()
+
+
+def test_producer_is_asked_for_no_copy(kind):
+    """__dlpack__ is asked with copy=False (and max_version): copying nothing is the producer's promise."""
+    producer = make_producer(kind)
+    StridedMemoryView(producer)
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION, "copy": False}]
+
+
+def test_producer_without_copy_keyword_is_asked_again_without_it(kind):
+    """A producer whose __dlpack__ lacks copy is asked once more, with stream and max_version only."""
+    producer = NoCopyKeyword(kind)
+    view = StridedMemoryView(producer)
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION}]
+    assert len(producer.tensor_ids) == 1 and view.ptr == producer.expected_ptr
+
+
+def test_copy_type_error_then_max_version_type_error_asks_a_third_time(kind):
+    """A producer refusing 'copy' and then 'max_version' (TypeErrors naming them) is asked a third time with the stream alone."""
+    errors = [
+        TypeError("__dlpack__() got an unexpected keyword argument 'copy'"),
+        TypeError("__dlpack__() got an unexpected keyword argument 'max_version'"),
+    ]
+    producer = make_producer(kind)
+    export = producer._export
+
+    def refusing(**kwargs):
+        producer.calls.append(("__dlpack__", kwargs))
+        if errors:
+            raise errors.pop(0)
+        return export()
+
+    producer.__dlpack__ = refusing
+    view = StridedMemoryView(producer)
+    assert dlpack_calls(producer) == [
+        {"stream": None, "max_version": MAX_VERSION, "copy": False},
+        {"stream": None, "max_version": MAX_VERSION},
+        {"stream": None},
+    ]
+    assert view.shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["copy is not allowed on this device", "stream must be an int", "copy=False needs a contiguous array"],
+)
+def test_type_error_not_naming_the_copy_keyword_is_not_retried(kind, message):
+    """A TypeError that does not name the 'copy' keyword propagates unchanged after exactly one call."""
+    error = TypeError(message)
+    producer = make_producer(kind, mode="raise", raises=error)
+    with pytest.raises(TypeError) as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.value is error
+    assert len(dlpack_calls(producer)) == 1
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("library", ["numpy", "torch", "jax.numpy", "array_api_strict"])
+def test_real_producers_take_copy_false(library):
+    """numpy, torch, jax and array-api-strict accept copy=False: each view shares the array's memory."""
+    module = pytest.importorskip(library)
+    array = module.reshape(module.arange(6, dtype=module.float32), (2, 3))
+    _view._set_fast_paths_enabled(False)  # torch's exchange API would not call __dlpack__
+    try:
+        view = StridedMemoryView(array)
+    finally:
+        _view._set_fast_paths_enabled(True)
+    assert view.shape == (2, 3) and view.ptr == np.from_dlpack(array).ctypes.data
 
 
 def test_legacy_capsule_is_writable():

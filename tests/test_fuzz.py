@@ -299,6 +299,8 @@ def model_dlpack(spec, stream_ptr, raised):
     versioned = name == "dltensor_versioned"
     if versioned and spec["version"][0] != 1:
         raise Refused(BufferError, "dlpack: unsupported DLPack version ")
+    if versioned and spec["flags"] & producers.IS_COPIED:
+        raise Refused(BufferError, "dlpack: the producer copied the data (IS_COPIED flag set)")
     if tuple(spec["device"]) != (device_type, device_id):
         raise Refused(BufferError, "dlpack: capsule device (")
     fields = model_tensor(
@@ -310,10 +312,12 @@ def model_dlpack(spec, stream_ptr, raised):
 
 
 def dlpack_calls_expected(spec, raised):
-    """How many times __dlpack__ is called: twice only when the first refusal names max_version."""
+    """How many times __dlpack__ is called: twice only when the first refusal names max_version
+    or 'copy' (asked again without them; a second refusal then propagates)."""
     if spec["old_api"]:
         return 2
-    if spec["mode"] == "raise" and isinstance(raised, TypeError) and "max_version" in str(raised):
+    message = str(raised)
+    if spec["mode"] == "raise" and isinstance(raised, TypeError) and ("max_version" in message or "'copy'" in message):
         return 2
     return 1
 
@@ -397,6 +401,19 @@ class CAIHolder:
         return f"CAIHolder({self.interface!r})"
 
 
+class _Exporter:
+    """Hands on a view's DLPack methods, so that viewing it consumes the view's capsule."""
+
+    def __init__(self, view):
+        self.view = view
+
+    def __dlpack__(self, **kwargs):
+        return self.view.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.view.__dlpack_device__()
+
+
 def exercise_exports(view):
     """Re-export a view every way and view it again; nothing leaks, fields survive.
 
@@ -407,9 +424,16 @@ def exercise_exports(view):
     size = view.size
     before = sys.getrefcount(view)
 
-    # DLPack, versioned: a view of the view.
+    # A view of the view: every field taken as it is, no capsule.
+    same = StridedMemoryView(view, stream)
+    for name in ("ptr", "shape", "strides", "dtype", "readonly", "is_device_accessible", "exporting_obj", "ready_stream"):
+        if getattr(same, name) is not getattr(view, name) and getattr(same, name) != getattr(view, name):
+            raise AssertionError(f"view of the view: {name} {getattr(same, name)!r} != {getattr(view, name)!r}")
+    del same
+
+    # DLPack, versioned: the view's capsule consumed by another view.
     try:
-        again = StridedMemoryView.from_dlpack(view, stream)
+        again = StridedMemoryView.from_dlpack(_Exporter(view), stream)
     except BufferError as exc:
         assert_documented(exc)
         if not str(exc).startswith("dlpack: dtype "):  # only CAI dtypes lack a DLPack code

@@ -14,6 +14,8 @@ cdef extern from "Python.h":
 cdef object _MAX_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 cdef str _DLPACK = "__dlpack__"
 cdef str _DLPACK_DEVICE = "__dlpack_device__"
+cdef tuple _KWNAMES_STREAM_MAX_VERSION_COPY = ("stream", "max_version", "copy")
+cdef object _NO_COPY = False  # an object: a bare False literal would be C's 0 here
 cdef tuple _KWNAMES_STREAM_MAX_VERSION = ("stream", "max_version")
 cdef tuple _KWNAMES_STREAM = ("stream",)
 
@@ -34,7 +36,7 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
         _check_torch_bits(obj, obj.is_complex())
 
     cdef int32_t device_type, device_id
-    cdef PyObject *args[3]
+    cdef PyObject *args[4]
     if info.is_torch and obj.requires_grad:
         # torch's __dlpack__ refuses tensors that require grad, its exchange API
         # does not: the memory holds the values either way, so view them alike.
@@ -52,16 +54,8 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
 
     args[1] = <PyObject *>dl_stream
     args[2] = <PyObject *>_MAX_VERSION
-    try:
-        capsule = PyObject_VectorcallMethod(
-            _DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM_MAX_VERSION
-        )
-    except TypeError as exc:
-        # A producer older than DLPack 1.0 does not know the keyword: ask again
-        # without it.  Any other TypeError (a refused stream, say) is the caller's.
-        if "max_version" not in str(exc):
-            raise
-        capsule = PyObject_VectorcallMethod(_DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM)
+    args[3] = <PyObject *>_NO_COPY
+    capsule = _ask_capsule(args)
     try:
         _view_from_capsule(view, capsule, device_type, device_id)
     except BaseException:
@@ -77,6 +71,37 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     # producer was asked to order, or unknown when the caller opted out.
     view.ready_stream = None if dl_stream is None or dl_stream == -1 else stream
     return 0
+
+
+cdef object _ask_capsule(PyObject **args):
+    """``__dlpack__(stream=args[1], max_version=args[2], copy=False)``, asked as the
+    producer's age allows.
+
+    ``copy=False`` (array API 2023.12, with max_version) makes "copies nothing" a
+    promise the producer must keep or refuse.  A producer that does not know a
+    keyword raises TypeError naming it: ask again without it (without both for
+    one older than DLPack 1.0).  Any other TypeError (a refused stream, say) is
+    the caller's, raised after one call.
+    """
+    try:
+        return PyObject_VectorcallMethod(
+            _DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM_MAX_VERSION_COPY
+        )
+    except TypeError as exc:
+        message = str(exc)
+        if "max_version" in message:
+            pass
+        elif "'copy'" in message:
+            try:
+                return PyObject_VectorcallMethod(
+                    _DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM_MAX_VERSION
+                )
+            except TypeError as again:
+                if "max_version" not in str(again):
+                    raise
+        else:
+            raise
+    return PyObject_VectorcallMethod(_DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM)
 
 
 cdef int _view_from_view(StridedMemoryView view, StridedMemoryView base, object stream) except -1:
@@ -289,6 +314,11 @@ cdef int _view_from_capsule(
     else:
         tensor = &(<DLManagedTensor *>managed).dl_tensor
 
+    if flags & DLPACK_FLAG_BITMASK_IS_COPIED:
+        raise BufferError(
+            "dlpack: the producer copied the data (IS_COPIED flag set): a view of a copy "
+            "would not see the original"
+        )
     if tensor.device.device_type != device_type or tensor.device.device_id != device_id:
         raise BufferError(
             f"dlpack: capsule device ({tensor.device.device_type}, {tensor.device.device_id}) "
