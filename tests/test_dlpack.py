@@ -1219,3 +1219,49 @@ def test_producer_old_style_signature_error():
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_version'"):
         producer.__dlpack__(stream=None, max_version=MAX_VERSION)
     assert len(dlpack_calls(producer)) == 1
+
+
+# --- every reachable byte offset fits int64 ----------------------------------
+
+@pytest.mark.parametrize(
+    "shape, strides",
+    [
+        ((2,), (2**62,)),  # one step of 2**65 bytes
+        ((2,), (-(2**62),)),  # the same below element 0
+        ((2**61,), None),  # row-major: the last element 2**64 - 8 bytes away
+        ((2, 2), (2**59, 2**59)),  # two spans of 2**62 bytes: 2**63 together
+        ((3,), (2**61 - 1,)),  # (3 - 1) * (2**64 - 8) bytes
+    ],
+    ids=["one-step", "negative", "row-major", "sum", "extent-3"],
+)
+def test_byte_offsets_past_int64_refused(kind, shape, strides):
+    """A float64 layout reaching an element more than 2**63 - 1 bytes from element 0 is refused, naming the values."""
+    producer = make_producer(kind, shape=shape, strides=strides, dtype="float64", data=0x10000)
+    shown = strides if strides is not None else tuple(
+        int(np.prod(shape[i + 1:], dtype=object)) for i in range(len(shape))
+    )
+    message = (
+        f"dlpack: byte offsets from element 0 must fit in int64 (got shape {shape}, "
+        f"strides {shown} in elements, itemsize 8)"
+    )
+    with pytest.raises(BufferError, match="^" + re.escape(message) + "$") as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.type is BufferError
+    assert deleter_calls(producer) == 1
+
+
+@pytest.mark.parametrize(
+    "shape, strides",
+    [
+        ((2,), (2**60 - 1,)),  # 2**63 - 8 bytes: the farthest step that fits
+        ((2, 2), (2**59 - 1, -(2**59 - 1))),  # above and below apart, each fits
+        ((1, 3), (2**62, 1)),  # an extent-1 dimension never steps
+        ((0, 2), (2**62, 2**62)),  # an empty view addresses nothing
+    ],
+    ids=["largest", "above-and-below", "extent-1", "empty"],
+)
+def test_byte_offsets_within_int64_accepted(kind, shape, strides):
+    """Layouts whose reachable byte offsets all fit int64 are viewed with their strides as given."""
+    producer = make_producer(kind, shape=shape, strides=strides, dtype="float64", data=2**40)
+    view = StridedMemoryView(producer)
+    assert view.shape == shape and view.strides == strides

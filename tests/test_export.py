@@ -1259,3 +1259,52 @@ def test_host_export_refuses_a_stream(forbidden_driver, stream):
     with pytest.raises(BufferError, match=re.escape(f"dlpack: stream must be None for host memory (got {stream})")):
         _host().__dlpack__(stream=stream)
     assert forbidden_driver.used == []
+
+
+# --- exports never emit a stride whose bytes pass int64 -------------------------------------
+
+def test_export_gives_0_for_a_never_stepping_stride_past_int64():
+    """An extent-1 dimension with stride 2**61 (2**64 bytes of float64) is exported as stride 0, through DLPack and the CAI."""
+    producer = make_producer("versioned", shape=(1, 3), strides=(2**61, 1), dtype="float64", device=(2, 0), data=0x10000)
+    view = StridedMemoryView(producer, -1)
+    assert view.strides == (2**61, 1)
+    assert view.__cuda_array_interface__["strides"] == (0, 8)
+    capsule = view.__dlpack__(stream=-1, max_version=(1, 3))
+    assert read_capsule(capsule)["strides"] == (0, 1)
+    del capsule
+    again = StridedMemoryView(HostCAI(np.zeros(3), shape=(1, 3), strides=(0, 8), typestr="<f8", data=(0x10000, False)), -1)
+    assert again.strides == (0, 1)
+
+
+def test_export_of_empty_view_keeps_byte_strides_in_int64():
+    """An empty float64 view with strides of 2**62 elements exports strides of 0 (no element is addressed)."""
+    producer = make_producer("versioned", shape=(0, 2), strides=(2**62, 1), dtype="float64", device=(2, 0), data=0)
+    view = StridedMemoryView(producer, -1)
+    assert view.__cuda_array_interface__["strides"] == (0, 8)
+    assert read_capsule(view.__dlpack__(stream=-1, max_version=(1, 3)))["strides"] == (0, 1)
+
+
+# --- the CAI has no typestr for bfloat16 and the float8/6/4 kinds ---------------------------
+
+ML_DTYPE_NAMES = [name for name, (code, bits) in DTYPES.items() if code in (4,) or code >= 7]
+
+
+@pytest.mark.parametrize("name", ML_DTYPE_NAMES)
+def test_cai_export_of_ml_dtypes_refused_dlpack_kept(name):
+    """A device view of bfloat16 or a float8/6/4 kind has no CAI (BufferError, not '<V2'), and still exports through DLPack."""
+    code, bits = DTYPES[name]
+    flags = IS_SUBBYTE_TYPE_PADDED if bits < 8 else 0
+    producer = make_producer("versioned", shape=(4,), dtype=name, device=(2, 0), flags=flags)
+    view = StridedMemoryView(producer, -1)
+    assert view.dtype.name == name
+    message = f"cuda array interface: dtype {name} has no typestr ({view.dtype.str!r} names another type or none); export it through DLPack"
+    with pytest.raises(BufferError, match="^" + re.escape(message) + "$"):
+        view.__cuda_array_interface__
+    got = read_capsule(view.__dlpack__(stream=-1, max_version=(1, 3)))
+    assert got["dtype"] == (code, bits, 1)
+
+
+def test_cai_export_of_plain_void_kept():
+    """A view of anonymous void from the CAI ('|V4') still exports its own typestr."""
+    view = StridedMemoryView(HostCAI(np.zeros(3, dtype="V4")), -1)
+    assert view.__cuda_array_interface__["typestr"] == "|V4"

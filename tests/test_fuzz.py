@@ -192,6 +192,25 @@ def c_strides(shape):
     return tuple(reversed(strides))
 
 
+def byte_offsets_fit(shape, strides, itemsize):
+    """Every element within 2**63 - 1 bytes of element 0, above and below counted apart."""
+    if 0 in shape:
+        return True
+    above = sum((n - 1) * s * itemsize for n, s in zip(shape, strides) if n > 1 and s > 0)
+    below = sum((n - 1) * -s * itemsize for n, s in zip(shape, strides) if n > 1 and s < 0)
+    return above <= INT64_MAX and below <= INT64_MAX
+
+
+def has_own_typestr(dtype):
+    """Whether the CAI can name ``dtype``: not bfloat16 nor the float8/6/4 kinds (ml_dtypes')."""
+    return dtype.type.__module__ != "ml_dtypes"
+
+
+def exported_stride(stride, itemsize):
+    """The stride an export gives: 0 where its bytes pass int64 (only a never-stepping one can)."""
+    return stride if -INT64_MAX <= stride * itemsize <= INT64_MAX else 0
+
+
 def contiguous(shape, strides, reverse):
     if any(n == 0 for n in shape):
         return True
@@ -251,6 +270,8 @@ def model_tensor(device, ndim, shape, strides, data, byte_offset, dtype, flags):
         raise Refused(BufferError, f"dlpack: dtype {name} must have ")
     if bits < 8 and not flags & SUBBYTE_PADDED:
         raise Refused(BufferError, f"dlpack: dtype {name} is sub-byte and not padded")
+    if not byte_offsets_fit(extents, element_strides, numpy_dtype(code, bits).itemsize):
+        raise Refused(BufferError, "dlpack: byte offsets from element 0 must fit in int64 (got shape ")
     device_type, device_id = device
     return {
         "ptr": data + byte_offset,
@@ -439,9 +460,12 @@ def exercise_exports(view):
         if not str(exc).startswith("dlpack: dtype "):  # only CAI dtypes lack a DLPack code
             raise
     else:
-        for name in ("shape", "strides", "dtype", "readonly", "device_id", "is_device_accessible"):
+        for name in ("shape", "dtype", "readonly", "device_id", "is_device_accessible"):
             if getattr(again, name) != getattr(view, name):
                 raise AssertionError(f"re-exported {name}: {getattr(again, name)!r} != {getattr(view, name)!r}")
+        exported = tuple(exported_stride(s, view.dtype.itemsize) for s in view.strides)
+        if again.strides != exported:
+            raise AssertionError(f"re-exported strides: {again.strides!r} != {exported!r}")
         if again.ptr != (view.ptr if size else 0):
             raise AssertionError(f"re-exported ptr {again.ptr:#x} != {view.ptr:#x}")
         del again
@@ -463,11 +487,19 @@ def exercise_exports(view):
             raise AssertionError(producers.capsule_name(capsule))
         del capsule
 
-    # The CUDA Array Interface, viewed again.
-    if view.is_device_accessible:
+    # The CUDA Array Interface, viewed again; none for dtypes numpy's typestr cannot name.
+    if view.is_device_accessible and not has_own_typestr(view.dtype):
+        try:
+            view.__cuda_array_interface__
+        except BufferError as exc:
+            assert_documented(exc)
+        else:
+            raise AssertionError(f"a CAI for dtype {view.dtype}")
+    elif view.is_device_accessible:
         interface = view.__cuda_array_interface__
         itemsize = view.dtype.itemsize
-        byte_strides = tuple(s * itemsize for s in view.strides)
+        exported = tuple(exported_stride(s, itemsize) for s in view.strides)
+        byte_strides = tuple(s * itemsize for s in exported)
         if interface["strides"] != byte_strides or interface["shape"] != view.shape:
             raise AssertionError(f"CAI export {interface!r}")
         if interface["data"] != ((view.ptr if size else 0), view.readonly):
@@ -475,13 +507,13 @@ def exercise_exports(view):
         try:
             again = StridedMemoryView.from_cuda_array_interface(CAIHolder(interface), -1)
         except BufferError as exc:
-            # The CAI cannot say everything DLPack can: byte strides past int64, ndim > 64.
+            # The CAI cannot say everything DLPack can: ndim > 64.
             assert_documented(exc)
             too_deep = view.ndim > 64 and str(exc).startswith(CAI + "'shape' has ")
-            if all(INT64_MIN <= s <= INT64_MAX for s in byte_strides) and not too_deep:
+            if not too_deep:
                 raise
         else:
-            if again.shape != view.shape or again.strides != view.strides:
+            if again.shape != view.shape or again.strides != exported:
                 raise AssertionError(f"CAI round trip {again!r} != {view!r}")
             if view.dtype.kind != "V" and again.dtype != view.dtype:
                 raise AssertionError(f"CAI round trip dtype {again.dtype} != {view.dtype}")
@@ -889,6 +921,8 @@ def model_cai(interface, stream_ptr, known):
                 raise Refused(BufferError, CAI + "'strides' ")
             element_strides.append(stride // dtype.itemsize)
         element_strides = tuple(element_strides)
+    if not byte_offsets_fit(shape, element_strides, dtype.itemsize):
+        raise Refused(BufferError, CAI + "byte offsets from the first element must fit in int64 (got ")
     if interface.get("mask") is not None:
         raise Refused(BufferError, CAI + "masked arrays are not supported ('mask' is ")
     producer_stream = None
@@ -1188,8 +1222,9 @@ def test_found_empty_view_strides_fit_int64(path, no_fake):
     assert view.strides == (0, 2**62, 1)
     assert view.size == 0 and view.is_c_contiguous
     stream = -1 if path == "cai" else None
-    again = StridedMemoryView.from_dlpack(view, stream)
-    assert again.shape == view.shape and again.strides == view.strides and again.ptr == 0
+    again = StridedMemoryView.from_dlpack(_Exporter(view), stream)
+    # 2**62 float32 elements are 2**64 bytes: exported as 0, which addresses nothing either.
+    assert again.shape == view.shape and again.strides == (0, 0, 1) and again.ptr == 0
 
 
 class _LyingList(list):

@@ -426,6 +426,11 @@ cdef int _fill_from_dltensor(
     if tensor.device.device_type != kDLCPU and tensor.device.device_id < 0:
         raise BufferError(f"dlpack: device_id must be >= 0 (got {tensor.device.device_id})")
     view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
+    if not _byte_offsets_fit(ndim, tensor.shape, tensor.strides, size, view.dtype.itemsize):
+        raise BufferError(
+            f"dlpack: byte offsets from element 0 must fit in int64 (got shape {shape}, "
+            f"strides {strides} in elements, itemsize {view.dtype.itemsize})"
+        )
 
     view._ptr = <uintptr_t>tensor.data + <uintptr_t>tensor.byte_offset
     view.ptr = view._ptr

@@ -537,6 +537,59 @@ cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size)
     return tuple(strides)
 
 
+cdef bint _byte_offsets_fit(
+    Py_ssize_t ndim, const int64_t *extents, const int64_t *strides, int64_t size,
+    Py_ssize_t itemsize
+) noexcept:
+    """Whether every element lies within int64 bytes of element 0 (both protocols' check).
+
+    ``strides`` are in elements, NULL for row-major.  Only dimensions of extent > 1
+    step, and an empty layout addresses nothing: their strides may be anything.
+    The spans below and above element 0 are summed apart, each kept <= 2**63 - 1.
+    """
+    cdef uint64_t limit = <uint64_t>INT64_MAX
+    cdef uint64_t above = 0, below = 0, step, span, steps
+    cdef Py_ssize_t i
+    if size == 0:
+        return True
+    if itemsize < 1:
+        itemsize = 1
+    if strides == NULL:
+        return <uint64_t>(size - 1) <= limit // <uint64_t>itemsize
+    for i in range(ndim):
+        if extents[i] <= 1:
+            continue
+        steps = <uint64_t>(extents[i] - 1)
+        step = <uint64_t>strides[i] if strides[i] >= 0 else <uint64_t>0 - <uint64_t>strides[i]
+        if step > limit // <uint64_t>itemsize:
+            return False
+        step *= <uint64_t>itemsize
+        if step != 0 and steps > limit // step:
+            return False
+        span = step * steps
+        if strides[i] >= 0:
+            if span > limit - above:
+                return False
+            above += span
+        else:
+            if span > limit - below:
+                return False
+            below += span
+    return True
+
+
+cdef object _exported_stride(object stride, Py_ssize_t itemsize):
+    """``stride`` as an export gives it: 0 where ``stride * itemsize`` passes int64.
+
+    Only a dimension that never steps (extent <= 1, or an empty view) can carry
+    such a stride once a view is made, so 0 describes the same elements, and no
+    consumer computing byte offsets overflows.
+    """
+    if -INT64_MAX <= stride * itemsize <= INT64_MAX:
+        return stride
+    return 0
+
+
 cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed_axes):
     if size == 0:
         return True
