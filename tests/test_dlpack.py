@@ -1185,11 +1185,29 @@ FIELD_NAMES = [
 ]
 
 
-def test_view_is_a_dataclass(kind):
-    """A view is a dataclass whose fields are the eight documented attributes, in order."""
+def test_view_does_not_claim_to_be_a_dataclass(kind):
+    """A view is not a dataclass, so no dataclasses function half-works on it: each refuses it with TypeError."""
     view = StridedMemoryView(make_producer(kind))
-    assert dataclasses.is_dataclass(view)
-    assert [f.name for f in dataclasses.fields(view)] == FIELD_NAMES
+    assert not dataclasses.is_dataclass(view)
+    assert not dataclasses.is_dataclass(StridedMemoryView)
+    for function in (dataclasses.fields, dataclasses.asdict, dataclasses.astuple, dataclasses.replace):
+        with pytest.raises(TypeError):
+            function(view)
+
+
+def test_asdict_gives_the_eight_fields_uncopied():
+    """``_fields`` names the eight documented fields in order; ``_asdict()`` gives each value itself, the array not copied."""
+    array = np.arange(6.0).reshape(2, 3)
+    view = StridedMemoryView(array)
+    assert StridedMemoryView._fields == tuple(FIELD_NAMES) == view._fields
+    fields = view._asdict()
+    assert list(fields) == FIELD_NAMES
+    for name in FIELD_NAMES:
+        assert fields[name] is getattr(view, name) or fields[name] == getattr(view, name)
+    assert fields["exporting_obj"] is array
+    assert fields["ptr"] == array.ctypes.data and fields["device_id"] == -1
+    fields["shape"] = (6,)
+    assert view.shape == (2, 3)  # a new dict each time: the view is untouched
 
 
 @pytest.mark.parametrize("name", FIELD_NAMES)

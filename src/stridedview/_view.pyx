@@ -41,31 +41,6 @@ cdef object _driver_module():
     return _driver
 
 
-class _LazyDataclassFields:
-    """Descriptor giving StridedMemoryView its ``__dataclass_fields__`` on first use."""
-
-    _fields = None
-
-    def __get__(self, instance, owner):
-        fields = _LazyDataclassFields._fields
-        if fields is None:
-            import dataclasses
-
-            @dataclasses.dataclass(frozen=True)
-            class StridedMemoryViewFields:
-                ptr: "int"
-                shape: "tuple[int, ...]"
-                strides: "tuple[int, ...]"
-                dtype: "numpy.dtype"
-                device_id: "int"
-                is_device_accessible: "bool"
-                readonly: "bool"
-                exporting_obj: "object"
-
-            fields = _LazyDataclassFields._fields = StridedMemoryViewFields.__dataclass_fields__
-        return fields
-
-
 @cython.final
 @cython.freelist(16)
 @cython.auto_pickle(False)
@@ -120,6 +95,10 @@ cdef class StridedMemoryView:
       ordering (the caller's stream once ordered; with -1, the CAI producer's
       stream), or None when there is none to speak of (host memory) or it is
       unknown.
+
+    The view is not a dataclass: ``_fields`` names the eight fields above (from
+    ``ptr`` to ``exporting_obj``) and ``_asdict()`` returns them, uncopied, as
+    a namedtuple would.
 
     A consumed DLPack capsule's deleter runs exactly once, when the view is
     deallocated.  The view hands itself on through ``__dlpack__``,
@@ -285,9 +264,30 @@ cdef class StridedMemoryView:
         # repr must not need the driver: an unresolved CAI device shows as '?'.
         return "?" if self._device_id == _DEVICE_ID_UNKNOWN else str(self._device_id)
 
-    # dataclasses.is_dataclass() and dataclasses.fields() read this; built on
-    # first use so that importing stridedview does not import dataclasses.
-    __dataclass_fields__ = _LazyDataclassFields()
+    # Not a dataclass: dataclasses.replace() cannot rebuild a view from its
+    # fields and dataclasses.asdict() would deep-copy the array.  The fields are
+    # named as a namedtuple names them instead.
+    _fields = (
+        "ptr", "shape", "strides", "dtype", "device_id", "is_device_accessible", "readonly",
+        "exporting_obj",
+    )
+
+    def _asdict(self):
+        """The eight fields of ``_fields`` in a new dict, each value the view's own (no copy).
+
+        Reading ``device_id`` asks the driver for a CUDA Array Interface view whose
+        device is not yet known (see ``device_id``).
+        """
+        return {
+            "ptr": self.ptr,
+            "shape": self.shape,
+            "strides": self.strides,
+            "dtype": self.dtype,
+            "device_id": self.device_id,
+            "is_device_accessible": self.is_device_accessible,
+            "readonly": self.readonly,
+            "exporting_obj": self.exporting_obj,
+        }
 
 
 cdef extern from *:
