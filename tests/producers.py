@@ -7,14 +7,16 @@ deleter records how often each managed tensor was released, and a capsule
 destructor calls that deleter when an unconsumed capsule dies, as numpy and
 PyTorch do.
 
-Why a producer holds on to its capsules: a consumer that fails validation
-raises and then drops the capsule *while its exception is still pending*.
-A real producer's destructor is C code that saves and restores that
-exception; a ctypes callback cannot (ctypes reports anything left pending as
-"returned a result with an exception set" and the consumer's error becomes a
-SystemError).  So every capsule stays in ``producer.capsules`` until the
-test calls ``producer.release_capsules()``; its destructor then runs in a
-clean state, and the test can look at the capsule's name first.
+By default a producer keeps no reference to the capsules it hands out, as a
+real producer does: the consumer alone decides when each dies, and on a
+refusal the capsule's destructor (Python, through ctypes) runs when the
+consumer drops it.  A ctypes callback cannot run while an exception is pending
+(ctypes reports "returned a result with an exception set", the consumer's
+error becomes a SystemError and the deleter is skipped), so this is the test
+that a consumer releases refused capsules with no exception pending.  A test
+that wants to look at a capsule afterwards (its name, its reference count)
+asks for ``hold_capsules=True``: every capsule then stays in
+``producer.capsules`` until ``producer.release_capsules()``.
 
 Nothing here needs numpy except ``from_numpy`` and ``assert_view``.
 """
@@ -36,6 +38,10 @@ __all__ = [
     "DLTensor",
     "DLManagedTensor",
     "DLManagedTensorVersioned",
+    "DLPackExchangeAPI",
+    "DLTensorFromPyObject",
+    "CurrentWorkStream",
+    "exchange_api",
     "DLPackProducer",
     "OldStyleProducer",
     "make_producer",
@@ -335,9 +341,9 @@ class DLPackProducer:
     dtype           a name from ``DTYPES`` or a (code, bits, lanes) tuple.
     capsule_name    overrides the capsule name ("used_dltensor", "foo", ...).
     null_deleter    True: the managed tensor's deleter is NULL.
-    hold_capsules   False: keep no reference to the capsules handed out, so
-                    the consumer alone decides when each dies (safe only where
-                    the consumer succeeds: see the module docstring).
+    hold_capsules   True: keep every capsule handed out in ``capsules`` until
+                    ``release_capsules()``, so a test can inspect it; False
+                    (default): keep none, as a real producer does.
     mode            "capsule" (default), "not_capsule" (return ``returns``)
                     or "raise" (raise the exception ``raises``).
     """
@@ -358,7 +364,7 @@ class DLPackProducer:
         byte_offset=0,
         capsule_name=None,
         null_deleter=False,
-        hold_capsules=True,
+        hold_capsules=False,
         mode="capsule",
         returns=42,
         raises=None,
@@ -531,6 +537,51 @@ def from_numpy(kind, array, **fields):
     fields.setdefault("strides", tuple(s // itemsize for s in array.strides))
     fields.setdefault("data", array.__array_interface__["data"][0])
     return make_producer(kind, buffer=array, **fields)
+
+
+# --- The DLPack C exchange API (1.3) ---------------------------------------
+
+#: ``int (*dltensor_from_py_object_no_sync)(void *py_object, DLTensor *out)``
+DLTensorFromPyObject = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensor))
+#: ``int (*current_work_stream)(int32 device_type, int32 device_id, void **out)``
+CurrentWorkStream = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)
+)
+
+
+class DLPackExchangeAPI(ctypes.Structure):
+    """DLPack 1.3's exchange API table (56 bytes): header, then five function pointers."""
+
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("prev_api", ctypes.c_void_p),
+        ("managed_tensor_allocator", ctypes.c_void_p),
+        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
+        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
+        ("dltensor_from_py_object_no_sync", DLTensorFromPyObject),
+        ("current_work_stream", CurrentWorkStream),
+    ]
+
+
+if ctypes.sizeof(DLPackExchangeAPI) != 56:
+    raise ImportError("DLPackExchangeAPI is not 56 bytes")
+
+
+def exchange_api(dltensor_from_py_object, current_work_stream=None, version=(1, 3)):
+    """``(table, capsule)``: a table with these callbacks and its "dlpack_exchange_api" capsule.
+
+    The capsule points into ``table``: keep both (as class attributes, say) for as
+    long as the type that offers the capsule lives.
+    """
+    table = DLPackExchangeAPI()
+    table.version = DLPackVersion(*version)
+    table.dltensor_from_py_object_no_sync = dltensor_from_py_object
+    if current_work_stream is not None:
+        table.current_work_stream = current_work_stream
+    capsule = _PyCapsule_New(
+        ctypes.addressof(table), _name_bytes("dlpack_exchange_api"), PyCapsuleDestructor()
+    )
+    return table, capsule
 
 
 # --- Checking a view --------------------------------------------------------

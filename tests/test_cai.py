@@ -1127,3 +1127,39 @@ def test_real_bindings_refuse_an_int_pointer_attribute():
     fake.register_pointer(0x1000, 16, device=1)
     attribute = fake.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     assert fake.cuPointerGetAttribute(attribute, 0x1000) == (0, 1)
+
+
+# --- every reachable byte offset fits int64 ---------------------------------------------
+
+@pytest.mark.parametrize(
+    "shape, strides",
+    [
+        ((3,), (2**62,)),  # 2 steps of 2**62 bytes: 2**63
+        ((3,), (-(2**62),)),
+        ((2**61,), None),  # row-major float64: the last element 2**64 - 8 bytes away
+        ((2, 2), (2**62, 2**62)),
+    ],
+    ids=["steps", "negative", "row-major", "sum"],
+)
+def test_cai_byte_offsets_past_int64_refused(shape, strides):
+    """A CAI layout reaching an element more than 2**63 - 1 bytes from the first is refused, naming the values."""
+    producer = CAIProducer(np.zeros(1), shape=shape, strides=strides, typestr="<f8", descr=[("", "<f8")], data=(0x10000, False))
+    message = (
+        "cuda array interface: byte offsets from the first element must fit in int64 "
+        f"(got 'shape' {shape}, 'strides' {strides}, item size 8)"
+    )
+    with pytest.raises(BufferError, match="^" + re.escape(message) + "$") as excinfo:
+        StridedMemoryView(producer, stream_ptr=-1)
+    assert excinfo.type is BufferError
+
+
+@pytest.mark.parametrize(
+    "shape, strides",
+    [((2,), (2**63 - 8,)), ((1, 3), (2**63 - 8, 8)), ((0, 2), (2**63 - 8, 2**63 - 8))],
+    ids=["largest", "extent-1", "empty"],
+)
+def test_cai_byte_offsets_within_int64_accepted(shape, strides):
+    """CAI layouts whose byte offsets fit int64 are viewed with their strides in elements."""
+    producer = CAIProducer(np.zeros(1), shape=shape, strides=strides, typestr="<f8", descr=[("", "<f8")], data=(0x10000, False))
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    assert view.strides == tuple(s // 8 for s in strides)

@@ -521,7 +521,7 @@ def test_proxy_view_of_dlpack_producer_with_stream():
         view, ptr=producer.expected_ptr, shape=(2, 3), strides=(3, 1), dtype="float32",
         device_id=-1, is_device_accessible=False, readonly=False, exporting_obj=producer,
     )
-    assert producer.calls[-1] == ("__dlpack__", {"stream": None, "max_version": (1, 3)})
+    assert producer.calls[-1] == ("__dlpack__", {"stream": None, "max_version": (1, 3), "copy": False})
     del view
     producer.release_capsules()
 

@@ -28,7 +28,8 @@ from producers import (
     from_numpy,
     make_producer,
 )
-from stridedview import StridedMemoryView
+from producers import DLPackProducer
+from stridedview import StridedMemoryView, _view
 
 MAX_VERSION = (1, 3)
 CPU, CUDA, CUDA_HOST, CUDA_MANAGED = 1, 2, 3, 13
@@ -142,7 +143,7 @@ def test_host_memory_is_handed_no_stream(kind, entry, device_type, stream_ptr):
     """CPU and pinned memory are always exported with stream=None, whatever stream_ptr says."""
     producer = make_producer(kind, device=(device_type, 0))
     entry(producer, stream_ptr=stream_ptr)
-    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION}]
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION, "copy": False}]
 
 
 @pytest.mark.parametrize(
@@ -166,7 +167,7 @@ def test_cuda_memory_is_handed_the_consumer_stream(kind, entry, device_type, str
     producer = make_producer(kind, device=(device_type, 0))
     entry(producer, stream_ptr=stream_ptr)
     [kwargs] = dlpack_calls(producer)
-    assert kwargs == {"stream": expected, "max_version": MAX_VERSION}
+    assert kwargs == {"stream": expected, "max_version": MAX_VERSION, "copy": False}
     assert type(kwargs["stream"]) is int
 
 
@@ -249,7 +250,7 @@ def test_old_style_producer_is_asked_again_without_max_version(kind):
     producer = make_producer(kind, old_api=True)
     view = StridedMemoryView(producer)
     assert dlpack_calls(producer) == [
-        {"stream": None, "max_version": MAX_VERSION},
+        {"stream": None, "max_version": MAX_VERSION, "copy": False},
         {"stream": None},
     ]
     assert view.shape == (2, 3)
@@ -260,7 +261,7 @@ def test_old_style_retry_passes_the_same_stream(kind):
     """The retry without max_version passes the same stream value as the first call."""
     producer = make_producer(kind, old_api=True, device=(CUDA, 0))
     StridedMemoryView(producer, stream_ptr=0)
-    assert dlpack_calls(producer) == [{"stream": 1, "max_version": MAX_VERSION}, {"stream": 1}]
+    assert dlpack_calls(producer) == [{"stream": 1, "max_version": MAX_VERSION, "copy": False}, {"stream": 1}]
 
 
 def test_other_type_error_is_not_retried(kind, entry):
@@ -280,7 +281,7 @@ def test_max_version_type_error_is_retried_once(kind):
     with pytest.raises(TypeError) as excinfo:
         StridedMemoryView(producer)
     assert excinfo.value is error
-    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION}, {"stream": None}]
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION, "copy": False}, {"stream": None}]
 
 
 @pytest.mark.parametrize(
@@ -340,7 +341,7 @@ def test_either_capsule_kind_accepted_whatever_was_asked(kind, old_api):
 
 def test_capsule_renamed_used_after_success(kind):
     """A consumed capsule is renamed "used_dltensor_versioned" or "used_dltensor"."""
-    producer = make_producer(kind)
+    producer = make_producer(kind, hold_capsules=True)
     view = StridedMemoryView(producer)
     [capsule] = producer.capsules
     assert capsule_name(capsule) == "used_" + unused_name(kind)
@@ -359,7 +360,7 @@ def test_any_minor_version_of_major_1_accepted(version):
 @pytest.mark.parametrize("null_deleter", [False, True], ids=["deleter", "NULL-deleter"])
 def test_other_major_version_refused_and_deleted_at_once(version, null_deleter):
     """A major version other than 1 renames the capsule, calls the deleter at once, then raises BufferError."""
-    producer = make_producer("versioned", version=version, null_deleter=null_deleter)
+    producer = make_producer("versioned", version=version, null_deleter=null_deleter, hold_capsules=True)
     major, minor = version
     message = f"dlpack: unsupported DLPack version {major}.{minor} (major version must be 1)"
     with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
@@ -542,7 +543,7 @@ def test_failed_validation_leaves_the_capsule_to_its_destructor(
     kind, fields, stream_ptr, exc, prefix, capsule
 ):
     """On a validation failure the capsule keeps its name, is released, and its destructor calls the deleter once."""
-    producer = make_producer(kind, **fields)
+    producer = make_producer(kind, hold_capsules=True, **fields)
     with pytest.raises(exc):
         StridedMemoryView(producer, stream_ptr=stream_ptr)
     [capsule_obj] = producer.capsules
@@ -554,10 +555,35 @@ def test_failed_validation_leaves_the_capsule_to_its_destructor(
     assert deleter_calls(producer) == 1
 
 
+_REFUSALS = {
+    "negative-extent": {"shape": (2, -3), "strides": (1, 1), "data": 0x10000},
+    "lanes": {"dtype": (2, 32, 4)},
+    "device-differs": {"device": (2, 0), "reported_device": (1, 0)},
+}
+
+
+@pytest.mark.parametrize(
+    "kind, fields",
+    [pytest.param(k, f, id=f"{k}-{name}") for name, f in _REFUSALS.items() for k in KINDS]
+    + [pytest.param("versioned", {"version": (2, 0)}, id="versioned-major-version-2")],
+)
+def test_refused_capsule_held_by_nobody_is_released_with_no_error_pending(kind, fields):
+    """10,000 refused capsules that only the consumer holds, with Python deleters: BufferError each time, 10,000 deleter calls."""
+    producer = make_producer(kind, **fields)
+    for _ in range(10_000):
+        try:
+            StridedMemoryView(producer)
+        except BufferError as error:
+            assert type(error) is BufferError
+        else:
+            raise AssertionError("the capsule was not refused")
+    assert deleter_calls(producer) == 10_000
+
+
 @pytest.mark.parametrize(ROW_ARGS, [row for row in ERROR_TABLE if row.values[-1] == "foreign"])
 def test_foreign_or_used_capsule_is_left_alone(kind, fields, stream_ptr, exc, prefix, capsule):
     """A capsule named "used_*" or something else is neither renamed nor deleted by the consumer."""
-    producer = make_producer(kind, **fields)
+    producer = make_producer(kind, hold_capsules=True, **fields)
     with pytest.raises(exc):
         StridedMemoryView(producer, stream_ptr=stream_ptr)
     [capsule_obj] = producer.capsules
@@ -733,13 +759,102 @@ def test_lanes_other_than_one_refused(kind, lanes):
 
 @pytest.mark.parametrize(
     "flags, readonly",
-    [(0, False), (READ_ONLY, True), (IS_COPIED, False), (READ_ONLY | IS_COPIED, True)],
-    ids=["none", "READ_ONLY", "IS_COPIED", "READ_ONLY|IS_COPIED"],
+    [(0, False), (READ_ONLY, True), (IS_SUBBYTE_TYPE_PADDED, False), (READ_ONLY | IS_SUBBYTE_TYPE_PADDED, True)],
+    ids=["none", "READ_ONLY", "IS_SUBBYTE_TYPE_PADDED", "READ_ONLY|IS_SUBBYTE_TYPE_PADDED"],
 )
 def test_readonly_follows_the_versioned_flag(flags, readonly):
     """A versioned capsule's view is read-only exactly when READ_ONLY is set."""
     producer = make_producer("versioned", flags=flags)
     assert StridedMemoryView(producer).readonly is readonly
+
+
+# --- copy=False and IS_COPIED: a view of the original or nothing --------------
+
+@pytest.mark.parametrize("flags", [IS_COPIED, IS_COPIED | READ_ONLY, 2**64 - 1], ids=["IS_COPIED", "with-READ_ONLY", "all-flags"])
+def test_copied_capsule_is_refused(flags):
+    """A versioned capsule flagged IS_COPIED is refused with BufferError; its deleter runs once."""
+    producer = make_producer("versioned", flags=flags)
+    message = "dlpack: the producer copied the data (IS_COPIED flag set): a view of a copy would not see the original"
+    with pytest.raises(BufferError, match="^" + re.escape(message) + "$") as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.type is BufferError
+    assert deleter_calls(producer) == 1
+
+
+class NoCopyKeyword(DLPackProducer):
+    """A DLPack 1.0 producer that knows max_version but predates the copy keyword."""
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None):
+        self.calls.append(("__dlpack__", {"stream": stream, "max_version": max_version}))
+        return self._export()
+
+
+def test_producer_is_asked_for_no_copy(kind):
+    """__dlpack__ is asked with copy=False (and max_version): copying nothing is the producer's promise."""
+    producer = make_producer(kind)
+    StridedMemoryView(producer)
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION, "copy": False}]
+
+
+def test_producer_without_copy_keyword_is_asked_again_without_it(kind):
+    """A producer whose __dlpack__ lacks copy is asked once more, with stream and max_version only."""
+    producer = NoCopyKeyword(kind)
+    view = StridedMemoryView(producer)
+    assert dlpack_calls(producer) == [{"stream": None, "max_version": MAX_VERSION}]
+    assert len(producer.tensor_ids) == 1 and view.ptr == producer.expected_ptr
+
+
+def test_copy_type_error_then_max_version_type_error_asks_a_third_time(kind):
+    """A producer refusing 'copy' and then 'max_version' (TypeErrors naming them) is asked a third time with the stream alone."""
+    errors = [
+        TypeError("__dlpack__() got an unexpected keyword argument 'copy'"),
+        TypeError("__dlpack__() got an unexpected keyword argument 'max_version'"),
+    ]
+    producer = make_producer(kind)
+    export = producer._export
+
+    def refusing(**kwargs):
+        producer.calls.append(("__dlpack__", kwargs))
+        if errors:
+            raise errors.pop(0)
+        return export()
+
+    producer.__dlpack__ = refusing
+    view = StridedMemoryView(producer)
+    assert dlpack_calls(producer) == [
+        {"stream": None, "max_version": MAX_VERSION, "copy": False},
+        {"stream": None, "max_version": MAX_VERSION},
+        {"stream": None},
+    ]
+    assert view.shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["copy is not allowed on this device", "stream must be an int", "copy=False needs a contiguous array"],
+)
+def test_type_error_not_naming_the_copy_keyword_is_not_retried(kind, message):
+    """A TypeError that does not name the 'copy' keyword propagates unchanged after exactly one call."""
+    error = TypeError(message)
+    producer = make_producer(kind, mode="raise", raises=error)
+    with pytest.raises(TypeError) as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.value is error
+    assert len(dlpack_calls(producer)) == 1
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("library", ["numpy", "torch", "jax.numpy", "array_api_strict"])
+def test_real_producers_take_copy_false(library):
+    """numpy, torch, jax and array-api-strict accept copy=False: each view shares the array's memory."""
+    module = pytest.importorskip(library)
+    array = module.reshape(module.arange(6, dtype=module.float32), (2, 3))
+    _view._set_fast_paths_enabled(False)  # torch's exchange API would not call __dlpack__
+    try:
+        view = StridedMemoryView(array)
+    finally:
+        _view._set_fast_paths_enabled(True)
+    assert view.shape == (2, 3) and view.ptr == np.from_dlpack(array).ctypes.data
 
 
 def test_legacy_capsule_is_writable():
@@ -1070,11 +1185,29 @@ FIELD_NAMES = [
 ]
 
 
-def test_view_is_a_dataclass(kind):
-    """A view is a dataclass whose fields are the eight documented attributes, in order."""
+def test_view_does_not_claim_to_be_a_dataclass(kind):
+    """A view is not a dataclass, so no dataclasses function half-works on it: each refuses it with TypeError."""
     view = StridedMemoryView(make_producer(kind))
-    assert dataclasses.is_dataclass(view)
-    assert [f.name for f in dataclasses.fields(view)] == FIELD_NAMES
+    assert not dataclasses.is_dataclass(view)
+    assert not dataclasses.is_dataclass(StridedMemoryView)
+    for function in (dataclasses.fields, dataclasses.asdict, dataclasses.astuple, dataclasses.replace):
+        with pytest.raises(TypeError):
+            function(view)
+
+
+def test_asdict_gives_the_eight_fields_uncopied():
+    """``_fields`` names the eight documented fields in order; ``_asdict()`` gives each value itself, the array not copied."""
+    array = np.arange(6.0).reshape(2, 3)
+    view = StridedMemoryView(array)
+    assert StridedMemoryView._fields == tuple(FIELD_NAMES) == view._fields
+    fields = view._asdict()
+    assert list(fields) == FIELD_NAMES
+    for name in FIELD_NAMES:
+        assert fields[name] is getattr(view, name) or fields[name] == getattr(view, name)
+    assert fields["exporting_obj"] is array
+    assert fields["ptr"] == array.ctypes.data and fields["device_id"] == -1
+    fields["shape"] = (6,)
+    assert view.shape == (2, 3)  # a new dict each time: the view is untouched
 
 
 @pytest.mark.parametrize("name", FIELD_NAMES)
@@ -1089,7 +1222,7 @@ def test_fields_are_read_only(kind, name):
 
 def test_producer_unconsumed_capsule_calls_deleter_once(kind):
     """Without any consumer, dropping a fresh capsule runs its deleter exactly once."""
-    producer = make_producer(kind)
+    producer = make_producer(kind, hold_capsules=True)
     capsule = producer.__dlpack__(max_version=MAX_VERSION)
     assert capsule_name(capsule) == unused_name(kind)
     del capsule
@@ -1104,3 +1237,49 @@ def test_producer_old_style_signature_error():
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_version'"):
         producer.__dlpack__(stream=None, max_version=MAX_VERSION)
     assert len(dlpack_calls(producer)) == 1
+
+
+# --- every reachable byte offset fits int64 ----------------------------------
+
+@pytest.mark.parametrize(
+    "shape, strides",
+    [
+        ((2,), (2**62,)),  # one step of 2**65 bytes
+        ((2,), (-(2**62),)),  # the same below element 0
+        ((2**61,), None),  # row-major: the last element 2**64 - 8 bytes away
+        ((2, 2), (2**59, 2**59)),  # two spans of 2**62 bytes: 2**63 together
+        ((3,), (2**61 - 1,)),  # (3 - 1) * (2**64 - 8) bytes
+    ],
+    ids=["one-step", "negative", "row-major", "sum", "extent-3"],
+)
+def test_byte_offsets_past_int64_refused(kind, shape, strides):
+    """A float64 layout reaching an element more than 2**63 - 1 bytes from element 0 is refused, naming the values."""
+    producer = make_producer(kind, shape=shape, strides=strides, dtype="float64", data=0x10000)
+    shown = strides if strides is not None else tuple(
+        int(np.prod(shape[i + 1:], dtype=object)) for i in range(len(shape))
+    )
+    message = (
+        f"dlpack: byte offsets from element 0 must fit in int64 (got shape {shape}, "
+        f"strides {shown} in elements, itemsize 8)"
+    )
+    with pytest.raises(BufferError, match="^" + re.escape(message) + "$") as excinfo:
+        StridedMemoryView(producer)
+    assert excinfo.type is BufferError
+    assert deleter_calls(producer) == 1
+
+
+@pytest.mark.parametrize(
+    "shape, strides",
+    [
+        ((2,), (2**60 - 1,)),  # 2**63 - 8 bytes: the farthest step that fits
+        ((2, 2), (2**59 - 1, -(2**59 - 1))),  # above and below apart, each fits
+        ((1, 3), (2**62, 1)),  # an extent-1 dimension never steps
+        ((0, 2), (2**62, 2**62)),  # an empty view addresses nothing
+    ],
+    ids=["largest", "above-and-below", "extent-1", "empty"],
+)
+def test_byte_offsets_within_int64_accepted(kind, shape, strides):
+    """Layouts whose reachable byte offsets all fit int64 are viewed with their strides as given."""
+    producer = make_producer(kind, shape=shape, strides=strides, dtype="float64", data=2**40)
+    view = StridedMemoryView(producer)
+    assert view.shape == shape and view.strides == strides

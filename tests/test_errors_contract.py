@@ -493,6 +493,8 @@ TRIGGERS = [
     ("used-capsule", lambda f, m: view_dlpack(capsule_name="used_dltensor"), BufferError, "dlpack: capsule was already consumed (name 'used_dltensor')"),
     ("foreign-name", lambda f, m: view_dlpack(capsule_name="foo"), BufferError, "dlpack: capsule name must be 'dltensor_versioned' or 'dltensor' (got 'foo')"),
     ("version-2", lambda f, m: view_dlpack(version=(2, 0)), BufferError, "dlpack: unsupported DLPack version 2.0 (major version must be 1)"),
+    ("is-copied", lambda f, m: view_dlpack(flags=2), BufferError, "dlpack: the producer copied the data (IS_COPIED flag set): a view of a copy would not see the original"),
+    ("byte-offsets", lambda f, m: view_dlpack(shape=(2,), strides=(2**62,), data=0x10000), BufferError, "dlpack: byte offsets from element 0 must fit in int64 (got shape (2,), strides (4611686018427387904,) in elements, itemsize 4)"),
     ("device-differs", lambda f, m: view_dlpack(device=(2, 0), reported_device=(1, 0)), BufferError, "dlpack: capsule device (2, 0) differs from __dlpack_device__() (1, 0)"),
     ("ndim-negative", lambda f, m: view_dlpack(ndim=-1), BufferError, "dlpack: ndim must be >= 0 (got -1)"),
     ("shape-null", lambda f, m: view_dlpack(shape=None, ndim=2, strides=None, data=0x10000), BufferError, "dlpack: shape is NULL with ndim 2"),
@@ -544,6 +546,7 @@ TRIGGERS = [
     ("strides-float", lambda f, m: view_cai(strides=(12, 4.0)), TypeError, "cuda array interface: 'strides' must be None or a tuple of ints (got (12, 4.0))"),
     ("strides-past-int64", lambda f, m: view_cai(strides=(2**63, 4)), BufferError, "cuda array interface: 'strides' must fit in int64 (got "),
     ("strides-not-multiple", lambda f, m: view_cai(strides=(6, 1)), BufferError, "cuda array interface: 'strides' (6, 1) are not multiples of the item size 4"),
+    ("cai-byte-offsets", lambda f, m: view_cai(shape=(3,), strides=(2**62,)), BufferError, "cuda array interface: byte offsets from the first element must fit in int64 (got 'shape' (3,), 'strides' (4611686018427387904,), item size 4)"),
     ("mask", lambda f, m: view_cai(mask=object()), BufferError, "cuda array interface: masked arrays are not supported ('mask' is "),
     ("stream-key-float", lambda f, m: view_cai(stream=1.5), TypeError, "cuda array interface: 'stream' must be None or an int (got 1.5)"),
     ("stream-key-0", lambda f, m: view_cai(stream=0), BufferError, "cuda array interface: 'stream' 0 is disallowed (ambiguous: use 1 for the legacy default stream, 2 for the per-thread one)"),
@@ -556,6 +559,7 @@ TRIGGERS = [
     ("export-readonly-legacy", lambda f, m: StridedMemoryView(readonly_array()).__dlpack__(), BufferError, "dlpack: a read-only view cannot be exported as a legacy capsule"),
     ("export-host-stream", lambda f, m: host_view().__dlpack__(stream=5), BufferError, "dlpack: stream must be None for host memory (got 5)"),
     ("export-stream-0", lambda f, m: device_view().__dlpack__(stream=0, max_version=(1, 3)), BufferError, "dlpack: stream 0 is disallowed (ambiguous: pass 1 for the legacy default stream, 2 for the per-thread one)"),
+    ("export-cai-bfloat16", lambda f, m: view_dlpack(device=(2, 0), dtype="bfloat16").__cuda_array_interface__, BufferError, "cuda array interface: dtype bfloat16 has no typestr ('<V2' names another type or none); export it through DLPack"),
     ("export-host-cai", lambda f, m: host_view().__cuda_array_interface__, AttributeError, "__cuda_array_interface__: a host-only view (device_id -1) has no CUDA Array Interface; use DLPack"),
     # decorator
     ("decorator-not-iterable", lambda f, m: _decorate(3.5), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got 3.5)"),
@@ -569,6 +573,7 @@ TRIGGERS = [
     ("driver-call-failed", lambda f, m: _driver_failure(f), CUDAError, "cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE"),
     # general
     ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports neither DLPack"),
+    ("view-of-uninitialised", lambda f, m: StridedMemoryView(StridedMemoryView.__new__(StridedMemoryView)), BufferError, "stridedview: the StridedMemoryView to view is not initialised"),
     ("init-twice", lambda f, m: _again(), TypeError, "StridedMemoryView is already initialised"),
     ("module-attribute", lambda f, m: _unknown_attribute(), AttributeError, "module 'stridedview' has no attribute 'no_such_name'"),
 ]

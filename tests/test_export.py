@@ -22,7 +22,9 @@ from __future__ import annotations
 import ctypes
 import gc
 import re
+import subprocess
 import sys
+import textwrap
 import weakref
 
 import numpy as np
@@ -990,23 +992,20 @@ def _readonly_array():
     ],
 )
 def test_view_of_host_view_identical(make):
-    """A view of a view has the same fields as the view (it goes through the view's own __dlpack__)."""
+    """A view of a view has the same fields as the view, and the same exporting_obj (views never chain)."""
     source = make()
     view = StridedMemoryView(source)
     again = StridedMemoryView(view)
     assert fields(again) == fields(view)
-    assert again.exporting_obj is view
+    assert again.exporting_obj is source
     assert StridedMemoryView.from_dlpack(view).strides == view.strides
 
 
 def test_view_of_zero_size_view():
-    """A view of a zero-size view keeps shape, strides and dtype; its ptr is 0 (the capsule's data is NULL)."""
+    """A view of a zero-size view keeps every field of the view, its ptr included."""
     view = StridedMemoryView(np.zeros((0, 3), dtype=np.float32))
     again = StridedMemoryView(view)
-    assert (again.shape, again.strides, again.dtype, again.readonly) == (
-        view.shape, view.strides, view.dtype, view.readonly,
-    )
-    assert again.ptr == 0
+    assert fields(again) == fields(view)
 
 
 def test_view_of_view_keeps_chain_alive():
@@ -1035,6 +1034,96 @@ def test_view_of_cai_view_identical(fake, readonly):
     assert again.__dlpack_device__() == (2, 1)
     through_cai = StridedMemoryView.from_cuda_array_interface(view, -1)
     assert fields(through_cai) == fields(view)
+
+
+@pytest.mark.parametrize("kind_of_capsule", ["versioned", "legacy"])
+def test_view_of_view_takes_no_capsule(kind_of_capsule):
+    """A view of a view consumes no capsule of its own: the producer's one deleter runs once, when the last view dies."""
+    producer = make_producer(kind_of_capsule)
+    view = StridedMemoryView(producer)
+    again = StridedMemoryView(view)
+    deeper = StridedMemoryView.from_dlpack(again)
+    assert len(producer.tensor_ids) == 1
+    assert deeper.exporting_obj is producer
+    del view, again
+    gc.collect()
+    assert deleter_calls(producer) == 0
+    assert deeper.ptr == producer.expected_ptr
+    del deeper
+    gc.collect()
+    assert deleter_calls(producer) == 1
+
+
+def test_dropping_400000_nested_views_does_not_crash():
+    """400,000 views each of the one before, dropped at once: no recursion, nothing left alive (run in a child process)."""
+    code = textwrap.dedent(
+        """
+        import gc, weakref
+        import numpy as np
+        from stridedview import StridedMemoryView
+
+        class Source(np.ndarray):
+            pass
+
+        source = np.arange(6.0).view(Source)
+        alive = weakref.ref(source)
+        view = StridedMemoryView(source)
+        views = [view]
+        for _ in range(400_000):
+            views.append(StridedMemoryView(views[-1]))
+        last = views[-1]
+        del views, view, source
+        gc.collect()
+        kept = alive() is not None
+        owner_is_source = last.exporting_obj is alive()
+        del last
+        gc.collect()
+        assert kept and owner_is_source and alive() is None
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", (result.returncode, result.stderr[-2000:])
+
+
+def test_view_of_cai_view_needs_no_driver(forbidden_driver):
+    """A view of a CUDA Array Interface view needs no driver: stream -1, or the stream it is ready on."""
+    array = np.arange(6, dtype=np.float32)
+    producer = HostCAI(array, stream=0x5000)
+    view = StridedMemoryView(producer, -1)
+    for stream_ptr in (-1, 0x5000):
+        again = StridedMemoryView(view, stream_ptr)
+        assert (again.ptr, again.shape, again.strides, again.dtype) == (view.ptr, view.shape, view.strides, view.dtype)
+        assert again.ready_stream == 0x5000
+        assert again.exporting_obj is producer
+    assert repr(again).endswith("device_id=?, readonly=False)")
+
+
+def test_view_of_view_orders_the_consumer_after_the_ready_stream(fake, streams):
+    """A view, on stream 9, of a view ready on stream 7: 9 waits for 7 (as an export would), and the new view is ready on 9."""
+    view = _ready_view(fake, 7)
+    fake.enqueue_write(7, "producer write")
+    again = StridedMemoryView(view, 9)
+    assert [name for name, _ in _ordering(fake)] == list(ORDERING_CALLS)
+    assert "producer write" in fake.enqueue_read(9)
+    assert again.ready_stream == 9
+    fake.clear_calls()
+    same = StridedMemoryView(again, 9)
+    assert _ordering(fake) == [] and same.ready_stream == 9
+
+
+def test_view_of_device_view_with_stream_none_is_ambiguous(fake):
+    """A view of a device view with stream_ptr=None is refused as ambiguous, as for any device memory."""
+    view, _ = cai_view(fake, stream=7)
+    with pytest.raises(BufferError, match=re.escape("dlpack: stream_ptr=None is ambiguous for CUDA memory")):
+        StridedMemoryView(view)
+
+
+def test_view_of_uninitialised_view_is_refused():
+    """Viewing a StridedMemoryView made with __new__ alone (no fields) is a BufferError."""
+    empty = StridedMemoryView.__new__(StridedMemoryView)
+    with pytest.raises(BufferError, match=re.escape("stridedview: the StridedMemoryView to view is not initialised")):
+        StridedMemoryView(empty)
 
 
 # --- stream ordering of an export -----------------------------------------------------------
@@ -1170,3 +1259,52 @@ def test_host_export_refuses_a_stream(forbidden_driver, stream):
     with pytest.raises(BufferError, match=re.escape(f"dlpack: stream must be None for host memory (got {stream})")):
         _host().__dlpack__(stream=stream)
     assert forbidden_driver.used == []
+
+
+# --- exports never emit a stride whose bytes pass int64 -------------------------------------
+
+def test_export_gives_0_for_a_never_stepping_stride_past_int64():
+    """An extent-1 dimension with stride 2**61 (2**64 bytes of float64) is exported as stride 0, through DLPack and the CAI."""
+    producer = make_producer("versioned", shape=(1, 3), strides=(2**61, 1), dtype="float64", device=(2, 0), data=0x10000)
+    view = StridedMemoryView(producer, -1)
+    assert view.strides == (2**61, 1)
+    assert view.__cuda_array_interface__["strides"] == (0, 8)
+    capsule = view.__dlpack__(stream=-1, max_version=(1, 3))
+    assert read_capsule(capsule)["strides"] == (0, 1)
+    del capsule
+    again = StridedMemoryView(HostCAI(np.zeros(3), shape=(1, 3), strides=(0, 8), typestr="<f8", data=(0x10000, False)), -1)
+    assert again.strides == (0, 1)
+
+
+def test_export_of_empty_view_keeps_byte_strides_in_int64():
+    """An empty float64 view with strides of 2**62 elements exports strides of 0 (no element is addressed)."""
+    producer = make_producer("versioned", shape=(0, 2), strides=(2**62, 1), dtype="float64", device=(2, 0), data=0)
+    view = StridedMemoryView(producer, -1)
+    assert view.__cuda_array_interface__["strides"] == (0, 8)
+    assert read_capsule(view.__dlpack__(stream=-1, max_version=(1, 3)))["strides"] == (0, 1)
+
+
+# --- the CAI has no typestr for bfloat16 and the float8/6/4 kinds ---------------------------
+
+ML_DTYPE_NAMES = [name for name, (code, bits) in DTYPES.items() if code in (4,) or code >= 7]
+
+
+@pytest.mark.parametrize("name", ML_DTYPE_NAMES)
+def test_cai_export_of_ml_dtypes_refused_dlpack_kept(name):
+    """A device view of bfloat16 or a float8/6/4 kind has no CAI (BufferError, not '<V2'), and still exports through DLPack."""
+    code, bits = DTYPES[name]
+    flags = IS_SUBBYTE_TYPE_PADDED if bits < 8 else 0
+    producer = make_producer("versioned", shape=(4,), dtype=name, device=(2, 0), flags=flags)
+    view = StridedMemoryView(producer, -1)
+    assert view.dtype.name == name
+    message = f"cuda array interface: dtype {name} has no typestr ({view.dtype.str!r} names another type or none); export it through DLPack"
+    with pytest.raises(BufferError, match="^" + re.escape(message) + "$"):
+        view.__cuda_array_interface__
+    got = read_capsule(view.__dlpack__(stream=-1, max_version=(1, 3)))
+    assert got["dtype"] == (code, bits, 1)
+
+
+def test_cai_export_of_plain_void_kept():
+    """A view of anonymous void from the CAI ('|V4') still exports its own typestr."""
+    view = StridedMemoryView(HostCAI(np.zeros(3, dtype="V4")), -1)
+    assert view.__cuda_array_interface__["typestr"] == "|V4"

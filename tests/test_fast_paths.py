@@ -9,12 +9,17 @@ skipping ``__dlpack_device__``, interned shape/stride tuples.  The general path
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
+import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
 
 from stridedview import StridedMemoryView, _view
+import producers
 from producers import KINDS, from_numpy
 
 FIELDS = ("ptr", "shape", "strides", "dtype", "device_id", "is_device_accessible", "readonly")
@@ -206,3 +211,223 @@ def test_array_api_strict_views_agree():
     """array-api-strict arrays give the same view with fast paths on and off."""
     xp = pytest.importorskip("array_api_strict")
     assert_same_view_both_ways(xp.reshape(xp.arange(6, dtype=xp.float64), (2, 3)))
+
+
+# --- the exchange API: trusted only as DLPack 1.3 defines it -------------------------------
+
+_FAILING_CALLS = []
+
+
+@producers.DLTensorFromPyObject
+def _fail_without_error(address, out):
+    _FAILING_CALLS.append(address)
+    return -1
+
+
+class SilentFailure:
+    """A producer whose exchange API fails without setting a Python exception."""
+
+    _table, __dlpack_c_exchange_api__ = producers.exchange_api(_fail_without_error)
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("__dlpack__ called: the exchange API was not used")
+
+    def __dlpack_device__(self):
+        raise AssertionError("__dlpack_device__ called: the exchange API was not used")
+
+
+def test_exchange_api_failure_without_an_error_is_a_buffer_error():
+    """An exchange API returning -1 with no Python exception set gives BufferError, not SystemError."""
+    del _FAILING_CALLS[:]
+    with pytest.raises(BufferError, match=r"^dlpack: the exchange API of 'SilentFailure' failed without setting an error$") as info:
+        StridedMemoryView(SilentFailure())
+    assert type(info.value) is BufferError
+    assert len(_FAILING_CALLS) == 1
+
+
+@pytest.mark.interop
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda torch: torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,)), "doesn't have storage"),
+        (lambda torch: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8), "QUInt/QInt types are not supported by dlpack"),
+        (lambda torch: torch.ones(3, device="meta"), "Cannot pack tensors on meta"),
+    ],
+    ids=["sparse", "quantized", "meta"],
+)
+def test_torch_tensors_the_exchange_api_cannot_export_give_one_line_buffer_error(make, says):
+    """Sparse, quantized and meta tensors give a one-line BufferError through the exchange API, like torch's own __dlpack__."""
+    torch = pytest.importorskip("torch")
+    tensor = make(torch)
+    with pytest.raises(BufferError) as info:
+        StridedMemoryView(tensor)
+    message = str(info.value)
+    assert type(info.value) is BufferError
+    assert message.startswith("dlpack: the exchange API of 'Tensor' cannot export this object (")
+    assert says in message
+    assert "\n" not in message and len(message) < 200
+    assert info.value.__suppress_context__
+
+
+_LENT = {}
+
+
+@producers.DLTensorFromPyObject
+def _lend_tensor(address, out):
+    out[0] = _LENT[address].tensor
+    return 0
+
+
+def test_int_exchange_api_attribute_is_ignored():
+    """A type with an int ``__c_dlpack_exchange_api__`` (the 1.2-era attribute) is viewed through __dlpack__, the int never read."""
+    code = textwrap.dedent(
+        """
+        import producers
+        from stridedview import StridedMemoryView
+
+        class IntAttribute(producers.DLPackProducer):
+            __c_dlpack_exchange_api__ = 0x1234  # not a table: dereferencing it crashes
+
+        producer = IntAttribute("versioned", shape=(4,), hold_capsules=False)
+        view = StridedMemoryView(producer)
+        names = [name for name, _ in producer.calls]
+        assert view.shape == (4,) and names == ["__dlpack_device__", "__dlpack__"], names
+        print("ok")
+        """
+    )
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", (result.returncode, result.stderr[-2000:])
+
+
+class WrongName(producers.DLPackProducer):
+    """A capsule of the right table under another name: not DLPack 1.3's."""
+
+    _table, _capsule = producers.exchange_api(_lend_tensor)
+    __dlpack_c_exchange_api__ = producers._PyCapsule_New(
+        ctypes.addressof(_table), producers._name_bytes("dlpack_exchange_api_v2"), producers.PyCapsuleDestructor()
+    )
+
+
+class MajorVersion2(producers.DLPackProducer):
+    """A "dlpack_exchange_api" capsule whose table says major version 2."""
+
+    _table, __dlpack_c_exchange_api__ = producers.exchange_api(_lend_tensor, version=(2, 0))
+
+
+@pytest.mark.parametrize("cls", [WrongName, MajorVersion2])
+def test_exchange_api_capsule_other_than_dlpack_1_3_is_ignored(cls):
+    """An exchange capsule with another name or major version is not used: __dlpack__ is."""
+    producer = cls("versioned", shape=(4,))
+    view = StridedMemoryView(producer)
+    assert view.shape == (4,)
+    assert [name for name, _ in producer.calls] == ["__dlpack_device__", "__dlpack__"]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("method", ["__dlpack__", "__dlpack_device__"])
+def test_torch_subclass_overriding_a_dlpack_method_has_it_called(method):
+    """A torch.Tensor subclass overriding __dlpack__ or __dlpack_device__ is viewed through its own methods, not torch's exchange API."""
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def recorded(self, *args, **kwargs):
+        calls.append(method)
+        return getattr(torch.Tensor, method)(self, *args, **kwargs)
+
+    Sub = type("Sub", (torch.Tensor,), {method: recorded})
+    tensor = torch.arange(6.0).as_subclass(Sub)
+    view = StridedMemoryView(tensor)
+    assert calls == [method]
+    assert view.shape == (6,) and view.ptr == tensor.data_ptr()
+
+
+@pytest.mark.interop
+def test_torch_subclass_keeping_torch_methods_keeps_the_exchange_api():
+    """A torch.Tensor subclass that keeps torch's DLPack methods still takes the exchange API (its __dlpack__ is not called)."""
+    torch = pytest.importorskip("torch")
+
+    class Plain(torch.Tensor):
+        pass
+
+    from torch.overrides import TorchFunctionMode
+
+    seen = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", repr(func)))
+            return func(*args, **(kwargs or {}))
+
+    tensor = torch.arange(6.0).as_subclass(Plain)
+    with Record():
+        view = StridedMemoryView(tensor)
+    assert view.shape == (6,) and view.ptr == tensor.data_ptr()
+    assert "is_neg" in seen and "__dlpack__" not in seen and "__dlpack_device__" not in seen, seen
+
+
+class _LyingMeta(type):
+    """A metaclass whose instances all claim to be equal, with one hash."""
+
+    def __eq__(cls, other):
+        return True
+
+    def __hash__(cls):
+        return 1
+
+
+def test_producer_type_cache_matches_types_by_identity():
+    """Two types whose metaclass makes them == with one hash get their own descriptions."""
+    Speaks = _LyingMeta("Speaks", (producers.DLPackProducer,), {})
+    Silent = _LyingMeta("Silent", (), {})
+    assert Speaks == Silent and hash(Speaks) == hash(Silent)
+    view = StridedMemoryView(Speaks("versioned", shape=(3,)))
+    assert view.shape == (3,)
+    StridedMemoryView(np.zeros(2))  # another type in between: the cache's last answer moves on
+    with pytest.raises(BufferError, match="^stridedview: 'Silent' object supports neither DLPack"):
+        StridedMemoryView(Silent())
+
+
+# --- the lent DLTensor is copied before any Python code runs --------------------------------
+
+@pytest.mark.interop
+def test_exchange_api_layout_copied_before_a_method_moves_the_storage():
+    """A torch subclass whose is_neg (run by the view) moves the tensor's storage gets the layout lent before the move."""
+    torch = pytest.importorskip("torch")
+
+    class Moving(torch.Tensor):
+        def is_neg(self):
+            self.set_(torch.zeros(4096))
+            return False
+
+    tensor = torch.arange(4.0).as_subclass(Moving)
+    kept = tensor.untyped_storage()  # the old storage stays valid for the check
+    lent_ptr = tensor.data_ptr()
+    view = StridedMemoryView(tensor)
+    assert tensor.shape == (4096,)  # it did move
+    assert (view.ptr, view.shape, view.strides) == (lent_ptr, (4,), (1,))
+    assert kept.data_ptr() == lent_ptr
+
+
+@pytest.mark.interop
+def test_exchange_api_layout_copied_before_a_torch_mode_moves_the_storage():
+    """A TorchFunctionMode that moves the storage when is_neg is asked cannot mix the old pointer with the new layout."""
+    torch = pytest.importorskip("torch")
+    from torch.overrides import TorchFunctionMode
+
+    class MoveOnIsNeg(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.is_neg:
+                args[0].set_(torch.zeros(8, 8192))
+            return func(*args, **(kwargs or {}))
+
+    tensor = torch.arange(6.0).reshape(2, 3)
+    kept = tensor.untyped_storage()
+    lent_ptr = tensor.data_ptr()
+    with MoveOnIsNeg():
+        view = StridedMemoryView(tensor)
+    assert tensor.shape == (8, 8192)
+    assert (view.ptr, view.shape, view.strides) == (lent_ptr, (2, 3), (3, 1))
+    assert kept.data_ptr() == lent_ptr

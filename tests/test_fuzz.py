@@ -193,6 +193,25 @@ def c_strides(shape):
     return tuple(reversed(strides))
 
 
+def byte_offsets_fit(shape, strides, itemsize):
+    """Every element within 2**63 - 1 bytes of element 0, above and below counted apart."""
+    if 0 in shape:
+        return True
+    above = sum((n - 1) * s * itemsize for n, s in zip(shape, strides) if n > 1 and s > 0)
+    below = sum((n - 1) * -s * itemsize for n, s in zip(shape, strides) if n > 1 and s < 0)
+    return above <= INT64_MAX and below <= INT64_MAX
+
+
+def has_own_typestr(dtype):
+    """Whether the CAI can name ``dtype``: not bfloat16 nor the float8/6/4 kinds (ml_dtypes')."""
+    return dtype.type.__module__ != "ml_dtypes"
+
+
+def exported_stride(stride, itemsize):
+    """The stride an export gives: 0 where its bytes pass int64 (only a never-stepping one can)."""
+    return stride if -INT64_MAX <= stride * itemsize <= INT64_MAX else 0
+
+
 def contiguous(shape, strides, reverse):
     if any(n == 0 for n in shape):
         return True
@@ -252,6 +271,8 @@ def model_tensor(device, ndim, shape, strides, data, byte_offset, dtype, flags):
         raise Refused(BufferError, f"dlpack: dtype {name} must have ")
     if bits < 8 and not flags & SUBBYTE_PADDED:
         raise Refused(BufferError, f"dlpack: dtype {name} is sub-byte and not padded")
+    if not byte_offsets_fit(extents, element_strides, numpy_dtype(code, bits).itemsize):
+        raise Refused(BufferError, "dlpack: byte offsets from element 0 must fit in int64 (got shape ")
     device_type, device_id = device
     return {
         "ptr": data + byte_offset,
@@ -300,6 +321,8 @@ def model_dlpack(spec, stream_ptr, raised):
     versioned = name == "dltensor_versioned"
     if versioned and spec["version"][0] != 1:
         raise Refused(BufferError, "dlpack: unsupported DLPack version ")
+    if versioned and spec["flags"] & producers.IS_COPIED:
+        raise Refused(BufferError, "dlpack: the producer copied the data (IS_COPIED flag set)")
     if tuple(spec["device"]) != (device_type, device_id):
         raise Refused(BufferError, "dlpack: capsule device (")
     fields = model_tensor(
@@ -311,10 +334,12 @@ def model_dlpack(spec, stream_ptr, raised):
 
 
 def dlpack_calls_expected(spec, raised):
-    """How many times __dlpack__ is called: twice only when the first refusal names max_version."""
+    """How many times __dlpack__ is called: twice only when the first refusal names max_version
+    or 'copy' (asked again without them; a second refusal then propagates)."""
     if spec["old_api"]:
         return 2
-    if spec["mode"] == "raise" and isinstance(raised, TypeError) and "max_version" in str(raised):
+    message = str(raised)
+    if spec["mode"] == "raise" and isinstance(raised, TypeError) and ("max_version" in message or "'copy'" in message):
         return 2
     return 1
 
@@ -398,6 +423,19 @@ class CAIHolder:
         return f"CAIHolder({self.interface!r})"
 
 
+class _Exporter:
+    """Hands on a view's DLPack methods, so that viewing it consumes the view's capsule."""
+
+    def __init__(self, view):
+        self.view = view
+
+    def __dlpack__(self, **kwargs):
+        return self.view.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.view.__dlpack_device__()
+
+
 def exercise_exports(view):
     """Re-export a view every way and view it again; nothing leaks, fields survive.
 
@@ -408,17 +446,27 @@ def exercise_exports(view):
     size = view.size
     before = sys.getrefcount(view)
 
-    # DLPack, versioned: a view of the view.
+    # A view of the view: every field taken as it is, no capsule.
+    same = StridedMemoryView(view, stream)
+    for name in ("ptr", "shape", "strides", "dtype", "readonly", "is_device_accessible", "exporting_obj", "ready_stream"):
+        if getattr(same, name) is not getattr(view, name) and getattr(same, name) != getattr(view, name):
+            raise AssertionError(f"view of the view: {name} {getattr(same, name)!r} != {getattr(view, name)!r}")
+    del same
+
+    # DLPack, versioned: the view's capsule consumed by another view.
     try:
-        again = StridedMemoryView.from_dlpack(view, stream)
+        again = StridedMemoryView.from_dlpack(_Exporter(view), stream)
     except BufferError as exc:
         assert_documented(exc)
         if not str(exc).startswith("dlpack: dtype "):  # only CAI dtypes lack a DLPack code
             raise
     else:
-        for name in ("shape", "strides", "dtype", "readonly", "device_id", "is_device_accessible"):
+        for name in ("shape", "dtype", "readonly", "device_id", "is_device_accessible"):
             if getattr(again, name) != getattr(view, name):
                 raise AssertionError(f"re-exported {name}: {getattr(again, name)!r} != {getattr(view, name)!r}")
+        exported = tuple(exported_stride(s, view.dtype.itemsize) for s in view.strides)
+        if again.strides != exported:
+            raise AssertionError(f"re-exported strides: {again.strides!r} != {exported!r}")
         if again.ptr != (view.ptr if size else 0):
             raise AssertionError(f"re-exported ptr {again.ptr:#x} != {view.ptr:#x}")
         del again
@@ -440,11 +488,19 @@ def exercise_exports(view):
             raise AssertionError(producers.capsule_name(capsule))
         del capsule
 
-    # The CUDA Array Interface, viewed again.
-    if view.is_device_accessible:
+    # The CUDA Array Interface, viewed again; none for dtypes numpy's typestr cannot name.
+    if view.is_device_accessible and not has_own_typestr(view.dtype):
+        try:
+            view.__cuda_array_interface__
+        except BufferError as exc:
+            assert_documented(exc)
+        else:
+            raise AssertionError(f"a CAI for dtype {view.dtype}")
+    elif view.is_device_accessible:
         interface = view.__cuda_array_interface__
         itemsize = view.dtype.itemsize
-        byte_strides = tuple(s * itemsize for s in view.strides)
+        exported = tuple(exported_stride(s, itemsize) for s in view.strides)
+        byte_strides = tuple(s * itemsize for s in exported)
         if interface["strides"] != byte_strides or interface["shape"] != view.shape:
             raise AssertionError(f"CAI export {interface!r}")
         if interface["data"] != ((view.ptr if size else 0), view.readonly):
@@ -452,13 +508,13 @@ def exercise_exports(view):
         try:
             again = StridedMemoryView.from_cuda_array_interface(CAIHolder(interface), -1)
         except BufferError as exc:
-            # The CAI cannot say everything DLPack can: byte strides past int64, ndim > 64.
+            # The CAI cannot say everything DLPack can: ndim > 64.
             assert_documented(exc)
             too_deep = view.ndim > 64 and str(exc).startswith(CAI + "'shape' has ")
-            if all(INT64_MIN <= s <= INT64_MAX for s in byte_strides) and not too_deep:
+            if not too_deep:
                 raise
         else:
-            if again.shape != view.shape or again.strides != view.strides:
+            if again.shape != view.shape or again.strides != exported:
                 raise AssertionError(f"CAI round trip {again!r} != {view!r}")
             if view.dtype.kind != "V" and again.dtype != view.dtype:
                 raise AssertionError(f"CAI round trip dtype {again.dtype} != {view.dtype}")
@@ -526,6 +582,7 @@ def build_producer(spec):
         mode=spec["mode"],
         returns=spec["returns"],
         raises=raises_type(raises_message),
+        hold_capsules=True,
     )
     if name == S.NULL_NAME:
         producer.forced_name = None
@@ -621,29 +678,6 @@ def check_dlpack(spec, stream_ptr, *, exports=True):
 
 # --- the DLPack C exchange API ---------------------------------------------------------------
 
-_FromPyObject = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensor))
-_CurrentWorkStream = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)
-)
-
-
-class DLPackExchangeAPI(ctypes.Structure):
-    """DLPack 1.3's exchange API table (56 bytes)."""
-
-    _fields_ = [
-        ("version", DLPackVersion),
-        ("prev_api", ctypes.c_void_p),
-        ("managed_tensor_allocator", ctypes.c_void_p),
-        ("managed_tensor_from_py_object_no_sync", ctypes.c_void_p),
-        ("managed_tensor_to_py_object_no_sync", ctypes.c_void_p),
-        ("dltensor_from_py_object_no_sync", _FromPyObject),
-        ("current_work_stream", _CurrentWorkStream),
-    ]
-
-
-if ctypes.sizeof(DLPackExchangeAPI) != 56:
-    raise ImportError("DLPackExchangeAPI is not 56 bytes")
-
 #: id(object) -> object, for the objects whose DLTensor is being lent.
 _LENDERS = {}
 #: The handle current_work_stream reports (set per case).
@@ -652,14 +686,14 @@ _WORK_STREAM = [0]
 EXCHANGE_CALLS = {"dltensor": 0, "work_stream": 0}
 
 
-@_FromPyObject
+@producers.DLTensorFromPyObject
 def _dltensor_from_py_object(address, out):
     EXCHANGE_CALLS["dltensor"] += 1
     out[0] = _LENDERS[address].tensor
     return 0
 
 
-@_CurrentWorkStream
+@producers.CurrentWorkStream
 def _current_work_stream(device_type, device_id, out):
     EXCHANGE_CALLS["work_stream"] += 1
     out[0] = _WORK_STREAM[0]
@@ -667,15 +701,9 @@ def _current_work_stream(device_type, device_id, out):
 
 
 def _exchange_api_capsule(with_work_stream):
-    table = DLPackExchangeAPI()
-    table.version = DLPackVersion(1, 3)
-    table.dltensor_from_py_object_no_sync = _dltensor_from_py_object
-    if with_work_stream:
-        table.current_work_stream = _current_work_stream
-    capsule = producers._PyCapsule_New(
-        ctypes.addressof(table), producers._name_bytes("dlpack_exchange_api"), producers.PyCapsuleDestructor()
+    return producers.exchange_api(
+        _dltensor_from_py_object, _current_work_stream if with_work_stream else None
     )
-    return table, capsule
 
 
 class ExchangeProducer:
@@ -905,6 +933,8 @@ def model_cai(interface, stream_ptr, known):
                 raise Refused(BufferError, CAI + "'strides' ")
             element_strides.append(stride // dtype.itemsize)
         element_strides = tuple(element_strides)
+    if not byte_offsets_fit(shape, element_strides, dtype.itemsize):
+        raise Refused(BufferError, CAI + "byte offsets from the first element must fit in int64 (got ")
     if interface.get("mask") is not None:
         raise Refused(BufferError, CAI + "masked arrays are not supported ('mask' is ")
     producer_stream = None
@@ -1168,7 +1198,7 @@ def test_found_pointer_past_address_space_is_refused(kind, data, byte_offset, sh
     """Found: data + byte_offset >= 2**64 gave a view of the wrapped address (0x8; NULL for a
     0-d tensor at 2**64 - 1 + 1, whose re-export then failed "data is NULL").  It is no address:
     refused."""
-    producer = producers.make_producer(kind, shape=shape, data=data, byte_offset=byte_offset)
+    producer = producers.make_producer(kind, shape=shape, data=data, byte_offset=byte_offset, hold_capsules=True)
     try:
         with pytest.raises(BufferError, match=re.escape("dlpack: data + byte_offset passes the end of the address space")):
             StridedMemoryView(producer)
@@ -1217,8 +1247,9 @@ def test_found_empty_view_strides_fit_int64(path, no_fake):
     assert view.strides == (0, 2**62, 1)
     assert view.size == 0 and view.is_c_contiguous
     stream = -1 if path == "cai" else None
-    again = StridedMemoryView.from_dlpack(view, stream)
-    assert again.shape == view.shape and again.strides == view.strides and again.ptr == 0
+    again = StridedMemoryView.from_dlpack(_Exporter(view), stream)
+    # 2**62 float32 elements are 2**64 bytes: exported as 0, which addresses nothing either.
+    assert again.shape == view.shape and again.strides == (0, 0, 1) and again.ptr == 0
 
 
 class _LyingList(list):

@@ -116,7 +116,7 @@ def test_threads_view_export_and_drop_shared_arrays():
             if out.ctypes.data != view.ptr or out.shape != (4, 6):
                 raise AssertionError("numpy.from_dlpack of a view")
             again = StridedMemoryView(view)
-            expect(again, view, view.ptr, (4, 6), (6, 1), np.float32)
+            expect(again, shared, view.ptr, (4, 6), (6, 1), np.float32)  # views never chain
             view.__dlpack__(max_version=(1, 3))  # dropped unconsumed
             del view, out, again
 

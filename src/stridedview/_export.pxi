@@ -95,10 +95,11 @@ cdef object _export_capsule(StridedMemoryView view, bint versioned, uint32_t min
     if block == NULL:
         raise MemoryError()
     dims = <int64_t *>(block + header)
+    itemsize = view.dtype.itemsize
     try:
         for i in range(ndim):
             dims[i] = view.shape[i]
-            dims[ndim + i] = view.strides[i]
+            dims[ndim + i] = _exported_stride(view.strides[i], itemsize)
     except BaseException:
         free(block)
         raise
@@ -166,8 +167,14 @@ cdef object _export_dlpack(
             )
     capsule = _export_capsule(view, versioned, minor)
     # Ordered once the export is known to succeed; should ordering fail, the
-    # unconsumed capsule's destructor releases the view again.
-    _order_export(view, stream)
+    # unconsumed capsule's destructor releases the view again, with the error
+    # handled rather than pending (releasing the view may run a producer's
+    # deleter written in Python).
+    try:
+        _order_export(view, stream)
+    except BaseException:
+        capsule = None
+        raise
     return capsule
 
 
@@ -198,6 +205,27 @@ cdef int _order_export(StridedMemoryView view, object stream) except -1:
     return 0
 
 
+# dtype -> whether its typestr (with its descr, for a structured dtype) names it.
+cdef dict _own_typestr = {}
+
+
+cdef bint _has_own_typestr(object dtype) except -1:
+    """Whether a CAI consumer reading ``dtype.str`` gets ``dtype`` back.
+
+    Not so for bfloat16 and the float8/6/4 kinds (ml_dtypes): numpy writes
+    '<V2' (anonymous bytes) or '<f1' (no type at all) for them.
+    """
+    known = _own_typestr.get(dtype)
+    if known is None:
+        import numpy
+        try:
+            known = dtype.fields is not None or numpy.dtype(dtype.str) == dtype
+        except TypeError:
+            known = False
+        _own_typestr[dtype] = known
+    return known
+
+
 cdef object _export_cai(StridedMemoryView view):
     """``view.__cuda_array_interface__`` (version 3, strides in bytes)."""
     if not view.is_device_accessible:
@@ -207,13 +235,18 @@ cdef object _export_cai(StridedMemoryView view):
         )
     dtype = view.dtype
     itemsize = dtype.itemsize
+    if not _has_own_typestr(dtype):
+        raise BufferError(
+            f"cuda array interface: dtype {dtype} has no typestr ({dtype.str!r} names "
+            "another type or none); export it through DLPack"
+        )
     ready = view.ready_stream
     interface = {
         "version": 3,
         "shape": view.shape,
         "typestr": dtype.str,
         "data": (view._ptr if view._size else 0, view.readonly),
-        "strides": tuple([stride * itemsize for stride in view.strides]),
+        "strides": tuple([_exported_stride(stride, itemsize) * itemsize for stride in view.strides]),
         "stream": None if ready is None or ready == -1 else (1 if ready == 0 else ready),
     }
     if dtype.fields is not None:

@@ -85,6 +85,13 @@ cdef int _view_from_cai(
     else:
         _cai_element_strides(strides, shape, extents, itemsize, element_strides_c)
         element_strides = _int64_tuple(element_strides_c, <int32_t>ndim)
+    if not _byte_offsets_fit(
+        ndim, extents, NULL if strides is None else element_strides_c, size, itemsize
+    ):
+        raise BufferError(
+            "cuda array interface: byte offsets from the first element must fit in int64 "
+            f"(got 'shape' {shape}, 'strides' {strides}, item size {itemsize})"
+        )
 
     mask = cai.get("mask")
     if mask is not None:

@@ -1,6 +1,9 @@
 # DLPack -> the view's fields: negotiate with the producer, validate the capsule,
 # take ownership, and leave the deleter to the view's deallocation.
 
+from cpython.exc cimport PyErr_Occurred
+from libc.stdlib cimport free, malloc
+
 cdef extern from "Python.h":
     # Calls args[0].<name>(*args[1:nargs], **dict(zip(kwnames, args[nargs:]))) without
     # building a bound method, an argument tuple or a keyword dict.
@@ -11,6 +14,8 @@ cdef extern from "Python.h":
 cdef object _MAX_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 cdef str _DLPACK = "__dlpack__"
 cdef str _DLPACK_DEVICE = "__dlpack_device__"
+cdef tuple _KWNAMES_STREAM_MAX_VERSION_COPY = ("stream", "max_version", "copy")
+cdef object _NO_COPY = False  # an object: a bare False literal would be C's 0 here
 cdef tuple _KWNAMES_STREAM_MAX_VERSION = ("stream", "max_version")
 cdef tuple _KWNAMES_STREAM = ("stream",)
 
@@ -18,8 +23,11 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     """Fill ``view`` from ``obj`` through DLPack; ``stream`` is already normalised.
 
     Through the producer type's C exchange API when it has one (no capsule, no
-    allocation), else through ``__dlpack_device__`` and ``__dlpack__``.
+    allocation), else through ``__dlpack_device__`` and ``__dlpack__``.  A
+    StridedMemoryView is not asked: its fields are taken as they are.
     """
+    if type(obj) is StridedMemoryView:
+        return _view_from_view(view, <StridedMemoryView>obj, stream)
     cdef _ProducerType info = _producer_type(obj)
     if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
         return _view_from_exchange_api(view, obj, stream, info)
@@ -28,7 +36,7 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
         _check_torch_bits(obj, obj.is_complex())
 
     cdef int32_t device_type, device_id
-    cdef PyObject *args[3]
+    cdef PyObject *args[4]
     if info.is_torch and obj.requires_grad:
         # torch's __dlpack__ refuses tensors that require grad, its exchange API
         # does not: the memory holds the values either way, so view them alike.
@@ -46,21 +54,74 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
 
     args[1] = <PyObject *>dl_stream
     args[2] = <PyObject *>_MAX_VERSION
+    args[3] = <PyObject *>_NO_COPY
+    capsule = _ask_capsule(args)
     try:
-        capsule = PyObject_VectorcallMethod(
-            _DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM_MAX_VERSION
-        )
-    except TypeError as exc:
-        # A producer older than DLPack 1.0 does not know the keyword: ask again
-        # without it.  Any other TypeError (a refused stream, say) is the caller's.
-        if "max_version" not in str(exc):
-            raise
-        capsule = PyObject_VectorcallMethod(_DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM)
-    _view_from_capsule(view, capsule, device_type, device_id)
+        _view_from_capsule(view, capsule, device_type, device_id)
+    except BaseException:
+        # Release a refused capsule here, where the error is handled rather than
+        # pending: its destructor (or, for a major version other than 1, nothing
+        # more) may run Python code, a ctypes or cffi callback, which fails with
+        # an exception set, turning the refusal into SystemError and skipping
+        # the deleter.
+        capsule = None
+        raise
     view.exporting_obj = obj
     # Host memory needs no stream; device memory is ready on the stream the
     # producer was asked to order, or unknown when the caller opted out.
     view.ready_stream = None if dl_stream is None or dl_stream == -1 else stream
+    return 0
+
+
+cdef object _ask_capsule(PyObject **args):
+    """``__dlpack__(stream=args[1], max_version=args[2], copy=False)``, asked as the
+    producer's age allows.
+
+    ``copy=False`` (array API 2023.12, with max_version) makes "copies nothing" a
+    promise the producer must keep or refuse.  A producer that does not know a
+    keyword raises TypeError naming it: ask again without it (without both for
+    one older than DLPack 1.0).  Any other TypeError (a refused stream, say) is
+    the caller's, raised after one call.
+    """
+    try:
+        return PyObject_VectorcallMethod(
+            _DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM_MAX_VERSION_COPY
+        )
+    except TypeError as exc:
+        message = str(exc)
+        if "max_version" in message:
+            pass
+        elif "'copy'" in message:
+            try:
+                return PyObject_VectorcallMethod(
+                    _DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM_MAX_VERSION
+                )
+            except TypeError as again:
+                if "max_version" not in str(again):
+                    raise
+        else:
+            raise
+    return PyObject_VectorcallMethod(_DLPACK, args, 1, <PyObject *>_KWNAMES_STREAM)
+
+
+cdef int _view_from_view(StridedMemoryView view, StridedMemoryView base, object stream) except -1:
+    """Fill ``view`` as a view of the view ``base``: no capsule, no chain, no driver.
+
+    ``view`` shares ``base``'s root memory owner (``_derive_into``), so views of
+    views never nest however deep they go.  Streams as for any device memory:
+    the caller's stream is made to wait for ``base.ready_stream`` unless they are
+    the same or the caller passed -1 (then the data stay ready where they were).
+    """
+    if base.dtype is None:
+        raise BufferError("stridedview: the StridedMemoryView to view is not initialised")
+    dl_stream = _dlpack_stream_for(base._device_type, stream)  # refuses None on a device
+    ready = base.ready_stream
+    if dl_stream is not None and dl_stream != -1:
+        if ready is not None and not _same_stream(ready, stream):
+            _driver_module().order_after(ready, stream)
+        ready = stream
+    _derive_into(view, base)
+    view.ready_stream = ready
     return 0
 
 
@@ -69,23 +130,42 @@ cdef int _view_from_exchange_api(
 ) except -1:
     """Fill ``view`` from a DLTensor the producer lends (DLPack 1.3's C exchange API).
 
-    The DLTensor is borrowed: valid while ``obj`` lives, which the view ensures.
+    The DLTensor is lent only until control returns to the producer, and any
+    Python code may hand it control (a method call, a torch mode, a garbage
+    collection): every field is copied, in C, before anything else runs.
     "no_sync" means the producer orders nothing: for device memory the caller's
     stream is made to wait for the producer's current work stream here.
     """
-    cdef DLTensor tensor
+    cdef DLTensor tensor  # the copy the rest reads; its arrays point into ours
+    cdef int64_t inline_arrays[2 * _LENT_INLINE_NDIM]
+    cdef int64_t *arrays = inline_arrays
     cdef void *producer_stream = NULL
     cdef int32_t device_type
-    if info.dltensor_from_py_object(<void *>obj, &tensor) != 0:
-        return -1  # the producer has set a Python exception
-    if info.is_torch:
-        _check_torch_bits(obj, tensor.dtype.code == kDLComplex)
-    device_type = tensor.device.device_type
-    _check_device_type(device_type)
-    cdef bint on_device = device_type == kDLCUDA or device_type == kDLCUDAManaged
-    if on_device:
-        _dlpack_stream_for(device_type, stream)  # refuses stream None as ambiguous
-    _fill_from_dltensor(view, &tensor, 0)
+    _borrow_dltensor(obj, info, &tensor)
+    if tensor.ndim > _LENT_INLINE_NDIM:
+        arrays = <int64_t *>malloc(2 * <size_t>tensor.ndim * sizeof(int64_t))
+        if arrays == NULL:
+            raise MemoryError()
+    try:
+        if tensor.ndim > 0:
+            if tensor.shape != NULL:
+                memcpy(arrays, tensor.shape, tensor.ndim * sizeof(int64_t))
+                tensor.shape = arrays
+            if tensor.strides != NULL:
+                memcpy(arrays + tensor.ndim, tensor.strides, tensor.ndim * sizeof(int64_t))
+                tensor.strides = arrays + tensor.ndim
+        # The lent DLTensor is not touched again: Python code may run from here on.
+        if info.is_torch:
+            _check_torch_bits(obj, tensor.dtype.code == kDLComplex)
+        device_type = tensor.device.device_type
+        _check_device_type(device_type)
+        on_device = device_type == kDLCUDA or device_type == kDLCUDAManaged
+        if on_device:
+            _dlpack_stream_for(device_type, stream)  # refuses stream None as ambiguous
+        _fill_from_dltensor(view, &tensor, 0)
+    finally:
+        if arrays != inline_arrays:
+            free(arrays)
     # Only a tensor that passed every check gets its streams ordered.
     ready = None
     if on_device and stream != -1:
@@ -106,6 +186,39 @@ cdef int _view_from_exchange_api(
     view.exporting_obj = obj
     view.ready_stream = ready
     return 0
+
+
+cdef enum:
+    _LENT_INLINE_NDIM = 16  # a lent layout of up to this many dimensions is copied on the stack
+
+
+cdef int _borrow_dltensor(object obj, _ProducerType info, DLTensor *out) except -1:
+    """Fill ``out`` through the exchange API; a failure is a one-line BufferError.
+
+    The producer reports a failure as -1 with a Python exception set; one that
+    sets none, or a torch error (a RuntimeError carrying its C++ frames: sparse,
+    quantized and meta tensors), is made the BufferError DLPack producers raise.
+    """
+    try:
+        _lend(obj, info.dltensor_from_py_object, out)
+    except (RuntimeError, ValueError, TypeError) as error:
+        first_line = str(error).partition("\n")[0]
+        raise BufferError(
+            f"dlpack: the exchange API of {type(obj).__name__!r} cannot export this object "
+            f"({first_line})"
+        ) from None
+    return 0
+
+
+cdef int _lend(object obj, DLTensorFromPyObject dltensor_from_py_object, DLTensor *out) except -1:
+    if dltensor_from_py_object(<void *>obj, out) == 0:
+        return 0
+    if PyErr_Occurred() == NULL:
+        raise BufferError(
+            f"dlpack: the exchange API of {type(obj).__name__!r} failed without setting "
+            "an error"
+        )
+    return -1  # the producer's exception
 
 
 cdef int _ask_device(object obj, int32_t *device_type, int32_t *device_id) except -1:
@@ -202,6 +315,11 @@ cdef int _view_from_capsule(
     else:
         tensor = &(<DLManagedTensor *>managed).dl_tensor
 
+    if flags & DLPACK_FLAG_BITMASK_IS_COPIED:
+        raise BufferError(
+            "dlpack: the producer copied the data (IS_COPIED flag set): a view of a copy "
+            "would not see the original"
+        )
     if tensor.device.device_type != device_type or tensor.device.device_id != device_id:
         raise BufferError(
             f"dlpack: capsule device ({tensor.device.device_type}, {tensor.device.device_id}) "
@@ -309,6 +427,11 @@ cdef int _fill_from_dltensor(
     if tensor.device.device_type != kDLCPU and tensor.device.device_id < 0:
         raise BufferError(f"dlpack: device_id must be >= 0 (got {tensor.device.device_id})")
     view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
+    if not _byte_offsets_fit(ndim, tensor.shape, tensor.strides, size, view.dtype.itemsize):
+        raise BufferError(
+            f"dlpack: byte offsets from element 0 must fit in int64 (got shape {shape}, "
+            f"strides {strides} in elements, itemsize {view.dtype.itemsize})"
+        )
 
     view._ptr = <uintptr_t>tensor.data + <uintptr_t>tensor.byte_offset
     view.ptr = view._ptr

@@ -45,8 +45,9 @@ cdef extern from *:
         DLTensorFromPyObject dltensor_from_py_object_no_sync
         CurrentWorkStream current_work_stream
 
-cdef str _EXCHANGE_API_CAPSULE_ATTR = "__dlpack_c_exchange_api__"  # DLPack 1.3
-cdef str _EXCHANGE_API_INT_ATTR = "__c_dlpack_exchange_api__"  # the 1.2-era int address
+# DLPack 1.3's capsule.  The 1.2-era int attribute __c_dlpack_exchange_api__ is not
+# read: any int there would be dereferenced as a table address.
+cdef str _EXCHANGE_API_CAPSULE_ATTR = "__dlpack_c_exchange_api__"
 
 # Tests turn the fast paths (the exchange API, host-only types skipping
 # __dlpack_device__) off, to compare their views with the general path's.
@@ -73,6 +74,9 @@ cdef class _ProducerType:
     cdef object exchange_api_owner  # the capsule or object that keeps the table alive
 
 
+# id(type) -> its description.  Keyed by identity, never by the type's own
+# __eq__ and __hash__ (a metaclass may define them): the description holds the
+# type, so its id cannot be reused while the entry lives.
 cdef dict _producer_types = {}
 # The last answer, in one global so that a reader never pairs one type with
 # another type's description.
@@ -85,14 +89,30 @@ cdef _ProducerType _producer_type(object obj):
     cdef _ProducerType info = _last_info
     if info is not None and info.described_type is tp:
         return info
-    info = <_ProducerType>_producer_types.get(tp)
-    if info is None:
+    info = <_ProducerType>_producer_types.get(id(tp))
+    if info is None or info.described_type is not tp:
         info = _describe_type(tp)
         if len(_producer_types) >= 1024:
             _producer_types.clear()  # bound the cache where classes are made on the fly
-        _producer_types[tp] = info
+        _producer_types[id(tp)] = info
     _last_info = info
     return info
+
+
+cdef tuple _defined_where(object tp, str name):
+    """``(class, value)``: the first class of ``tp``'s MRO whose own namespace holds
+    ``name``, and that raw value (no descriptor, no metaclass code runs); (None, None)."""
+    for klass in tp.__mro__:
+        namespace = klass.__dict__
+        if name in namespace:
+            return klass, namespace[name]
+    return None, None
+
+
+cdef bint _same_definition(object tp, object owner, str name) except -1:
+    """Whether ``tp`` finds the very ``name`` that ``owner`` defines or inherits."""
+    found = _defined_where(tp, name)[1]
+    return found is not None and found is _defined_where(owner, name)[1]
 
 
 cdef _ProducerType _describe_type(type tp):
@@ -114,13 +134,17 @@ cdef _ProducerType _describe_type(type tp):
     torch = _sys.modules.get("torch")
     info.is_torch = torch is not None and issubclass(tp, torch.Tensor)
     if info.has_dlpack:
-        owner = getattr(tp, _EXCHANGE_API_CAPSULE_ATTR, None)
-        if owner is not None and PyCapsule_IsValid(owner, b"dlpack_exchange_api"):
+        # The table speaks for the class that offers it: trusted only while tp's
+        # DLPack methods are that class's own (a subclass overriding __dlpack__
+        # or __dlpack_device__ must have them called).
+        api_class, owner = _defined_where(tp, _EXCHANGE_API_CAPSULE_ATTR)
+        if (
+            owner is not None
+            and PyCapsule_IsValid(owner, b"dlpack_exchange_api")
+            and _same_definition(tp, api_class, _DLPACK)
+            and _same_definition(tp, api_class, _DLPACK_DEVICE)
+        ):
             api = <const DLPackExchangeAPI *>PyCapsule_GetPointer(owner, b"dlpack_exchange_api")
-        else:
-            owner = getattr(tp, _EXCHANGE_API_INT_ATTR, None)
-            if type(owner) is int and owner != 0:
-                api = <const DLPackExchangeAPI *><uintptr_t>owner
         # Only a 1.x table has the layout declared above.
         if api != NULL and api.header.version.major == DLPACK_MAJOR_VERSION:
             info.dltensor_from_py_object = api.dltensor_from_py_object_no_sync

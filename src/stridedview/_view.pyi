@@ -16,7 +16,7 @@ _StreamPtr: TypeAlias = SupportsIndex | SupportsCudaStream | None
 @final
 class StridedMemoryView:
     __match_args__: ClassVar[tuple[str, str, str, str]]
-    __dataclass_fields__: ClassVar[dict[str, Any]]
+    _fields: ClassVar[tuple[str, ...]]
 
     def __init__(
         self,
@@ -68,6 +68,7 @@ class StridedMemoryView:
         copy: bool | None = None,
     ) -> CapsuleType: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
+    def _asdict(self) -> dict[str, Any]: ...
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 

@@ -41,31 +41,6 @@ cdef object _driver_module():
     return _driver
 
 
-class _LazyDataclassFields:
-    """Descriptor giving StridedMemoryView its ``__dataclass_fields__`` on first use."""
-
-    _fields = None
-
-    def __get__(self, instance, owner):
-        fields = _LazyDataclassFields._fields
-        if fields is None:
-            import dataclasses
-
-            @dataclasses.dataclass(frozen=True)
-            class StridedMemoryViewFields:
-                ptr: "int"
-                shape: "tuple[int, ...]"
-                strides: "tuple[int, ...]"
-                dtype: "numpy.dtype"
-                device_id: "int"
-                is_device_accessible: "bool"
-                readonly: "bool"
-                exporting_obj: "object"
-
-            fields = _LazyDataclassFields._fields = StridedMemoryViewFields.__dataclass_fields__
-        return fields
-
-
 @cython.final
 @cython.freelist(16)
 @cython.auto_pickle(False)
@@ -76,7 +51,9 @@ cdef class StridedMemoryView:
     it has ``__dlpack__`` and ``__dlpack_device__``, else through the CUDA Array
     Interface (CAI) when it has ``__cuda_array_interface__``; anything else is a
     ``BufferError``.  ``from_dlpack`` and ``from_cuda_array_interface`` force one
-    protocol.  Nothing is copied; the view keeps ``obj`` alive.
+    protocol.  Nothing is copied; the view keeps ``obj`` alive.  A view of a
+    StridedMemoryView takes that view's fields, its ``exporting_obj`` and its
+    memory owner (no capsule, no driver, no chain however deep views nest).
 
     Streams.  ``stream_ptr`` names the stream on which the caller will use the
     data: an int handle (0 the null stream, 1 the legacy default stream, 2 the
@@ -94,6 +71,8 @@ cdef class StridedMemoryView:
       (``cuEventRecord`` + ``cuStreamWaitEvent``); -1, no producer stream, or the
       same stream order nothing and need no driver.  ``stream_ptr=None`` is a
       ``BufferError``.
+    - A StridedMemoryView: as its memory kind says above, with its
+      ``ready_stream`` as the producer's stream.
 
     Fields (read-only):
 
@@ -110,11 +89,16 @@ cdef class StridedMemoryView:
     - ``is_device_accessible``: whether a CUDA kernel may read the memory;
     - ``readonly``: DLPack 1.x's READ_ONLY flag or the CAI's ``data[1]``; a legacy
       (pre-1.0) DLPack capsule cannot say, and is taken as writable;
-    - ``exporting_obj``: the object viewed, kept alive as long as the view;
+    - ``exporting_obj``: the object viewed, kept alive as long as the view (for
+      a view of a view, the object that view views);
     - ``ready_stream``: the stream on which the data may be used without further
       ordering (the caller's stream once ordered; with -1, the CAI producer's
       stream), or None when there is none to speak of (host memory) or it is
       unknown.
+
+    The view is not a dataclass: ``_fields`` names the eight fields above (from
+    ``ptr`` to ``exporting_obj``) and ``_asdict()`` returns them, uncopied, as
+    a namedtuple would.
 
     A consumed DLPack capsule's deleter runs exactly once, when the view is
     deallocated.  The view hands itself on through ``__dlpack__``,
@@ -280,9 +264,30 @@ cdef class StridedMemoryView:
         # repr must not need the driver: an unresolved CAI device shows as '?'.
         return "?" if self._device_id == _DEVICE_ID_UNKNOWN else str(self._device_id)
 
-    # dataclasses.is_dataclass() and dataclasses.fields() read this; built on
-    # first use so that importing stridedview does not import dataclasses.
-    __dataclass_fields__ = _LazyDataclassFields()
+    # Not a dataclass: dataclasses.replace() cannot rebuild a view from its
+    # fields and dataclasses.asdict() would deep-copy the array.  The fields are
+    # named as a namedtuple names them instead.
+    _fields = (
+        "ptr", "shape", "strides", "dtype", "device_id", "is_device_accessible", "readonly",
+        "exporting_obj",
+    )
+
+    def _asdict(self):
+        """The eight fields of ``_fields`` in a new dict, each value the view's own (no copy).
+
+        Reading ``device_id`` asks the driver for a CUDA Array Interface view whose
+        device is not yet known (see ``device_id``).
+        """
+        return {
+            "ptr": self.ptr,
+            "shape": self.shape,
+            "strides": self.strides,
+            "dtype": self.dtype,
+            "device_id": self.device_id,
+            "is_device_accessible": self.is_device_accessible,
+            "readonly": self.readonly,
+            "exporting_obj": self.exporting_obj,
+        }
 
 
 cdef extern from *:
@@ -485,6 +490,12 @@ cdef StridedMemoryView _derive(StridedMemoryView base):
     own, so its deallocation calls no deleter.
     """
     cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+    _derive_into(view, base)
+    return view
+
+
+cdef int _derive_into(StridedMemoryView view, StridedMemoryView base) except -1:
+    """``_derive``'s work on a view already allocated (a constructor's ``self``)."""
     view._ptr = base._ptr
     view.ptr = base.ptr
     view.shape = base.shape
@@ -498,7 +509,7 @@ cdef StridedMemoryView _derive(StridedMemoryView base):
     view.ready_stream = base.ready_stream
     view.exporting_obj = base.exporting_obj
     view._memory_owner = base if base._memory_owner is None else base._memory_owner
-    return view
+    return 0
 
 
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
@@ -524,6 +535,59 @@ cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size)
         strides[i] = big_step if big_step <= INT64_MAX else 0
         big_step *= max(shape[i], 1)
     return tuple(strides)
+
+
+cdef bint _byte_offsets_fit(
+    Py_ssize_t ndim, const int64_t *extents, const int64_t *strides, int64_t size,
+    Py_ssize_t itemsize
+) noexcept:
+    """Whether every element lies within int64 bytes of element 0 (both protocols' check).
+
+    ``strides`` are in elements, NULL for row-major.  Only dimensions of extent > 1
+    step, and an empty layout addresses nothing: their strides may be anything.
+    The spans below and above element 0 are summed apart, each kept <= 2**63 - 1.
+    """
+    cdef uint64_t limit = <uint64_t>INT64_MAX
+    cdef uint64_t above = 0, below = 0, step, span, steps
+    cdef Py_ssize_t i
+    if size == 0:
+        return True
+    if itemsize < 1:
+        itemsize = 1
+    if strides == NULL:
+        return <uint64_t>(size - 1) <= limit // <uint64_t>itemsize
+    for i in range(ndim):
+        if extents[i] <= 1:
+            continue
+        steps = <uint64_t>(extents[i] - 1)
+        step = <uint64_t>strides[i] if strides[i] >= 0 else <uint64_t>0 - <uint64_t>strides[i]
+        if step > limit // <uint64_t>itemsize:
+            return False
+        step *= <uint64_t>itemsize
+        if step != 0 and steps > limit // step:
+            return False
+        span = step * steps
+        if strides[i] >= 0:
+            if span > limit - above:
+                return False
+            above += span
+        else:
+            if span > limit - below:
+                return False
+            below += span
+    return True
+
+
+cdef object _exported_stride(object stride, Py_ssize_t itemsize):
+    """``stride`` as an export gives it: 0 where ``stride * itemsize`` passes int64.
+
+    Only a dimension that never steps (extent <= 1, or an empty view) can carry
+    such a stride once a view is made, so 0 describes the same elements, and no
+    consumer computing byte offsets overflows.
+    """
+    if -INT64_MAX <= stride * itemsize <= INT64_MAX:
+        return stride
+    return 0
 
 
 cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed_axes):
