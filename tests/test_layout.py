@@ -578,3 +578,20 @@ def test_derived_layout_past_int64_is_refused():
     finally:
         for producer in producers:
             producer.release_capsules()
+
+
+def test_layouts_page_example_holds():
+    """The example at the top of docs/layouts.md runs and its commented results hold."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "layouts.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "layouts.md", "exec"), namespace)
+    view = namespace["view"]
+    assert view[1:, ::-2].strides == (6, -2)
+    assert (view.T.shape, view.reshape(2, -1).shape) == ((6, 4), (2, 12))
+    assert view.view(dtype=np.complex64).shape == (4, 3)
+    assert view[0].broadcast_to((3, 6)).strides == (0, 1)
+    assert view[:, :3].byte_bounds == (view.ptr, view.ptr + 84)
+    assert (view[:, :3].is_dense, view[0].broadcast_to((3, 6)).has_overlap) == (False, True)
