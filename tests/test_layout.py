@@ -61,6 +61,12 @@ def view_of(array, **fields):
         producer.release_capsules()
 
 
+def array_and_view(shape, strides, dtype):
+    """``numpy_array(shape, strides, dtype)`` and its view."""
+    array = numpy_array(shape, strides, dtype)
+    return array, view_of(array)
+
+
 def layout_of(view, base):
     """``(byte offset from base, shape, byte strides)`` of a view or a numpy array."""
     if isinstance(view, np.ndarray):
@@ -101,8 +107,7 @@ def layouts_and_indices(draw):
 def test_index_matches_numpy(case):
     """``view[key]`` has exactly numpy's pointer, shape and strides, and re-exports its elements."""
     shape, strides, dtype, key = case
-    array = numpy_array(shape, strides, dtype)
-    view = view_of(array)
+    array, view = array_and_view(shape, strides, dtype)
     derived = view[key]
     expected = array[key]
     if not isinstance(expected, np.ndarray):  # numpy gives a scalar for a full int index
@@ -168,8 +173,7 @@ def test_index_structure_errors():
 def test_transpose_matches_numpy(layout, data):
     """``transpose`` in each argument form, and ``.T``, give numpy's layout."""
     shape, strides, dtype = layout
-    array = numpy_array(shape, strides, dtype)
-    view = view_of(array)
+    array, view = array_and_view(shape, strides, dtype)
     assert layout_of(view.T, view) == layout_of(array.T, array)
     assert layout_of(view.transpose(), view) == layout_of(array.transpose(), array)
     order = data.draw(st.permutations(range(len(shape))))
@@ -208,8 +212,7 @@ def test_transpose_errors(axes, exc, start):
 def test_reshape_matches_numpy(layout, data, order):
     """``reshape`` succeeds exactly when numpy's ``copy=False`` reshape does, with numpy's strides."""
     shape, strides, dtype = layout
-    array = numpy_array(shape, strides, dtype)
-    view = view_of(array)
+    array, view = array_and_view(shape, strides, dtype)
     new_shape = data.draw(shapes_of_size(array.size))
     try:
         expected = array.reshape(new_shape, order=order, copy=False)
@@ -256,8 +259,7 @@ def test_reshape_gives_numpy_error_types():
 def test_view_dtype_matches_numpy(layout, new_dtype):
     """``view(dtype=...)`` reinterprets the bytes as numpy's ``ndarray.view`` does, or refuses."""
     shape, strides, dtype = layout
-    array = numpy_array(shape, strides, dtype)
-    view = view_of(array)
+    array, view = array_and_view(shape, strides, dtype)
     try:
         expected = array.view(new_dtype)
     except ValueError:
@@ -363,8 +365,7 @@ class Layout:
 def test_view_with_own_layout_is_the_view(layout):
     """A view's own layout, given back to ``view``, describes the same elements."""
     shape, strides, dtype = layout
-    array = numpy_array(shape, strides, dtype)
-    view = view_of(array)
+    array, view = array_and_view(shape, strides, dtype)
     again = view.view(Layout(view.shape, view.strides, view.itemsize))
     assert (again.ptr, again.shape, again.strides) == (view.ptr, view.shape, view.strides)
     same_values(again, array)
@@ -389,8 +390,7 @@ def test_view_layout_value_errors():
 def test_squeeze_matches_numpy(layout, data):
     """``squeeze`` with no axis, one axis or a tuple of extent-1 axes gives numpy's layout."""
     shape, strides, dtype = layout
-    array = numpy_array(shape, strides, dtype)
-    view = view_of(array)
+    array, view = array_and_view(shape, strides, dtype)
     assert layout_of(view.squeeze(), view) == layout_of(array.squeeze(), array)
     ones = [i for i, e in enumerate(shape) if e == 1]
     chosen = tuple(data.draw(st.lists(st.sampled_from(ones), unique=True))) if ones else ()
@@ -428,8 +428,7 @@ def broadcast_targets(draw):
 def test_broadcast_to_matches_numpy(case):
     """``broadcast_to`` gives numpy's layout (stride 0 on broadcast axes) and is read-only."""
     shape, strides, dtype, target = case
-    array = numpy_array(shape, strides, dtype)
-    view = view_of(array)
+    array, view = array_and_view(shape, strides, dtype)
     derived = view.broadcast_to(target)
     expected = np.broadcast_to(array, target)
     assert layout_of(derived, view) == layout_of(expected, array)
@@ -463,8 +462,7 @@ def test_broadcast_to_errors():
 def test_byte_strides_and_bounds_match_numpy(layout):
     """``byte_strides`` are numpy's strides and ``byte_bounds`` numpy's byte_bounds ((ptr, ptr) if empty)."""
     shape, strides, dtype = layout
-    array = numpy_array(shape, strides, dtype)
-    view = view_of(array)
+    array, view = array_and_view(shape, strides, dtype)
     assert view.byte_strides == array.strides
     if array.size:
         assert view.byte_bounds == numpy_byte_bounds(array)
@@ -504,8 +502,7 @@ def test_has_overlap_is_conservative_past_the_limit():
 def test_is_dense_matches_brute_force_and_cuda_core(layout):
     """``is_dense`` is True exactly when the offsets are 0 .. size-1 once each, as cuda.core says."""
     shape, strides, dtype = layout
-    array = numpy_array(shape, strides, dtype)
-    view = view_of(array)
+    array, view = array_and_view(shape, strides, dtype)
     offsets = sorted(brute_offsets(shape, strides))
     assert view.is_dense == (offsets == list(range(len(offsets))) or not offsets)
     layouts = pytest.importorskip("cuda.core._layout")
