@@ -514,3 +514,59 @@ def exchange_specs(draw):
         # (the exchange API's current_work_stream slot is NULL).
         "work_stream": draw(_once(49, lambda: st.sampled_from([0, 0, 1, 2, "fake", "fake", "unknown", None]))),
     }
+
+
+# --- Layouts (tests/test_layout.py) ------------------------------------------------------
+
+#: Element types the layout tests draw, of item sizes 1 to 16.
+LAYOUT_DTYPES = ("int8", "int16", "float32", "int64", "complex128")
+
+
+@st.composite
+def strided_layouts(draw, max_ndim=4, max_extent=4, max_stride=6):
+    """``(shape, strides in elements, dtype name)``: 0-d to ``max_ndim``-d, extents 0 to
+    ``max_extent`` (extent 1 weighted up), strides from -``max_stride`` to ``max_stride``
+    (0 and negative included), so zero-size, broadcast and reversed layouts all occur."""
+    ndim = draw(st.integers(0, max_ndim))
+    shape = tuple(
+        draw(st.one_of(st.just(1), st.integers(0, max_extent))) for _ in range(ndim)
+    )
+    strides = tuple(
+        draw(st.one_of(st.integers(-max_stride, max_stride), st.just(0), st.just(1)))
+        for _ in range(ndim)
+    )
+    # Now and then a gap-free layout (C order or a permutation), where reshape succeeds.
+    if ndim and draw(st.integers(0, 3)) == 0:
+        order = draw(st.permutations(range(ndim)))
+        step, dense = 1, [0] * ndim
+        for axis in reversed(order):
+            dense[axis] = step
+            step *= max(shape[axis], 1)
+        strides = tuple(dense)
+    return shape, strides, draw(st.sampled_from(LAYOUT_DTYPES))
+
+
+@st.composite
+def shapes_of_size(draw, size, max_ndim=5):
+    """A shape whose extents multiply to ``size``, extent-1 axes sprinkled in, one extent
+    sometimes -1 (to be inferred)."""
+    if size == 0:
+        shape = list(draw(st.lists(st.integers(0, 4), min_size=1, max_size=max_ndim)))
+        shape[draw(st.integers(0, len(shape) - 1))] = 0
+        return tuple(shape)
+    factors, rest, p = [], size, 2
+    while rest > 1:
+        while rest % p == 0:
+            factors.append(p)
+            rest //= p
+        p += 1
+    bins = draw(st.integers(0, max_ndim)) if factors else draw(st.integers(0, 2))
+    bins = max(bins, 1) if factors else bins
+    shape = [1] * bins
+    for factor in factors:
+        shape[draw(st.integers(0, bins - 1))] *= factor
+    shape = tuple(shape)
+    if shape and draw(st.booleans()):
+        unknown = draw(st.integers(0, len(shape) - 1))
+        shape = shape[:unknown] + (-1,) + shape[unknown + 1:]
+    return shape

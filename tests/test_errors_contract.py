@@ -252,7 +252,7 @@ def test_table_parses_into_groups():
     groups = collections.Counter(row.group for row in parse_errors_table())
     for group in ("Stream", "DLPack", "CUDA Array Interface", "Export", "Decorator", "Driver", "General"):
         assert groups[group] > 0, f"no rows under '## {group}'"
-    assert set(groups) <= {"Stream", "DLPack", "CUDA Array Interface", "Export", "Decorator", "Driver", "General"}
+    assert set(groups) <= {"Stream", "DLPack", "CUDA Array Interface", "Export", "Layouts", "Decorator", "Driver", "General"}
 
 
 def test_scanner_finds_the_raises():
@@ -561,6 +561,39 @@ TRIGGERS = [
     ("export-stream-0", lambda f, m: device_view().__dlpack__(stream=0, max_version=(1, 3)), BufferError, "dlpack: stream 0 is disallowed (ambiguous: pass 1 for the legacy default stream, 2 for the per-thread one)"),
     ("export-cai-bfloat16", lambda f, m: view_dlpack(device=(2, 0), dtype="bfloat16").__cuda_array_interface__, BufferError, "cuda array interface: dtype bfloat16 has no typestr ('<V2' names another type or none); export it through DLPack"),
     ("export-host-cai", lambda f, m: host_view().__cuda_array_interface__, AttributeError, "__cuda_array_interface__: a host-only view (device_id -1) has no CUDA Array Interface; use DLPack"),
+    # layouts
+    ("layout-axis-type", lambda f, m: host_view().transpose(0, 1.0), TypeError, "transpose: axis must be an int (got 1.0)"),
+    ("layout-axis-range", lambda f, m: host_view().transpose(0, 5), ValueError, "transpose: axis 5 is out of bounds for 2 dimensions"),
+    ("layout-ndim", lambda f, m: host_view()[(None,) * 63], BufferError, "layout: the index would have 65 dimensions, more than 64"),
+    ("layout-stride", lambda f, m: view_dlpack(shape=(3,), strides=(2**61,), dtype="int8", data=0x10000)[::4], BufferError, "layout: a stride of the index passes int64 or the address space"),
+    ("layout-count", lambda f, m: host_view()[:1, :1].broadcast_to((2**40, 2**40)), BufferError, "layout: broadcast_to would have 1208925819614629174706176 elements"),
+    ("index-bool", lambda f, m: host_view()[True], TypeError, "index: basic indexing only: ints, slices, ..., None (got True)"),
+    ("index-list", lambda f, m: host_view()[[0]], TypeError, "index: basic indexing only: ints, slices, ..., None (got [0])"),
+    ("index-ellipses", lambda f, m: host_view()[..., ...], IndexError, "index: an index can hold one Ellipsis only (got (Ellipsis, Ellipsis))"),
+    ("index-too-many", lambda f, m: host_view()[0, 0, 0], IndexError, "index: too many indices: the view is 2-d, 3 were indexed"),
+    ("index-range", lambda f, m: host_view()[2], IndexError, "index: index 2 is out of bounds for axis 0 with size 2"),
+    ("transpose-count", lambda f, m: host_view().transpose(0), ValueError, "transpose: axes (0,) do not match the view's 2 dimensions"),
+    ("transpose-repeat", lambda f, m: host_view().transpose(1, -1), ValueError, "transpose: axes (1, -1) repeat an axis"),
+    ("squeeze-repeat", lambda f, m: host_view()[:1, :1].squeeze((0, 0)), ValueError, "squeeze: axis (0, 0) repeats an axis"),
+    ("squeeze-extent", lambda f, m: host_view().squeeze(1), ValueError, "squeeze: axis 1 has extent 3, not 1 (shape (2, 3))"),
+    ("broadcast-negative", lambda f, m: host_view().broadcast_to((2, -3)), ValueError, "broadcast_to: extents must be >= 0 (got (2, -3))"),
+    ("broadcast-fewer", lambda f, m: host_view().broadcast_to(3), ValueError, "broadcast_to: shape (2, 3) has more dimensions than (3,)"),
+    ("broadcast-extent", lambda f, m: host_view().broadcast_to((2, 4)), ValueError, "broadcast_to: shape (2, 3) cannot be broadcast to (2, 4)"),
+    ("reshape-two-unknown", lambda f, m: host_view().reshape(-1, -1), ValueError, "reshape: extents must be >= 0, with one -1 at most (got (-1, -1))"),
+    ("reshape-size", lambda f, m: host_view().reshape(4, 2), ValueError, "reshape: cannot reshape 6 elements into shape (4, 2)"),
+    ("reshape-order", lambda f, m: host_view().reshape(6, order="A"), ValueError, "reshape: order must be 'C' or 'F' (got 'A')"),
+    ("reshape-none", lambda f, m: host_view().reshape(), TypeError, "reshape: a shape is required (got none)"),
+    ("reshape-copy", lambda f, m: host_view()[:, :2].reshape(4), BufferError, "reshape: shape (2, 2) with strides (3, 1) cannot be seen as shape (4,) in C order without a copy"),
+    ("view-dtype", lambda f, m: host_view().view(dtype=object), TypeError, "view: dtype must be native-endian with a size > 0, no subarray and no Python objects (got dtype('O'))"),
+    ("view-0d", lambda f, m: host_view()[0, 0].view(dtype=np.float64), BufferError, "view: a 0-d view keeps its item size (4 bytes, not 8)"),
+    ("view-last-axis", lambda f, m: host_view()[:, ::2].view(dtype=np.int16), BufferError, "view: the last axis must be contiguous to change the item size from 4 to 2"),
+    ("view-last-bytes", lambda f, m: host_view().view(dtype=np.float64), BufferError, "view: the last axis holds 12 bytes, not a multiple of the new item size 8"),
+    ("view-stride", lambda f, m: host_view()[:, :2].view(dtype=np.float64), BufferError, "view: stride 12 bytes of axis 0 is not a multiple of the new item size 8"),
+    ("view-layout-type", lambda f, m: host_view().view((2, 3)), TypeError, "view: layout must have shape, strides and itemsize, like cuda.core's _StridedLayout (got 'tuple' object)"),
+    ("view-layout-extent", lambda f, m: host_view().view(Layout((-1,), None, 4)), ValueError, "view: layout extents must be >= 0 and itemsize > 0 (got shape (-1,), itemsize 4)"),
+    ("view-layout-strides", lambda f, m: host_view().view(Layout((6,), (1, 1), 4)), ValueError, "view: layout strides (1, 1) and shape (6,) differ in length"),
+    ("view-layout-itemsize", lambda f, m: host_view().view(Layout((3,), None, 8)), ValueError, "view: layout itemsize 8 differs from the item size of float32 (4)"),
+    ("view-layout-outside", lambda f, m: host_view().view(Layout((7,), None, 4)), BufferError, "view: layout (shape (7,), strides (1,), itemsize 4, slice_offset 0) reaches outside the view's bytes"),
     # decorator
     ("decorator-not-iterable", lambda f, m: _decorate(3.5), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got 3.5)"),
     ("decorator-bool", lambda f, m: _decorate([True]), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got True)"),
@@ -582,6 +615,13 @@ TRIGGERS = [
 UNTRIGGERED = {
     ("MemoryError", ""): "malloc failing for a capsule's ~100 bytes",
 }
+
+
+class Layout:
+    """The fields ``view(layout=...)`` reads (cuda.core's _StridedLayout has them)."""
+
+    def __init__(self, shape, strides, itemsize):
+        self.shape, self.strides, self.itemsize = shape, strides, itemsize
 
 
 class CAIWith:

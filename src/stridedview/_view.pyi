@@ -1,10 +1,12 @@
 # Types of the compiled core (stridedview/_view.pyx), checked against the built
 # module by `python -m mypy.stubtest stridedview._view`.
 
-from collections.abc import Callable
-from typing import Any, ClassVar, SupportsIndex, final
+from collections.abc import Callable, Sequence
+from types import EllipsisType
+from typing import Any, ClassVar, Literal, Protocol, SupportsIndex, final, type_check_only
 
 import numpy
+import numpy.typing
 from typing_extensions import CapsuleType, TypeAlias
 
 from stridedview.typing import SupportsCudaArrayInterface, SupportsCudaStream, SupportsDLPack
@@ -12,6 +14,23 @@ from stridedview.typing import SupportsCudaArrayInterface, SupportsCudaStream, S
 # What every ``stream_ptr`` accepts: None, an int handle (or anything with
 # ``__index__``; -1 opts out of ordering), or a stream object.
 _StreamPtr: TypeAlias = SupportsIndex | SupportsCudaStream | None
+
+# One item of a basic index, and what ``view[...]`` accepts.
+_IndexItem: TypeAlias = SupportsIndex | slice | EllipsisType | None
+_Index: TypeAlias = _IndexItem | tuple[_IndexItem, ...]
+_Shape: TypeAlias = SupportsIndex | Sequence[SupportsIndex]
+
+@type_check_only
+class _LayoutLike(Protocol):
+    """What ``view(layout=...)`` reads: cuda.core's ``_StridedLayout`` has these (and
+    ``slice_offset``, in elements, read when present)."""
+
+    @property
+    def shape(self) -> Sequence[SupportsIndex]: ...
+    @property
+    def strides(self) -> Sequence[SupportsIndex] | None: ...
+    @property
+    def itemsize(self) -> SupportsIndex: ...
 
 @final
 class StridedMemoryView:
@@ -71,6 +90,28 @@ class StridedMemoryView:
     def _asdict(self) -> dict[str, Any]: ...
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
+    def __getitem__(self, key: _Index, /) -> StridedMemoryView: ...
+    @property
+    def T(self) -> StridedMemoryView: ...
+    def transpose(self, *axes: SupportsIndex | Sequence[SupportsIndex] | None) -> StridedMemoryView: ...
+    def reshape(
+        self, *shape: SupportsIndex | Sequence[SupportsIndex], order: Literal["C", "F"] = "C"
+    ) -> StridedMemoryView: ...
+    def squeeze(
+        self, axis: SupportsIndex | tuple[SupportsIndex, ...] | None = None
+    ) -> StridedMemoryView: ...
+    def broadcast_to(self, shape: _Shape) -> StridedMemoryView: ...
+    def view(
+        self, layout: _LayoutLike | None = None, dtype: numpy.typing.DTypeLike | None = None
+    ) -> StridedMemoryView: ...
+    @property
+    def byte_strides(self) -> tuple[int, ...]: ...
+    @property
+    def byte_bounds(self) -> tuple[int, int]: ...
+    @property
+    def has_overlap(self) -> bool: ...
+    @property
+    def is_dense(self) -> bool: ...
 
 @final
 class ViewableArgument:

@@ -289,6 +289,144 @@ cdef class StridedMemoryView:
             "exporting_obj": self.exporting_obj,
         }
 
+    # --- Layouts: views derived from this one (see _layout.pxi and docs/layouts.md).
+    # Each is a new view of the same memory: nothing is copied and no driver is
+    # called; it keeps the root memory owner, exporting_obj, device, readonly and
+    # ready_stream, and hands itself on through DLPack and the CAI like any view.
+
+    def __getitem__(self, key):
+        """Basic indexing, exactly as numpy gives it: ints (negative from the end),
+        slices with any step, ``...`` and ``None`` (a new axis of extent 1, stride 0).
+
+        An int on every axis gives a 0-d view.  An out-of-range int is an
+        IndexError; lists, arrays and bools (advanced indexing) a TypeError.
+        """
+        offset, shape, strides = _layout_index(self.shape, self.strides, key)
+        return _relaid(self, offset * self.dtype.itemsize, shape, strides, None, "the index")
+
+    @property
+    def T(self):
+        """The view with its axes reversed (``transpose()``)."""
+        return self.transpose()
+
+    def transpose(self, *axes):
+        """The view with its axes permuted, as numpy's ``transpose``.
+
+        ``transpose()`` (or ``transpose(None)``) reverses the axes;
+        ``transpose((1, 0, 2))`` and ``transpose(1, 0, 2)`` name, for each new
+        axis, the old one (negative axes count from the end).  ValueError for a
+        repeated or out-of-range axis, or too few or too many.
+        """
+        order = _transpose_axes(axes, len(self.shape))
+        shape = tuple([self.shape[i] for i in order])
+        strides = tuple([self.strides[i] for i in order])
+        return _relaid(self, 0, shape, strides, None, "transpose")
+
+    def reshape(self, *shape, order="C"):
+        """The same elements with a new shape, without copying (numpy's ``reshape``).
+
+        ``shape`` is given as separate ints or one tuple; one extent may be -1, to
+        be inferred.  Elements are taken in C (row-major) order, or F with
+        ``order="F"``.  A layout whose elements cannot be walked in that order with
+        new strides (numpy would copy) is a BufferError; a shape with a different
+        element count a ValueError.
+        """
+        if order != "C" and order != "F":
+            raise ValueError(f"reshape: order must be 'C' or 'F' (got {order!r})")
+        if not shape:
+            raise TypeError("reshape: a shape is required (got none)")
+        requested = _shape_argument(shape, "reshape: extent")
+        new_shape = _infer_shape(requested, self._size)
+        if requested == self.shape:
+            return _relaid(self, 0, self.shape, self.strides, None, "reshape")
+        strides = _reshape_strides(self.shape, self.strides, new_shape, order == "C")
+        if strides is None:
+            raise BufferError(
+                f"reshape: shape {self.shape} with strides {self.strides} cannot be seen as "
+                f"shape {new_shape} in {order} order without a copy"
+            )
+        return _relaid(self, 0, new_shape, strides, None, "reshape")
+
+    def squeeze(self, axis=None):
+        """The view without its extent-1 axes (all of them, or those in ``axis``: an int or
+        a tuple); ValueError for an axis whose extent is not 1."""
+        removed = _squeeze_axes(axis, self.shape)
+        kept = [i for i in range(len(self.shape)) if i not in removed]
+        shape = tuple([self.shape[i] for i in kept])
+        strides = tuple([self.strides[i] for i in kept])
+        return _relaid(self, 0, shape, strides, None, "squeeze")
+
+    def broadcast_to(self, shape):
+        """The view broadcast to ``shape`` by numpy's rules (stride 0 on every broadcast axis).
+
+        The result is read-only, as numpy's ``broadcast_to`` is: its elements
+        share memory, so a kernel writing through it would race with itself.
+        ValueError when the shapes are incompatible.
+        """
+        new_shape = _shape_argument((shape,), "broadcast_to: extent")
+        strides = _broadcast_layout(self.shape, self.strides, new_shape)
+        cdef StridedMemoryView view = _relaid(self, 0, new_shape, strides, None, "broadcast_to")
+        view.readonly = True
+        return view
+
+    def view(self, layout=None, dtype=None):
+        """A view of the same bytes with another layout and/or dtype (cuda.core's ``view``).
+
+        ``view()`` is the view itself.  ``view(dtype=d)`` reinterprets the bytes by
+        numpy's ``ndarray.view(d)`` rules: with a different item size the last axis
+        must be contiguous and its extent scales (a 0-d view must keep its item
+        size); ml_dtypes' dtypes are accepted.  ``layout`` is any object with
+        ``shape``, ``strides`` (in elements; None for C order), ``itemsize`` and
+        optionally ``slice_offset``, such as cuda.core's ``_StridedLayout``, placed at
+        this view's element [0, ..., 0]; its itemsize must be the dtype's, and its
+        elements must lie within this view's ``byte_bounds``.  Alignment of the
+        new elements is the caller's concern, as in numpy.
+        """
+        if layout is None and dtype is None:
+            return self
+        new_dtype = self.dtype if dtype is None else _view_dtype(dtype)
+        if layout is not None:
+            return _view_with_layout(self, layout, new_dtype)
+        shape, strides = _retyped_layout(
+            self.shape, self.strides, self.dtype.itemsize, new_dtype.itemsize
+        )
+        return _relaid(self, 0, shape, strides, new_dtype, "view")
+
+    @property
+    def byte_strides(self):
+        """The strides in bytes (``strides`` times ``itemsize``), a tuple."""
+        itemsize = self.dtype.itemsize
+        return tuple([stride * itemsize for stride in self.strides])
+
+    @property
+    def byte_bounds(self):
+        """``(low, high)``: the lowest address an element occupies and one past the highest
+        (numpy's ``byte_bounds``); ``(ptr, ptr)`` for an empty view, which touches nothing."""
+        bounds = _offset_bounds(self.shape, self.strides)
+        if bounds is None:
+            return (self._ptr, self._ptr)
+        itemsize = self.dtype.itemsize
+        return (self._ptr + bounds[0] * itemsize, self._ptr + (bounds[1] + 1) * itemsize)
+
+    @property
+    def has_overlap(self):
+        """Whether two distinct indices address the same element (so a kernel writing
+        through the view would race with itself).
+
+        Exact for zero strides, for layouts made by slicing, transposing or
+        reshaping a gap-free array, and for any layout of at most 2**16 elements;
+        past that an undecided layout answers True ("may overlap"), so False is
+        always safe to rely on.
+        """
+        return _has_overlap(self.shape, self.strides)
+
+    @property
+    def is_dense(self):
+        """Whether the elements fill exactly the ``nbytes`` bytes from ``ptr``, one each,
+        in some axis order (cuda.core's ``is_dense``): no gaps, no overlap, no negative
+        stride on an axis of extent > 1.  Empty and 0-d views are dense."""
+        return _is_dense(self.shape, self.strides)
+
 
 cdef extern from *:
     # Offsets of the object fields in the instance struct Cython generates for
@@ -609,3 +747,4 @@ include "_producer_types.pxi"
 include "_from_dlpack.pxi"
 include "_from_cai.pxi"
 include "_export.pxi"
+include "_layout.pxi"
