@@ -559,6 +559,7 @@ TRIGGERS = [
     ("export-host-cai", lambda f, m: host_view().__cuda_array_interface__, AttributeError, "__cuda_array_interface__: a host-only view (device_id -1) has no CUDA Array Interface; use DLPack"),
     # decorator
     ("decorator-not-iterable", lambda f, m: _decorate(3.5), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got 3.5)"),
+    ("decorator-bare", lambda f, m: _decorate(len), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got the function 'len'): the decorator needs parentheses"),
     ("decorator-bool", lambda f, m: _decorate([True]), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got True)"),
     ("decorator-index", lambda f, m: _decorate(5), ValueError, "args_viewable_as_strided_memory: "),
     ("decorator-name", lambda f, m: _decorate("nope"), ValueError, "args_viewable_as_strided_memory: "),

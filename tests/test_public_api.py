@@ -178,3 +178,81 @@ def test_api_reference_names_every_public_name():
     names += [f"stridedview.typing.{n}" for n in stridedview.typing.__all__]
     missing = [name for name in names if name not in text]
     assert missing == []
+
+
+# --- what a newcomer meets first -----------------------------------------------------------
+
+
+def test_constructor_has_a_signature():
+    """``inspect.signature(StridedMemoryView)`` gives ``(obj, stream_ptr=None)`` and binds like the constructor."""
+    signature = inspect.signature(StridedMemoryView)
+    assert str(signature) == "(obj, stream_ptr=None)"
+    assert signature.bind(object()).arguments.keys() == {"obj"}
+    assert signature.bind(object(), stream_ptr=-1).arguments["stream_ptr"] == -1
+    with pytest.raises(TypeError):
+        signature.bind()
+
+
+def test_neither_protocol_error_says_what_to_do():
+    """Viewing an object with neither protocol names the objects that work and the conversion to try."""
+    with pytest.raises(BufferError) as caught:
+        StridedMemoryView([[1.0, 2.0]])
+    message = str(caught.value)
+    assert message.startswith("stridedview: 'list' object supports neither DLPack")
+    for words in ("numpy", "CuPy", "PyTorch", "JAX", "Numba", "numpy.asarray(obj)"):
+        assert words in message
+
+
+class _NoLibcuda:
+    """A driver seam whose every call fails as cuda-bindings does when libcuda cannot be loaded."""
+
+    def __getattr__(self, name):
+        def call(*args):
+            raise RuntimeError("libcuda.so.1: cannot open shared object file")
+
+        return call
+
+
+@pytest.fixture
+def no_libcuda():
+    """The driver seam replaced by _NoLibcuda for the test."""
+    from stridedview import _driver
+
+    _driver.use_api(_NoLibcuda())
+    yield
+    _driver.use_api(None)
+
+
+def _host_cai_view():
+    """A CUDA Array Interface view of host memory made with stream_ptr=-1 (no driver call)."""
+    import numpy as np
+
+    array = np.arange(6, dtype=np.float32)
+
+    class HostCAI:
+        __cuda_array_interface__ = {
+            "version": 3, "shape": (6,), "typestr": "<f4", "data": (array.ctypes.data, False),
+        }
+
+    return array, StridedMemoryView(HostCAI(), -1)
+
+
+@pytest.mark.parametrize(
+    "action",
+    [lambda view: view.device_id, lambda view: view.__dlpack_device__(), lambda view: view.__dlpack__()],
+    ids=["device_id", "__dlpack_device__", "__dlpack__"],
+)
+def test_cai_view_without_driver_hint_names_what_was_done(no_libcuda, action):
+    """Exporting a CAI view (or reading its device_id) with no driver names those actions and what works without it."""
+    from stridedview import CUDAError
+
+    _array, view = _host_cai_view()
+    assert view.shape == (6,)  # the fields themselves need no driver
+    with pytest.raises(CUDAError) as caught:
+        action(view)
+    message = str(caught.value)
+    assert caught.value.name == "CUDA_ERROR_NO_DRIVER"
+    assert "device_id is read" in message
+    assert "exported through DLPack" in message
+    assert "__cuda_array_interface__ work without a driver" in message
+    assert view.__cuda_array_interface__["shape"] == (6,)  # and indeed it does

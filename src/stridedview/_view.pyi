@@ -2,6 +2,7 @@
 # module by `python -m mypy.stubtest stridedview._view`.
 
 from collections.abc import Callable
+from inspect import Signature
 from typing import Any, ClassVar, SupportsIndex, final
 
 import numpy
@@ -17,6 +18,7 @@ _StreamPtr: TypeAlias = SupportsIndex | SupportsCudaStream | None
 class StridedMemoryView:
     __match_args__: ClassVar[tuple[str, str, str, str]]
     __dataclass_fields__: ClassVar[dict[str, Any]]
+    __signature__: ClassVar[Signature]
 
     def __init__(
         self,
