@@ -10,7 +10,6 @@ reference is generated from these docstrings, so a missing one is a hole there.
 from __future__ import annotations
 
 import ast
-import importlib.metadata
 import inspect
 import json
 import re
@@ -111,9 +110,13 @@ def test_typing_names_are_documented():
     assert undocumented == []
 
 
-def test_version_is_the_installed_metadata():
-    """``stridedview.__version__`` equals the version pip recorded for the installed distribution."""
-    assert stridedview.__version__ == importlib.metadata.version("stridedview")
+def test_version_is_the_one_of_pyproject():
+    """``stridedview.__version__`` is the version pyproject.toml declares (read from the installed metadata)."""
+    text = (REPO_ROOT / "pyproject.toml").read_text()
+    project = text.split("\n[project]\n", 1)[1].split("\n[", 1)[0]
+    declared = re.search(r'^version = "([^"]+)"$', project, re.MULTILINE)
+    assert declared, "pyproject.toml's [project] has no version"
+    assert stridedview.__version__ == declared.group(1)
     assert "__version__" in stridedview.__all__
 
 
@@ -256,3 +259,53 @@ def test_cai_view_without_driver_hint_names_what_was_done(no_libcuda, action):
     assert "exported through DLPack" in message
     assert "__cuda_array_interface__ work without a driver" in message
     assert view.__cuda_array_interface__["shape"] == (6,)  # and indeed it does
+
+
+# --- the typing check CI runs against the editable install (tests/typing_check/) ------------
+
+
+def _typing_check():
+    """tests/typing_check/check.py as a module."""
+    import importlib.util
+
+    path = REPO_ROOT / "tests" / "typing_check" / "check.py"
+    spec = importlib.util.spec_from_file_location("typing_check", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_typing_check_sample_reveals_every_field():
+    """The typing sample reveals ptr, shape, strides, dtype, device_id and readonly, each with a named type that is not Any."""
+    check = _typing_check()
+    source = check.SAMPLE.read_text()
+    expected = check.expected_types(source)
+    lines = source.splitlines()
+    revealed = {lines[number - 1].split("(", 1)[1].split(")", 1)[0] for number in expected}
+    for field in ("ptr", "shape", "strides", "dtype", "device_id", "readonly"):
+        assert f"view.{field}" in revealed
+    assert "Any" not in {check.normalise(want) for want in expected.values()}
+
+
+def test_typing_check_flags_any_errors_and_wrong_types():
+    """The check fails on import-not-found, on a field revealed as Any, on a wrong type and on a missing reveal."""
+    check = _typing_check()
+    source = check.SAMPLE.read_text()
+    expected = check.expected_types(source)
+    good = "\n".join(
+        f'uses_stridedview.py:{number}: note: Revealed type is "{want}"' for number, want in expected.items()
+    )
+    assert check.problems(good, source) == []
+    first, second = list(expected)[:2]
+    not_found = (
+        'uses_stridedview.py:13: error: Cannot find implementation or library stub for module named '
+        '"stridedview"  [import-not-found]'
+    )
+    assert check.problems(good + "\n" + not_found, source) == [not_found]
+    anys = good.replace(f'{first}: note: Revealed type is "{expected[first]}"', f'{first}: note: Revealed type is "Any"')
+    assert len(check.problems(anys, source)) == 1
+    wrong = good.replace(f'"{expected[second]}"', '"builtins.float"', 1)
+    assert check.problems(wrong, source) != []
+    missing = "\n".join(line for line in good.splitlines() if not line.startswith(f"uses_stridedview.py:{first}:"))
+    assert check.problems(missing, source) == [f"line {first}: no type revealed (expected {expected[first]})"]
