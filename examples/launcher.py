@@ -5,8 +5,8 @@ function a ``ViewableArgument`` for ``x`` and ``y`` whatever the caller passed
 (a numpy array, a torch tensor, a CuPy array, ...); the function makes the views
 on the stream it launches on and checks them before launching.  Here the "kernel"
 runs on the host through numpy, so the example runs anywhere:
-``python examples/launcher.py``.  gpu_cuda_core.py launches a real CUDA kernel
-the same way.
+``python examples/launcher.py``.  ``examples/gpu_torch.py`` launches a real CUDA
+kernel, compiled with cuda-core, the same way.
 """
 
 from __future__ import annotations

@@ -309,3 +309,37 @@ def test_typing_check_flags_any_errors_and_wrong_types():
     assert check.problems(wrong, source) != []
     missing = "\n".join(line for line in good.splitlines() if not line.startswith(f"uses_stridedview.py:{first}:"))
     assert check.problems(missing, source) == [f"line {first}: no type revealed (expected {expected[first]})"]
+
+
+def test_every_example_file_the_docs_name_exists():
+    """Each ``*.py`` file of examples/ named in README.md, docs/*.md or examples/*.py exists (no gpu_cuda_core.py)."""
+    texts = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    texts += sorted((REPO_ROOT / "examples").glob("*.py"))
+    existing = {path.name for path in (REPO_ROOT / "examples").glob("*.py")}
+    named = set()
+    for path in texts:
+        text = path.read_text()
+        named |= set(re.findall(r"examples/(\w+\.py)", text))
+        named |= {name for name in re.findall(r"\b(gpu_\w+\.py|quick_start\.py|launcher\.py|bridge_host\.py)", text)}
+    assert named, "no example is named anywhere: the pattern is wrong"
+    assert sorted(named - existing) == []
+
+
+@pytest.mark.interop
+def test_torch_tensor_requiring_grad_is_viewed_and_writes_bypass_autograd():
+    """As docs/interop.md says: a tensor requiring grad is viewed (torch's own export refuses it) and a write through the view leaves its version counter unchanged."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    x = torch.ones(3, requires_grad=True)
+    with pytest.raises(BufferError, match="require gradient"):
+        x.__dlpack__()
+    view = StridedMemoryView(x)
+    assert (view.ptr, view.readonly) == (x.data_ptr(), False)
+    version = x._version
+    np.from_dlpack(view)[...] = 5
+    assert x.detach().tolist() == [5.0, 5.0, 5.0]
+    assert x._version == version
+    text = (REPO_ROOT / "docs" / "interop.md").read_text()
+    assert "### torch tensors that require grad" in text
+    assert "aborts the whole Python process" in text
