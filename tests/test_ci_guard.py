@@ -60,6 +60,11 @@ def test_xfails():
 """
 
 
+def conftest_with_gpu(present: bool) -> str:
+    """The real conftest with its GPU probe answering ``present``, whatever the machine."""
+    return CONFTEST + f"\n\ndef has_cuda_gpu():\n    return {present}\n"
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester directory holding a copy of the real conftest and the marker declarations."""
@@ -126,7 +131,7 @@ def test_gpu_marked_skip_for_a_missing_library_fails_the_run(project, monkeypatc
     """Under the variable a gpu-marked test skipped for another reason than missing hardware fails the run (GPU or not)."""
     monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
     # As on a machine with a GPU, so that the test body runs and skips itself.
-    project.makeconftest(CONFTEST + "\n\ndef has_cuda_gpu():\n    return True\n")
+    project.makeconftest(conftest_with_gpu(True))
     project.makepyfile(test_gpu=GPU_SKIP_MODULE, test_fine=PASSING_MODULE)
     result = project.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -169,7 +174,7 @@ def test_needs_a_missing_library():
 def test_gpu_import_fails_on_a_gpu_machine_when_the_library_is_missing(project, monkeypatch):
     """With a GPU present, gpu_import of a missing library fails the test (naming the gpu extra) even without the variable."""
     monkeypatch.delenv("STRIDEDVIEW_REQUIRE_INTEROP", raising=False)
-    project.makeconftest(CONFTEST + "\n\ndef has_cuda_gpu():\n    return True\n")
+    project.makeconftest(conftest_with_gpu(True))
     project.makepyfile(test_gpu=GPU_IMPORT_MODULE)
     result = project.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
@@ -180,7 +185,7 @@ def test_gpu_import_fails_on_a_gpu_machine_when_the_library_is_missing(project, 
 def test_gpu_import_skips_without_a_gpu(project, monkeypatch):
     """Without a GPU, gpu_import skips with the hardware reason, which the variable allows."""
     monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
-    project.makeconftest(CONFTEST + "\n\ndef has_cuda_gpu():\n    return False\n")
+    project.makeconftest(conftest_with_gpu(False))
     project.makepyfile(test_gpu=GPU_IMPORT_MODULE.replace("@pytest.mark.gpu\n", ""))
     result = project.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=1)

@@ -37,14 +37,20 @@ def _device_count(cp) -> int:
     return cp.cuda.runtime.getDeviceCount()
 
 
-def _produce_cupy_dlpack(cp, kernels, device):
-    """CuPy array written on its current stream A; viewed through DLPack while A is current."""
+def _cupy_filled_on_a(cp, kernels, device):
+    """A CuPy array of zeros on ``device`` and a new stream A on which a slow kernel fills it."""
     with cp.cuda.Device(device):
         stream_a = cp.cuda.Stream(non_blocking=True)
         with stream_a:
             x = cp.zeros(N, dtype=cp.float32)
         stream_a.synchronize()
         kernels.slow_fill(cp, x.data.ptr, N, VALUE, stream_a, x)
+    return x, stream_a
+
+
+def _produce_cupy_dlpack(cp, kernels, device):
+    """CuPy array written on its current stream A; viewed through DLPack while A is current."""
+    x, stream_a = _cupy_filled_on_a(cp, kernels, device)
 
     def view(stream_ptr):
         with cp.cuda.Device(device), stream_a:  # CuPy orders its current stream (A) before ours
@@ -55,12 +61,7 @@ def _produce_cupy_dlpack(cp, kernels, device):
 
 def _produce_tagged_cai(cp, kernels, device):
     """CuPy memory written on stream A, handed over by a CAI producer whose 'stream' is A."""
-    with cp.cuda.Device(device):
-        stream_a = cp.cuda.Stream(non_blocking=True)
-        with stream_a:
-            x = cp.zeros(N, dtype=cp.float32)
-        stream_a.synchronize()
-        kernels.slow_fill(cp, x.data.ptr, N, VALUE, stream_a, x)
+    x, stream_a = _cupy_filled_on_a(cp, kernels, device)
     producer = kernels.TaggedCAI(x, stream_a.ptr)
 
     def view(stream_ptr):  # made with device 0 current, whatever the array's device
