@@ -343,3 +343,20 @@ def test_torch_tensor_requiring_grad_is_viewed_and_writes_bypass_autograd():
     text = (REPO_ROOT / "docs" / "interop.md").read_text()
     assert "### torch tensors that require grad" in text
     assert "aborts the whole Python process" in text
+
+
+#: The widest code line furo shows whole at 1280 px (a 40em text column, 81.25% monospace).
+CODE_WIDTH = 79
+
+
+def test_quickstart_and_interop_code_fits_at_1280px():
+    """Every line of the code and output blocks of quickstart.md and interop.md, and of the host examples they show, is at most 79 characters."""
+    too_wide = []
+    for page in ("quickstart.md", "interop.md"):
+        text = (REPO_ROOT / "docs" / page).read_text()
+        for block in re.findall(r"```(?:python|text|bash)\n(.*?)```", text, re.DOTALL):
+            too_wide += [f"{page}: {line}" for line in block.splitlines() if len(line) > CODE_WIDTH]
+    for name in ("quick_start.py", "launcher.py", "bridge_host.py"):  # shown on those pages
+        example = (REPO_ROOT / "examples" / name).read_text()
+        too_wide += [f"{name}: {line}" for line in example.splitlines() if len(line) > CODE_WIDTH]
+    assert too_wide == []
