@@ -47,10 +47,11 @@ def jax_arrays() -> None:
     # jax.Array's type stub omits __dlpack_device__ (the method exists at run
     # time), so a type checker needs telling that it is a DLPack producer.
     view = StridedMemoryView(cast(SupportsDLPack, x))
-    # jax hands out legacy capsules, which cannot say "read-only": the view says
-    # writable, but jax arrays are immutable, so never write through it.
+    # jax hands out legacy capsules, which cannot say "read-only": the view
+    # says writable, but jax arrays are immutable, so never write through it.
     print("jax view:", view)
-    print("numpy copy of the jax data:", np.array(np.from_dlpack(view)).tolist())
+    data = np.array(np.from_dlpack(view)).tolist()
+    print("numpy copy of the jax data:", data)
 
 
 if __name__ == "__main__":

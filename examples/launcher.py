@@ -1,46 +1,63 @@
-"""A kernel launcher that accepts any array, with ``args_viewable_as_strided_memory``.
+"""A kernel launcher that accepts any array (args_viewable_as_strided_memory).
 
 ``axpy(alpha, x, y)`` computes ``y += alpha * x``.  The decorator hands the
-function a ``ViewableArgument`` for ``x`` and ``y`` whatever the caller passed
-(a numpy array, a torch tensor, a CuPy array, ...); the function makes the views
-on the stream it launches on and checks them before launching.  Here the "kernel"
-runs on the host through numpy, so the example runs anywhere:
-``python examples/launcher.py``.  gpu_cuda_core.py launches a real CUDA kernel
-the same way.
+function a ``ViewableArgument`` for ``x`` and ``y`` whatever the caller
+passed (a numpy array, a torch tensor, a CuPy array, ...); the function makes
+the views on the stream it launches on and checks them before launching.
+Here the "kernel" runs on the host through numpy, so the example runs
+anywhere: ``python examples/launcher.py``.  ``examples/gpu_torch.py``
+launches a real CUDA kernel, compiled with cuda-core, the same way.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from stridedview import StridedMemoryView, ViewableArgument, args_viewable_as_strided_memory
+from stridedview import (
+    StridedMemoryView,
+    ViewableArgument,
+    args_viewable_as_strided_memory,
+)
 
 
-def host_kernel(alpha: float, x: StridedMemoryView, y: StridedMemoryView) -> None:
-    """Stand-in for a kernel launch: the arguments a real launch would take, used on the host."""
+def host_kernel(
+    alpha: float, x: StridedMemoryView, y: StridedMemoryView
+) -> None:
+    """Stand-in for a kernel launch: a real launch's arguments, on the host."""
     kernel_args = (alpha, x.ptr, y.ptr, x.size, x.strides, y.strides)
     print("launch axpy", kernel_args)
     # view(float32) only retypes numpy's result for the type checker: no copy.
-    np.from_dlpack(y).view(np.float32)[...] += alpha * np.from_dlpack(x).view(np.float32)
+    x_host = np.from_dlpack(x).view(np.float32)
+    np.from_dlpack(y).view(np.float32)[...] += alpha * x_host
 
 
 @args_viewable_as_strided_memory(("x", "y"))
-def axpy(alpha: float, x: ViewableArgument, y: ViewableArgument, *, stream_ptr: int = -1) -> None:
-    """``y += alpha * x`` for any two arrays of float32 of one shape; ``y`` must be writable."""
+def axpy(
+    alpha: float,
+    x: ViewableArgument,
+    y: ViewableArgument,
+    *,
+    stream_ptr: int = -1,
+) -> None:
+    """``y += alpha * x`` for float32 arrays of one shape; ``y`` writable."""
     xv = x.view(stream_ptr)
     yv = y.view(stream_ptr)
-    if xv.shape != yv.shape or xv.dtype != np.float32 or yv.dtype != np.float32:
-        raise ValueError(f"axpy: x and y must be float32 of one shape (got {xv} and {yv})")
+    f32 = np.dtype(np.float32)
+    if xv.shape != yv.shape or xv.dtype != f32 or yv.dtype != f32:
+        raise ValueError(
+            f"axpy: x and y must be float32 of one shape (got {xv} and {yv})"
+        )
     if yv.readonly:
         raise ValueError("axpy: y is read-only")
     if xv.is_device_accessible != yv.is_device_accessible:
-        raise ValueError("axpy: x and y must both be host or both be device memory")
+        raise ValueError("axpy: x and y must both be host or device memory")
     host_kernel(alpha, xv, yv)
 
 
 def main() -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    y = np.ones((3, 2), dtype=np.float32).T  # a transposed (column-major) view: strides differ
+    # A transposed (column-major) view: its strides differ from x's.
+    y = np.ones((3, 2), dtype=np.float32).T
     axpy(2.0, x, y)
     axpy(1.0, x=x, y=y)  # by keyword: the same arguments are wrapped
     print(y)

@@ -7,11 +7,16 @@ driver" when the CUDA driver cannot be loaded or reports no device. The driver i
 ctypes the first time a ``gpu`` test is set up, never at collection, and ``cuda.bindings`` is not
 imported, so collecting and running the host tests never touches CUDA.
 
-``STRIDEDVIEW_REQUIRE_INTEROP=1`` (set by CI): every skip of a test not marked ``gpu``, including
-a whole module skipped at collection by ``pytest.importorskip``, makes the run fail. The skips are
-listed in the terminal summary. A collection skip cannot see the module's markers (the module
-failed to import), so a GPU-only module must skip itself with the reason ``GPU_SKIP_REASON``
-rather than with ``importorskip`` if it is to be exempt.
+``gpu_import(name)``: in a ``gpu`` test, import a GPU library.  On a machine with a GPU a missing
+library FAILS the test (naming the ``gpu`` extra) instead of skipping it: a GPU machine that skips
+the GPU tests proves nothing.
+
+``STRIDEDVIEW_REQUIRE_INTEROP=1`` (set by CI): every skip makes the run fail except a skip for
+missing hardware (the reasons in ``HARDWARE_SKIP_REASONS``: no CUDA GPU and driver, or fewer GPUs
+than a test needs), whether the test is marked ``gpu`` or not; a module skipped at collection by
+``pytest.importorskip`` counts too. The skips are listed in the terminal summary. A collection skip
+cannot see the module's markers (the module failed to import), so a GPU-only module must skip
+itself with the reason ``GPU_SKIP_REASON`` rather than with ``importorskip`` if it is to be exempt.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import pytest
 pytest_plugins = ["pytester"]
 
 GPU_SKIP_REASON = "needs a CUDA GPU and driver"
+TWO_GPUS_SKIP_REASON = "needs two CUDA GPUs and a driver"
+HARDWARE_SKIP_REASONS = (GPU_SKIP_REASON, TWO_GPUS_SKIP_REASON)
 REQUIRE_INTEROP_ENV = "STRIDEDVIEW_REQUIRE_INTEROP"
 
 # (node id, reason) of every skip that fails the run under STRIDEDVIEW_REQUIRE_INTEROP=1;
@@ -71,23 +78,35 @@ def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     return str(longrepr)
 
 
+def gpu_import(name: str):
+    """Import ``name`` for a ``gpu`` test: skip without a GPU, FAIL when the library is missing.
+
+    On a machine with a GPU, a GPU library that is not installed is a failure that names
+    the extra to install, never a skip.
+    """
+    import importlib
+
+    if not has_cuda_gpu():
+        pytest.skip(GPU_SKIP_REASON)
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        pytest.fail(
+            f"this machine has a CUDA GPU but {name} cannot be imported ({exc}): the gpu tests "
+            "need every GPU library (pip install -e \".[test,gpu]\" and torch with CUDA)",
+            pytrace=False,
+        )
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None and not has_cuda_gpu():
         pytest.skip(GPU_SKIP_REASON)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    report = yield
-    # The marker itself, not report.keywords (which also holds names and parametrize ids).
-    report.stridedview_gpu = item.get_closest_marker("gpu") is not None
-    return report
-
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not report.skipped or hasattr(report, "wasxfail"):
         return
-    if getattr(report, "stridedview_gpu", False):
+    if _skip_reason(report) in HARDWARE_SKIP_REASONS:
         return
     _record(report)
 
@@ -95,7 +114,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     if not report.skipped:
         return
-    if _skip_reason(report) == GPU_SKIP_REASON:
+    if _skip_reason(report) in HARDWARE_SKIP_REASONS:
         return
     _record(report)
 

@@ -60,6 +60,11 @@ def test_xfails():
 """
 
 
+def conftest_with_gpu(present: bool) -> str:
+    """The real conftest with its GPU probe answering ``present``, whatever the machine."""
+    return CONFTEST + f"\n\ndef has_cuda_gpu():\n    return {present}\n"
+
+
 @pytest.fixture
 def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """A pytester directory holding a copy of the real conftest and the marker declarations."""
@@ -122,16 +127,70 @@ def test_skip_inside_a_test_fails_the_run_under_the_variable(project, monkeypatc
     result.stdout.no_fnmatch_line("SKIPPED test_plain.py::test_xfails*")
 
 
-def test_gpu_marked_skip_does_not_fail_the_run(project, monkeypatch):
-    """Skips of gpu-marked tests are allowed under the variable."""
+def test_gpu_marked_skip_for_a_missing_library_fails_the_run(project, monkeypatch):
+    """Under the variable a gpu-marked test skipped for another reason than missing hardware fails the run (GPU or not)."""
     monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    # As on a machine with a GPU, so that the test body runs and skips itself.
+    project.makeconftest(conftest_with_gpu(True))
     project.makepyfile(test_gpu=GPU_SKIP_MODULE, test_fine=PASSING_MODULE)
     result = project.runpytest_subprocess("-p", "no:cacheprovider")
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("skipped", 0) >= 1
-    assert outcomes.get("failed", 0) == 0
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["SKIPPED test_gpu.py::test_gpu_skipped_inside: no cupy here"])
+
+
+def test_gpu_marked_skip_for_missing_hardware_does_not_fail_the_run(project, monkeypatch):
+    """Skips for missing hardware (no GPU and driver, or one GPU where two are needed) are allowed under the variable."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    project.makepyfile(
+        test_gpu=(
+            "import pytest\n"
+            "from conftest import GPU_SKIP_REASON, TWO_GPUS_SKIP_REASON\n"
+            "@pytest.mark.gpu\n"
+            "def test_one():\n"
+            "    pytest.skip(GPU_SKIP_REASON)\n"
+            "@pytest.mark.gpu\n"
+            "def test_two():\n"
+            "    pytest.skip(TWO_GPUS_SKIP_REASON)\n"
+        ),
+        test_fine=PASSING_MODULE,
+    )
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=2)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.no_fnmatch_line("*skips not allowed*")
+
+
+GPU_IMPORT_MODULE = """
+import pytest
+from conftest import gpu_import
+
+
+@pytest.mark.gpu
+def test_needs_a_missing_library():
+    gpu_import("stridedview_no_such_gpu_library")
+"""
+
+
+def test_gpu_import_fails_on_a_gpu_machine_when_the_library_is_missing(project, monkeypatch):
+    """With a GPU present, gpu_import of a missing library fails the test (naming the gpu extra) even without the variable."""
+    monkeypatch.delenv("STRIDEDVIEW_REQUIRE_INTEROP", raising=False)
+    project.makeconftest(conftest_with_gpu(True))
+    project.makepyfile(test_gpu=GPU_IMPORT_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*has a CUDA GPU but stridedview_no_such_gpu_library cannot be imported*"])
+    result.stdout.fnmatch_lines(["*.[[]test,gpu[]]*"])
+
+
+def test_gpu_import_skips_without_a_gpu(project, monkeypatch):
+    """Without a GPU, gpu_import skips with the hardware reason, which the variable allows."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    project.makeconftest(conftest_with_gpu(False))
+    project.makepyfile(test_gpu=GPU_IMPORT_MODULE.replace("@pytest.mark.gpu\n", ""))
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*needs a CUDA GPU and driver*"])
 
 
 def test_gpu_module_skipped_with_the_gpu_reason_does_not_fail_the_run(project, monkeypatch):
@@ -192,3 +251,48 @@ def test_gpu_probe_does_not_import_cuda_bindings(project, monkeypatch):
     result = project.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.parseoutcomes().get("failed", 0) == 0
     assert result.ret == pytest.ExitCode.OK
+
+
+# --- .ci/run starts with the README's Quick start, verbatim ---------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_quick_start_commands() -> list[str]:
+    """The commands of README.md's Quick start code block, each without its trailing comment."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def ci_lines() -> list[str]:
+    """The non-blank, non-comment lines of .ci/run, stripped."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
+def test_readme_quick_start_is_the_two_commands():
+    """README.md's Quick start is exactly the install-and-report and the install-and-test commands."""
+    assert readme_quick_start_commands() == [
+        "pip install . && python -m stridedview",
+        'pip install -e ".[test]" && python -m pytest',
+    ]
+
+
+def test_ci_runs_the_readme_commands_first_verbatim_each_in_a_fresh_venv():
+    """.ci/run's first two installs are the README's commands, verbatim, each after a fresh venv, run from the root."""
+    commands = readme_quick_start_commands()
+    lines = ci_lines()
+    installs = [i for i, line in enumerate(lines) if "pip install" in line or "python -m pip" in line]
+    first, second = installs[:2]
+    assert [lines[first], lines[second]] == commands
+    # A fresh venv before each (the first one made after the function that makes them).
+    assert [line for line in lines[:first] if line.startswith("fresh_venv ")] == ["fresh_venv quick-start"]
+    assert [line for line in lines[first + 1:second] if line.startswith("fresh_venv ")] == ["fresh_venv develop"]
+    definition = lines[lines.index("fresh_venv() {  # a new virtual environment, activated: `pip` and `python` are its own"):first]
+    assert any(line.startswith('python -m venv "$work/$1"') for line in definition)
+    assert any(line.startswith('source "$work/$1/bin/activate"') for line in definition)
+    # From the clone's root: the only cd before them is the one to the root.
+    assert [line for line in lines[:second] if line.startswith("cd ")] == ['cd "$(dirname "$0")/.."']
+    assert "export STRIDEDVIEW_REQUIRE_INTEROP=1" in lines[:first]

@@ -57,9 +57,6 @@ class HostCAI:
         return self.interface
 
 
-
-
-
 def record(*names):
     """A function of parameters ``names`` returning its arguments as a dict (by name)."""
     namespace = {}
@@ -573,8 +570,21 @@ def test_new_proxy_per_launch():
     assert launch(x)["x"] is not launch(x)["x"]
 
 
+def test_bare_decorator_says_parentheses_are_needed():
+    """``@args_viewable_as_strided_memory`` without ``(...)`` is a TypeError saying to add the parentheses."""
+    with pytest.raises(TypeError) as caught:
+
+        @args_viewable_as_strided_memory
+        def launch(x):
+            return x
+
+    message = str(caught.value)
+    assert message.startswith(f"{PREFIX}arg_indices must hold ints and strs (got the function ")
+    assert "launch" in message
+    assert "needs parentheses" in message
+    assert "@args_viewable_as_strided_memory((0, 'out'))" in message
+
+
 def test_exported_names():
-    """The decorator and the proxy type are public names of stridedview."""
-    assert stridedview.args_viewable_as_strided_memory is args_viewable_as_strided_memory
-    assert stridedview.ViewableArgument is ViewableArgument
+    """The decorator and the proxy type are in stridedview.__all__."""
     assert {"args_viewable_as_strided_memory", "ViewableArgument"} <= set(stridedview.__all__)

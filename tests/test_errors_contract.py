@@ -596,6 +596,7 @@ TRIGGERS = [
     ("view-layout-outside", lambda f, m: host_view().view(Layout((7,), None, 4)), BufferError, "view: layout (shape (7,), strides (1,), itemsize 4, slice_offset 0) reaches outside the view's bytes"),
     # decorator
     ("decorator-not-iterable", lambda f, m: _decorate(3.5), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got 3.5)"),
+    ("decorator-bare", lambda f, m: _decorate(len), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got the function 'len'): the decorator needs parentheses"),
     ("decorator-bool", lambda f, m: _decorate([True]), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got True)"),
     ("decorator-index", lambda f, m: _decorate(5), ValueError, "args_viewable_as_strided_memory: "),
     ("decorator-name", lambda f, m: _decorate("nope"), ValueError, "args_viewable_as_strided_memory: "),

@@ -109,3 +109,12 @@ def test_viewing_a_numpy_array_needs_no_cuda_driver():
     assert result["cuda_bindings"] == []
     assert result["cuda_core"] == []
     assert not any(result["others"].values()), result["others"]
+
+
+def test_clone_root_holds_no_importable_stridedview():
+    """From the clone's root (the README's working directory) `stridedview` resolves only to an installed copy: the root holds none (src layout)."""
+    import importlib.machinery
+
+    assert importlib.machinery.PathFinder.find_spec("stridedview", [str(REPO_ROOT)]) is None
+    assert importlib.machinery.PathFinder.find_spec("stridedview", [str(REPO_ROOT / "src")]) is not None
+

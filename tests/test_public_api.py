@@ -10,7 +10,6 @@ reference is generated from these docstrings, so a missing one is a hole there.
 from __future__ import annotations
 
 import ast
-import importlib.metadata
 import inspect
 import json
 import re
@@ -111,9 +110,13 @@ def test_typing_names_are_documented():
     assert undocumented == []
 
 
-def test_version_is_the_installed_metadata():
-    """``stridedview.__version__`` equals the version pip recorded for the installed distribution."""
-    assert stridedview.__version__ == importlib.metadata.version("stridedview")
+def test_version_is_the_one_of_pyproject():
+    """``stridedview.__version__`` is the version pyproject.toml declares (read from the installed metadata)."""
+    text = (REPO_ROOT / "pyproject.toml").read_text()
+    project = text.split("\n[project]\n", 1)[1].split("\n[", 1)[0]
+    declared = re.search(r'^version = "([^"]+)"$', project, re.MULTILINE)
+    assert declared, "pyproject.toml's [project] has no version"
+    assert stridedview.__version__ == declared.group(1)
     assert "__version__" in stridedview.__all__
 
 
@@ -178,3 +181,182 @@ def test_api_reference_names_every_public_name():
     names += [f"stridedview.typing.{n}" for n in stridedview.typing.__all__]
     missing = [name for name in names if name not in text]
     assert missing == []
+
+
+# --- what a newcomer meets first -----------------------------------------------------------
+
+
+def test_constructor_has_a_signature():
+    """``inspect.signature(StridedMemoryView)`` gives ``(obj, stream_ptr=None)`` and binds like the constructor."""
+    signature = inspect.signature(StridedMemoryView)
+    assert str(signature) == "(obj, stream_ptr=None)"
+    assert signature.bind(object()).arguments.keys() == {"obj"}
+    assert signature.bind(object(), stream_ptr=-1).arguments["stream_ptr"] == -1
+    with pytest.raises(TypeError):
+        signature.bind()
+
+
+def test_neither_protocol_error_says_what_to_do():
+    """Viewing an object with neither protocol names the objects that work and the conversion to try."""
+    with pytest.raises(BufferError) as caught:
+        StridedMemoryView([[1.0, 2.0]])
+    message = str(caught.value)
+    assert message.startswith("stridedview: 'list' object supports neither DLPack")
+    for words in ("numpy", "CuPy", "PyTorch", "JAX", "Numba", "numpy.asarray(obj)"):
+        assert words in message
+
+
+class _NoLibcuda:
+    """A driver seam whose every call fails as cuda-bindings does when libcuda cannot be loaded."""
+
+    def __getattr__(self, name):
+        def call(*args):
+            raise RuntimeError("libcuda.so.1: cannot open shared object file")
+
+        return call
+
+
+@pytest.fixture
+def no_libcuda():
+    """The driver seam replaced by _NoLibcuda for the test."""
+    from stridedview import _driver
+
+    _driver.use_api(_NoLibcuda())
+    yield
+    _driver.use_api(None)
+
+
+def _host_cai_view():
+    """A CUDA Array Interface view of host memory made with stream_ptr=-1 (no driver call)."""
+    import numpy as np
+
+    array = np.arange(6, dtype=np.float32)
+
+    class HostCAI:
+        __cuda_array_interface__ = {
+            "version": 3, "shape": (6,), "typestr": "<f4", "data": (array.ctypes.data, False),
+        }
+
+    return array, StridedMemoryView(HostCAI(), -1)
+
+
+@pytest.mark.parametrize(
+    "action",
+    [lambda view: view.device_id, lambda view: view.__dlpack_device__(), lambda view: view.__dlpack__()],
+    ids=["device_id", "__dlpack_device__", "__dlpack__"],
+)
+def test_cai_view_without_driver_hint_names_what_was_done(no_libcuda, action):
+    """Exporting a CAI view (or reading its device_id) with no driver names those actions and what works without it."""
+    from stridedview import CUDAError
+
+    _array, view = _host_cai_view()
+    assert view.shape == (6,)  # the fields themselves need no driver
+    with pytest.raises(CUDAError) as caught:
+        action(view)
+    message = str(caught.value)
+    assert caught.value.name == "CUDA_ERROR_NO_DRIVER"
+    assert "device_id is read" in message
+    assert "exported through DLPack" in message
+    assert "__cuda_array_interface__ work without a driver" in message
+    assert view.__cuda_array_interface__["shape"] == (6,)  # and indeed it does
+
+
+# --- the typing check CI runs against the editable install (tests/typing_check/) ------------
+
+
+def _typing_check():
+    """tests/typing_check/check.py as a module."""
+    import importlib.util
+
+    path = REPO_ROOT / "tests" / "typing_check" / "check.py"
+    spec = importlib.util.spec_from_file_location("typing_check", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_typing_check_sample_reveals_every_field():
+    """The typing sample reveals ptr, shape, strides, dtype, device_id and readonly, each with a named type that is not Any."""
+    check = _typing_check()
+    source = check.SAMPLE.read_text()
+    expected = check.expected_types(source)
+    lines = source.splitlines()
+    revealed = {lines[number - 1].split("(", 1)[1].split(")", 1)[0] for number in expected}
+    for field in ("ptr", "shape", "strides", "dtype", "device_id", "readonly"):
+        assert f"view.{field}" in revealed
+    assert "Any" not in {check.normalise(want) for want in expected.values()}
+
+
+def test_typing_check_flags_any_errors_and_wrong_types():
+    """The check fails on import-not-found, on a field revealed as Any, on a wrong type and on a missing reveal."""
+    check = _typing_check()
+    source = check.SAMPLE.read_text()
+    expected = check.expected_types(source)
+    good = "\n".join(
+        f'uses_stridedview.py:{number}: note: Revealed type is "{want}"' for number, want in expected.items()
+    )
+    assert check.problems(good, source) == []
+    first, second = list(expected)[:2]
+    not_found = (
+        'uses_stridedview.py:13: error: Cannot find implementation or library stub for module named '
+        '"stridedview"  [import-not-found]'
+    )
+    assert check.problems(good + "\n" + not_found, source) == [not_found]
+    anys = good.replace(f'{first}: note: Revealed type is "{expected[first]}"', f'{first}: note: Revealed type is "Any"')
+    assert len(check.problems(anys, source)) == 1
+    wrong = good.replace(f'"{expected[second]}"', '"builtins.float"', 1)
+    assert check.problems(wrong, source) != []
+    missing = "\n".join(line for line in good.splitlines() if not line.startswith(f"uses_stridedview.py:{first}:"))
+    assert check.problems(missing, source) == [f"line {first}: no type revealed (expected {expected[first]})"]
+
+
+def test_every_example_file_the_docs_name_exists():
+    """Each ``*.py`` file of examples/ named in README.md, docs/*.md or examples/*.py exists (no gpu_cuda_core.py)."""
+    texts = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    texts += sorted((REPO_ROOT / "examples").glob("*.py"))
+    existing = {path.name for path in (REPO_ROOT / "examples").glob("*.py")}
+    named = set()
+    for path in texts:
+        text = path.read_text()
+        named |= set(re.findall(r"examples/(\w+\.py)", text))
+        named |= {name for name in re.findall(r"\b(gpu_\w+\.py|quick_start\.py|launcher\.py|bridge_host\.py)", text)}
+    assert named, "no example is named anywhere: the pattern is wrong"
+    assert sorted(named - existing) == []
+
+
+@pytest.mark.interop
+def test_torch_tensor_requiring_grad_is_viewed_and_writes_bypass_autograd():
+    """As docs/interop.md says: a tensor requiring grad is viewed (torch's own export refuses it) and a write through the view leaves its version counter unchanged."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    x = torch.ones(3, requires_grad=True)
+    with pytest.raises(BufferError, match="require gradient"):
+        x.__dlpack__()
+    view = StridedMemoryView(x)
+    assert (view.ptr, view.readonly) == (x.data_ptr(), False)
+    version = x._version
+    np.from_dlpack(view)[...] = 5
+    assert x.detach().tolist() == [5.0, 5.0, 5.0]
+    assert x._version == version
+    text = (REPO_ROOT / "docs" / "interop.md").read_text()
+    assert "### torch tensors that require grad" in text
+    assert "aborts the whole Python process" in text
+
+
+#: The widest code line furo shows whole at 1280 px (a 40em text column, 81.25% monospace).
+CODE_WIDTH = 79
+
+
+def test_quickstart_and_interop_code_fits_at_1280px():
+    """Every line of the code and output blocks of quickstart.md and interop.md, and of the host examples they show, is at most 79 characters."""
+    too_wide = []
+    for page in ("quickstart.md", "interop.md"):
+        text = (REPO_ROOT / "docs" / page).read_text()
+        for block in re.findall(r"```(?:python|text|bash)\n(.*?)```", text, re.DOTALL):
+            too_wide += [f"{page}: {line}" for line in block.splitlines() if len(line) > CODE_WIDTH]
+    for name in ("quick_start.py", "launcher.py", "bridge_host.py"):  # shown on those pages
+        example = (REPO_ROOT / "examples" / name).read_text()
+        too_wide += [f"{name}: {line}" for line in example.splitlines() if len(line) > CODE_WIDTH]
+    assert too_wide == []

@@ -1,16 +1,15 @@
 """``python -m stridedview``: the interop report (stridedview/_report.py).
 
-docs/contract-draft.md ("Issue 4 additions"): ``build_report(timing=True)`` gives
-"environment", "libraries" and "rows" (producer, device, view, view_us, error,
-cells of consumer/ok/reason); ``format_report`` renders the matrix; ``main``
-takes ``--json`` and ``--no-timing``.  The checks are on structure and on the
-cells whose outcome is guaranteed, not on exact text.
+``build_report(timing=True)`` gives "environment", "libraries", "not_installed",
+"not_checked", "notes" and "rows" (producer, device, view, view_us, error, cells
+of consumer/verdict/reason); ``format_report`` renders the matrix; ``main`` takes
+``--json`` and ``--no-timing`` and returns 1 when a view or a hand-over fails.
 
-The one expected failure on the CPU: jax copies host buffers that are not
-64-byte aligned (PROTOCOLS.md: "jax copies unaligned host buffers"), so a numpy
-or array-api-strict array whose allocation happens to be unaligned shows as a
-copy in the jax column.  Such a cell must say "copied" and its view's pointer
-must indeed be unaligned.
+Verdicts: "ok" (same memory and values), "copies" (a consumer made a copy with the
+same values: not a failure) and "fail".  jax copies host buffers that are not
+64-byte aligned (PROTOCOLS.md), so the report builds its host arrays aligned: on
+the CPU every cell is "ok" whatever the allocator does, and an unaligned buffer
+shows as "copies", never as a failure.
 """
 
 from __future__ import annotations
@@ -21,14 +20,17 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from stridedview import _report
 
+ROOT = Path(__file__).resolve().parent.parent
+REPORT_KEYS = {"environment", "libraries", "not_installed", "not_checked", "notes", "rows"}
 ENVIRONMENT_KEYS = {"python", "stridedview", "numpy", "cuda-bindings", "cuda driver", "gpus"}
 ROW_KEYS = {"producer", "device", "view", "view_us", "error", "cells"}
-CELL_KEYS = {"consumer", "ok", "reason"}
+CELL_KEYS = {"consumer", "verdict", "reason"}
 
 #: Library name in the report -> module whose presence makes it installed.
 MODULES = {
@@ -45,6 +47,9 @@ JAX_ALIGNMENT = 64
 
 #: The report must finish in under 10 s; the assertion leaves room for CI noise.
 TIME_LIMIT = 20.0
+
+#: The widest line the text report (and its sample in the docs) may have.
+MAX_WIDTH = 79
 
 
 def _installed(module):
@@ -88,13 +93,31 @@ def _ptr_of(view_repr):
     return int(found.group(1), 16)
 
 
-def _explained(row, cell):
-    """Whether a failed CPU cell is the known jax copy of an unaligned buffer."""
-    return (
-        cell["consumer"] == "jax"
-        and cell["reason"].startswith("copied")
-        and _ptr_of(row["view"]) % JAX_ALIGNMENT != 0
-    )
+def _verdicts(report):
+    """{(producer, device, consumer): verdict} of a report."""
+    return {
+        (row["producer"], row["device"], cell["consumer"]): cell["verdict"]
+        for row in report["rows"]
+        for cell in row["cells"]
+    }
+
+
+def _only(monkeypatch, *factories):
+    """Make the report know only the libraries ``factories`` build."""
+    monkeypatch.setattr(_report, "KNOWN_LIBRARIES", factories)
+
+
+def _renamed(factory, name, **changes):
+    """A library factory like ``factory`` but named ``name`` and with ``changes`` applied."""
+
+    def make():
+        library = factory()
+        library.name = name
+        for key, value in changes.items():
+            setattr(library, key, value)
+        return library
+
+    return make
 
 
 # --- the command line ------------------------------------------------------------------
@@ -102,7 +125,7 @@ def _explained(row, cell):
 def test_command_prints_environment_and_matrix(text_run):
     """`python -m stridedview` exits 0 and prints the environment lines and a matrix with numpy's row."""
     completed, _ = text_run
-    assert completed.returncode == 0, completed.stderr
+    assert completed.returncode == 0, completed.stdout + completed.stderr
     out = completed.stdout
     for key in ENVIRONMENT_KEYS:
         assert re.search(rf"^\s+{re.escape(key)}\s+\S", out, re.MULTILINE), key
@@ -121,13 +144,21 @@ def test_command_finishes_quickly(text_run):
     assert seconds < TIME_LIMIT
 
 
+def test_command_lines_have_no_trailing_spaces_and_fit(text_run):
+    """No line of the printed report ends in whitespace or is wider than 79 characters."""
+    completed, _ = text_run
+    lines = completed.stdout.splitlines()
+    assert [line for line in lines if line != line.rstrip()] == []
+    assert [line for line in lines if len(line) > MAX_WIDTH] == []
+
+
 def test_command_json():
     """`--json` prints JSON with the documented keys, numpy -> numpy ok and a timing per viewed row."""
     completed, seconds = _run("--json")
     print(f"python -m stridedview --json took {seconds:.2f} s")
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)
-    assert set(data) == {"environment", "libraries", "rows"}
+    assert set(data) == REPORT_KEYS
     assert set(data["environment"]) == ENVIRONMENT_KEYS
     assert "numpy" in data["libraries"]
     numpy_cpu = [row for row in data["rows"] if (row["producer"], row["device"]) == ("numpy", "cpu")]
@@ -137,11 +168,27 @@ def test_command_json():
     assert row["error"] == ""
     assert isinstance(row["view_us"], float) and row["view_us"] > 0
     cells = {cell["consumer"]: cell for cell in row["cells"]}
-    assert cells["numpy"] == {"consumer": "numpy", "ok": True, "reason": ""}
+    assert cells["numpy"] == {"consumer": "numpy", "verdict": "ok", "reason": ""}
+
+
+def test_verdicts_are_the_same_in_every_mode(text_run):
+    """The text run, --json, --no-timing and an in-process report give the same verdicts."""
+    completed, _ = _run("--json", "--no-timing")
+    assert completed.returncode == 0, completed.stderr
+    from_json = _verdicts(json.loads(completed.stdout))
+    in_process = _verdicts(_report.build_report(timing=False))
+    assert from_json == in_process
+    table = {
+        match.group(1): match.group(2).split()
+        for match in re.finditer(r"^  (\S+ \(\w+\))\s+[\d.]+\s+(.*)$", text_run[0].stdout, re.MULTILINE)
+    }
+    for (producer, device, _consumer), verdict in in_process.items():
+        if verdict == "ok":
+            assert "ok" in table[f"{producer} ({device})"]
 
 
 def test_main_no_timing(capsys):
-    """main(['--json', '--no-timing']) returns 0 and reports no timings."""
+    """main(['--json', '--no-timing']) returns 0 here and reports no timings."""
     assert _report.main(["--json", "--no-timing"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["rows"]
@@ -149,17 +196,18 @@ def test_main_no_timing(capsys):
 
 
 def test_main_help():
-    """`--help` describes the command and exits 0."""
+    """`--help` describes the command and its exit status, and exits 0."""
     completed, _ = _run("--help")
     assert completed.returncode == 0
     assert "--json" in completed.stdout and "--no-timing" in completed.stdout
+    assert "Exits with 1" in completed.stdout
 
 
 # --- build_report in this process ---------------------------------------------------------
 
 def test_report_structure(report):
     """The report has the documented keys, every field typed, and the environment of this process."""
-    assert set(report) == {"environment", "libraries", "rows"}
+    assert set(report) == REPORT_KEYS
     environment = report["environment"]
     assert set(environment) == ENVIRONMENT_KEYS
     assert environment["python"] == sys.version.split()[0]
@@ -173,8 +221,8 @@ def test_report_structure(report):
         assert isinstance(row["error"], str)
         for cell in row["cells"]:
             assert set(cell) == CELL_KEYS
-            assert isinstance(cell["ok"], bool)
-            assert cell["ok"] == (cell["reason"] == "")
+            assert cell["verdict"] in ("ok", "copies", "fail")
+            assert (cell["verdict"] == "ok") == (cell["reason"] == "")
     json.dumps(report)  # plain data
 
 
@@ -189,32 +237,132 @@ def test_report_lists_every_installed_library(report):
         assert row["view"].startswith("StridedMemoryView(ptr=0x")
 
 
-def test_report_cpu_cells_ok_or_explained(report):
-    """Every CPU cell is ok except a jax copy of an unaligned buffer, which says 'copied'."""
-    unexplained = [
-        (row["producer"], cell["consumer"], cell["reason"])
-        for row in report["rows"]
-        if row["device"] == "cpu"
-        for cell in row["cells"]
-        if not cell["ok"] and not _explained(row, cell)
-    ]
-    assert unexplained == []
+def test_report_names_the_known_libraries_not_installed(report):
+    """"not_installed" lists exactly the known libraries missing here, and the text says so."""
+    missing = [name for name in MODULES if name not in INSTALLED]
+    assert report["not_installed"] == missing
+    text = _report.format_report(report)
+    if missing:
+        assert re.search(r"^  not installed\s+" + re.escape(missing[0]), text, re.MULTILINE), text
+
+
+def test_report_cpu_cells_all_ok(report):
+    """Every CPU hand-over shares memory and values: no cell is a copy or a failure, jax's column included."""
+    not_ok = {
+        key: verdict for key, verdict in _verdicts(report).items() if key[1] == "cpu" and verdict != "ok"
+    }
+    assert not_ok == {}
+
+
+def test_report_host_buffers_are_aligned(report):
+    """The host arrays the report builds start on a 64-byte boundary (jax shares only those)."""
+    for row in report["rows"]:
+        if row["device"] == "cpu":
+            assert _ptr_of(row["view"]) % JAX_ALIGNMENT == 0, row["view"]
+
+
+def test_aligned_host_array_holds_the_values():
+    """_aligned_host_array gives VALUES as float32 at a 64-byte-aligned address, many times over."""
+    arrays = [_report._aligned_host_array() for _ in range(50)]  # kept alive: distinct addresses
+    for array in arrays:
+        assert array.ctypes.data % JAX_ALIGNMENT == 0
+        assert array.dtype == "float32" and array.tolist() == _report.VALUES
 
 
 @pytest.mark.interop
-@pytest.mark.parametrize("name", ["numpy", "torch"])
-def test_report_numpy_and_torch_cells_ok(report, name):
-    """numpy and torch share memory with every producer on the CPU: their cells are all ok, as rows and as columns."""
-    if name not in INSTALLED:
-        pytest.importorskip(MODULES[name])
-    for row in report["rows"]:
-        if row["device"] != "cpu":
-            continue
-        for cell in row["cells"]:
-            if name in (row["producer"], cell["consumer"]) and cell["consumer"] != "jax":
-                assert cell["ok"], (row["producer"], cell)
-            if row["producer"] == name and cell["consumer"] == "jax" and name == "torch":
-                assert cell["ok"], cell  # torch's allocations are 64-byte aligned
+def test_unaligned_buffer_to_jax_is_copies_not_a_failure(monkeypatch, capsys):
+    """An unaligned numpy buffer handed to jax shows as 'copies' (with both addresses), and main still exits 0."""
+    pytest.importorskip("jax")
+    import numpy
+
+    def unaligned(device):
+        raw = _report._aligned_host_array()
+        base = numpy.zeros(raw.size + 32, dtype=numpy.float32)
+        start = (-base.ctypes.data % JAX_ALIGNMENT) // 4 + 4  # 16 bytes past a 64-byte boundary
+        array = base[start:start + raw.size].reshape(raw.shape)
+        array[...] = raw
+        return array
+
+    _only(monkeypatch, _renamed(_report._numpy_library, "numpy", make=unaligned), _report._jax_library)
+    report = _report.build_report(timing=False)
+    cells = {cell["consumer"]: cell for cell in report["rows"][0]["cells"]}
+    assert cells["numpy"]["verdict"] == "ok"
+    assert cells["jax"]["verdict"] == "copies"
+    assert re.fullmatch(r"address 0x[0-9a-f]+, view 0x[0-9a-f]+", cells["jax"]["reason"])
+    assert not _report.failed(report)
+    assert re.search(r"^  numpy \(cpu\)\s+ok\s+copies \[1\]$", _report.format_report(report), re.MULTILINE)
+    assert _report.main(["--no-timing"]) == 0
+    capsys.readouterr()
+
+
+def test_failing_cell_makes_main_exit_1(monkeypatch, capsys):
+    """A consumer that raises is a FAIL cell with its reason, and main returns 1."""
+
+    def refuse(view):
+        raise RuntimeError("this consumer refuses every view")
+
+    _only(monkeypatch, _report._numpy_library, _renamed(_report._numpy_library, "refuser", consume=refuse))
+    report = _report.build_report(timing=False)
+    verdicts = _verdicts(report)
+    assert verdicts[("numpy", "cpu", "refuser")] == "fail"
+    assert verdicts[("numpy", "cpu", "numpy")] == "ok"
+    assert _report.failed(report)
+    text = _report.format_report(report)
+    assert "FAIL [1]" in text
+    assert "[1] numpy (cpu) -> refuser: RuntimeError: this consumer refuses every view" in text
+    assert _report.main(["--no-timing"]) == 1
+    assert "FAIL [" in capsys.readouterr().out
+
+
+def test_wrong_values_are_a_failure(monkeypatch):
+    """A consumer that sees other values is a FAIL, even at the same address."""
+    import numpy
+
+    def wrong_values(array):
+        return (numpy.asarray(array) + 1).tolist()
+
+    _only(monkeypatch, _report._numpy_library, _renamed(_report._numpy_library, "liar", to_list=wrong_values))
+    verdicts = _verdicts(_report.build_report(timing=False))
+    assert verdicts[("numpy", "cpu", "liar")] == "fail"
+
+
+def test_report_says_what_was_not_checked_without_a_gpu(monkeypatch):
+    """With no GPU the report says that device rows, the CUDA Array Interface path and stream ordering were not exercised."""
+    real = _report.environment
+    monkeypatch.setattr(_report, "environment", lambda: {**real(), "gpus": 0})
+    _only(monkeypatch, _report._numpy_library)
+    report = _report.build_report(timing=False)
+    (statement,) = report["not_checked"]
+    for words in ("no CUDA GPU and driver", "device (cuda) row", "CUDA Array Interface", "stream"):
+        assert words in statement
+    text = _report.format_report(report)
+    assert "not checked here:" in text and "no CUDA GPU and driver" in text
+
+
+def test_report_says_what_was_not_checked_with_a_gpu(monkeypatch):
+    """With a GPU but no numba-cuda the report says the CUDA Array Interface path and cross-stream ordering were not checked."""
+    real = _report.environment
+    monkeypatch.setattr(_report, "environment", lambda: {**real(), "gpus": 1})
+    _only(monkeypatch, _report._numpy_library)
+    checked = " ".join(_report.build_report(timing=False)["not_checked"])
+    assert "numba-cuda" in checked and "CUDA Array Interface" in checked
+    assert "stream ordering across two streams" in checked
+
+
+@pytest.mark.interop
+def test_report_warns_about_torch_and_negative_strides(report):
+    """With torch installed the report warns that torch.from_dlpack aborts on a negative-stride view."""
+    pytest.importorskip("torch")
+    assert report["notes"] == [_report.TORCH_NEGATIVE_STRIDES]
+    text = _report.format_report(report)
+    assert "torch.from_dlpack aborts the whole process" in text
+    assert "negative stride" in " ".join(text.split())
+
+
+def test_no_torch_no_torch_note(monkeypatch):
+    """Without torch among the libraries the report makes no torch note."""
+    _only(monkeypatch, _report._numpy_library)
+    assert _report.build_report(timing=False)["notes"] == []
 
 
 def test_format_report_matrix(report):
@@ -227,28 +375,12 @@ def test_format_report_matrix(report):
         assert consumer in header
     for row in report["rows"]:
         assert re.search(rf"^\s+{re.escape(row['producer'])} \({row['device']}\)\s", text, re.MULTILINE)
-    failures = sum(not cell["ok"] for row in report["rows"] for cell in row["cells"])
+    failures = sum(cell["verdict"] == "fail" for row in report["rows"] for cell in row["cells"])
     assert text.count("FAIL [") == failures
-    if failures:
-        assert "failures:" in text
 
 
-def test_report_with_numpy_alone(monkeypatch):
-    """With only numpy known (as on a machine with numpy alone), the report still has numpy's row, ok."""
-    monkeypatch.setattr(_report, "KNOWN_LIBRARIES", (_report._numpy_library,))
-    report = _report.build_report(timing=True)
-    assert report["libraries"] == {"numpy": report["environment"]["numpy"]}
-    assert len(report["rows"]) == 1
-    row = report["rows"][0]
-    assert (row["producer"], row["device"], row["error"]) == ("numpy", "cpu", "")
-    assert isinstance(row["view_us"], float) and row["view_us"] > 0
-    assert row["cells"] == [{"consumer": "numpy", "ok": True, "reason": ""}]
-    text = _report.format_report(report)
-    assert re.search(r"^\s+numpy \(cpu\)\s+\d+\.\d+\s+ok\s*$", text, re.MULTILINE), text
-
-
-def test_report_row_for_a_failing_producer(monkeypatch):
-    """A library whose array cannot be viewed gets a row with the error, not a crash."""
+def test_format_report_rows_have_no_trailing_spaces(monkeypatch):
+    """Table rows with an empty last cell, as a failed view leaves, end without spaces."""
 
     def broken():
         library = _report._numpy_library()
@@ -256,11 +388,63 @@ def test_report_row_for_a_failing_producer(monkeypatch):
         library.make = lambda device: [[1.0]]
         return library
 
-    monkeypatch.setattr(_report, "KNOWN_LIBRARIES", (_report._numpy_library, broken))
+    _only(monkeypatch, broken, _report._numpy_library)
+    text = _report.format_report(_report.build_report(timing=False))
+    assert [line for line in text.splitlines() if line != line.rstrip()] == []
+
+
+def test_report_with_numpy_alone(monkeypatch):
+    """With only numpy known (as on a machine with numpy alone), the report still has numpy's row, ok."""
+    _only(monkeypatch, _report._numpy_library)
+    report = _report.build_report(timing=True)
+    assert report["libraries"] == {"numpy": report["environment"]["numpy"]}
+    assert len(report["rows"]) == 1
+    row = report["rows"][0]
+    assert (row["producer"], row["device"], row["error"]) == ("numpy", "cpu", "")
+    assert isinstance(row["view_us"], float) and row["view_us"] > 0
+    assert row["cells"] == [{"consumer": "numpy", "verdict": "ok", "reason": ""}]
+    text = _report.format_report(report)
+    assert re.search(r"^\s+numpy \(cpu\)\s+\d+\.\d+\s+ok$", text, re.MULTILINE), text
+
+
+def test_report_row_for_a_failing_producer(monkeypatch, capsys):
+    """A library whose array cannot be viewed gets a row with the error, not a crash, and main returns 1."""
+
+    def broken():
+        library = _report._numpy_library()
+        library.name = "broken"
+        library.make = lambda device: [[1.0]]
+        return library
+
+    _only(monkeypatch, _report._numpy_library, broken)
     report = _report.build_report(timing=False)
     rows = {row["producer"]: row for row in report["rows"]}
     assert rows["broken"]["error"].startswith("BufferError: stridedview: 'list' object supports neither")
     assert rows["broken"]["cells"] == []
     assert rows["numpy"]["error"] == ""
     text = _report.format_report(report)
-    assert "view failed: BufferError" in text
+    assert "view FAILED [1]" in text
+    assert "[1] broken (cpu): view failed: BufferError" in text
+    assert _report.main(["--no-timing"]) == 1
+    capsys.readouterr()
+
+
+# --- the sample in the docs ------------------------------------------------------------
+
+def _quickstart_sample():
+    """The text block of docs/quickstart.md that shows the report."""
+    text = (ROOT / "docs" / "quickstart.md").read_text()
+    blocks = re.findall(r"```text\n(.*?)```", text, re.DOTALL)
+    return next(block for block in blocks if block.startswith("stridedview interop report"))
+
+
+def test_quickstart_sample_fits_and_matches_the_format(report):
+    """The docs' sample report has no line over 79 characters nor trailing spaces, and this machine's header."""
+    sample = _quickstart_sample().splitlines()
+    assert [line for line in sample if len(line) > MAX_WIDTH] == []
+    assert [line for line in sample if line != line.rstrip()] == []
+    text = _report.format_report(report).splitlines()
+    header = next(line for line in text if line.lstrip().startswith("producer "))
+    assert header in sample
+    for title in ("not checked here:", "note:"):
+        assert (title in sample) == (title in text)

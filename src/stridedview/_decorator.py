@@ -31,6 +31,14 @@ def args_viewable_as_strided_memory(
     argument with neither DLPack nor the CUDA Array Interface is a BufferError
     naming the parameter, raised when the function is called.
     """
+    if callable(arg_indices):
+        # @args_viewable_as_strided_memory with no (...): the function came as arg_indices.
+        raise TypeError(
+            "args_viewable_as_strided_memory: arg_indices must hold ints and strs "
+            f"(got the function {getattr(arg_indices, '__qualname__', arg_indices)!r}): "
+            "the decorator needs parentheses naming the arguments to view, as in "
+            "@args_viewable_as_strided_memory((0, 'out'))"
+        )
     if isinstance(arg_indices, (int, str)):
         arg_indices = (arg_indices,)
     try:

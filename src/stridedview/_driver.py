@@ -59,8 +59,9 @@ from stridedview._errors import CUDAError
 
 NO_DRIVER_HINT = "pass stream_ptr=-1 to order streams yourself (no driver call is then made)"
 DEVICE_ID_HINT = (
-    "only device_id of a CUDA Array Interface view needs the driver; every other field "
-    "is known without it"
+    "a CUDA Array Interface view asks the driver for its pointer's device when its "
+    "device_id is read or it is exported through DLPack (__dlpack_device__, "
+    "from_dlpack); every other field and __cuda_array_interface__ work without a driver"
 )
 
 # CUDA's special stream handles: the legacy default stream and the per-thread

@@ -5,6 +5,15 @@ it can reach, the report builds a small array, views it (timing the view), and
 hands the view to every installed consumer, checking that the consumer sees the
 same memory and the same values.  It imports only libraries that are installed,
 and each only when its turn comes.
+
+Each hand-over gets one of three verdicts: "ok" (same memory, same values),
+"copies" (the consumer made a copy holding the same values: the hand-over works
+but is not zero-copy) and "fail" (the consumer raised, or saw other values).
+The verdicts do not depend on allocation: host arrays are built in buffers
+aligned to 64 bytes, since jax shares a host buffer only when it is so aligned
+and copies it otherwise.  ``main`` returns 1 when a view or a hand-over fails.
+The report also says what it could not check on this machine (device rows and
+stream ordering without a GPU) and which known libraries are not installed.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import importlib.util
 import json
 import statistics
 import sys
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -22,6 +32,33 @@ if TYPE_CHECKING:
     from typing import Any
 
 VALUES = [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+
+#: Host buffers are aligned to this many bytes: jax shares a host buffer only
+#: when its address is a multiple of 64, and copies it otherwise.
+HOST_ALIGNMENT = 64
+
+#: Text lines are wrapped to this width, so that they read whole in a terminal
+#: and in the documentation's code blocks.
+WIDTH = 79
+
+#: What a view of each verdict means, for the legend.
+VERDICTS = {
+    "ok": "same memory, same values",
+    "copies": "same values in a copy (works, but not zero-copy)",
+    "fail": "the consumer raised or saw other values",
+}
+
+#: How each verdict shows in the text table.
+MARKS = {"ok": "ok", "copies": "copies", "fail": "FAIL"}
+
+#: Said whenever torch is installed: its from_dlpack kills the process (it does
+#: not raise) on a negative stride, so the report never hands it one.
+TORCH_NEGATIVE_STRIDES = (
+    "torch.from_dlpack aborts the whole process (it does not raise) when handed "
+    "a view with a negative stride (seen with torch 2.13, also for numpy arrays): "
+    "never hand torch such a view; make a positive-stride copy first "
+    "(numpy.ascontiguousarray)."
+)
 
 
 @dataclass
@@ -38,11 +75,21 @@ class Library:
     to_list: Any = None  # (array) -> nested list of its values
 
 
+def _aligned_host_array():
+    """VALUES as a float32 numpy array whose first element is HOST_ALIGNMENT-aligned."""
+    import numpy
+
+    want = numpy.asarray(VALUES, dtype=numpy.float32)
+    raw = numpy.empty(want.nbytes + HOST_ALIGNMENT, dtype=numpy.uint8)
+    start = -raw.ctypes.data % HOST_ALIGNMENT
+    array = raw[start:start + want.nbytes].view(numpy.float32).reshape(want.shape)
+    array[...] = want
+    return array
+
+
 def _numpy_library():
     def make(device):
-        import numpy
-
-        return numpy.asarray(VALUES, dtype=numpy.float32)
+        return _aligned_host_array()
 
     def consume(view):
         import numpy
@@ -105,7 +152,8 @@ def _array_api_strict_library():
     def make(device):
         import array_api_strict as xp
 
-        return xp.asarray(VALUES, dtype=xp.float32)
+        # asarray wraps the numpy array without copying: the buffer stays aligned.
+        return xp.asarray(_aligned_host_array())
 
     def consume(view):
         import array_api_strict as xp
@@ -157,10 +205,9 @@ def _numba_library():
         return ["cuda"] if cuda.is_available() else []
 
     def make(device):
-        import numpy
         from numba import cuda
 
-        return cuda.to_device(numpy.asarray(VALUES, dtype=numpy.float32))
+        return cuda.to_device(_aligned_host_array())
 
     def consume(view):
         from numba import cuda
@@ -185,10 +232,10 @@ KNOWN_LIBRARIES = (
 
 @dataclass
 class Cell:
-    """One producer -> consumer hand-over: ok, or the reason it failed."""
+    """One producer -> consumer hand-over: its verdict ("ok", "copies", "fail") and why."""
 
     consumer: str
-    ok: bool
+    verdict: str
     reason: str = ""
 
 
@@ -256,8 +303,29 @@ def environment() -> dict:
     }
 
 
+def _not_checked(gpus: int, installed_names: list[str]) -> list[str]:
+    """What the report could not check on this machine, in plain sentences."""
+    if gpus == 0:
+        return [
+            "device memory: no CUDA GPU and driver here, so no device (cuda) row was "
+            "built; the CUDA Array Interface path and the ordering of a producer's "
+            "stream before a consumer's were not exercised."
+        ]
+    missing = []
+    if "numba-cuda" not in installed_names:
+        missing.append(
+            "the CUDA Array Interface path: numba-cuda, its one producer and consumer "
+            "here, is not installed."
+        )
+    missing.append(
+        "stream ordering across two streams: every device row uses the legacy default "
+        "stream; the gpu tests (python -m pytest -m gpu) check it."
+    )
+    return missing
+
+
 def build_report(timing: bool = True) -> dict:
-    """The report as plain data: the environment and a row per producer and device."""
+    """The report as plain data: environment, libraries, rows, and what was not checked."""
     from stridedview import StridedMemoryView
 
     libraries = [factory() for factory in KNOWN_LIBRARIES]
@@ -287,9 +355,14 @@ def build_report(timing: bool = True) -> dict:
                 continue
             for consumer in consumers:
                 row.cells.append(_hand_over(view, consumer))
+    env = environment()
+    names = [lib.name for lib in installed]
     return {
-        "environment": environment(),
+        "environment": env,
         "libraries": {lib.name: _version(lib.distribution) for lib in installed},
+        "not_installed": [lib.name for lib in libraries if lib not in installed],
+        "not_checked": _not_checked(env["gpus"], names),
+        "notes": [TORCH_NEGATIVE_STRIDES] if "torch" in names else [],
         "rows": [asdict(row) for row in rows],
     }
 
@@ -300,61 +373,117 @@ def _hand_over(view, consumer: Library) -> Cell:
         address = consumer.address(received)
         values = consumer.to_list(received)
     except Exception as exc:
-        return Cell(consumer.name, False, _short(exc))
-    if address != view.ptr:
-        return Cell(consumer.name, False, f"copied: address {address:#x} != view {view.ptr:#x}")
+        return Cell(consumer.name, "fail", _short(exc))
     if values != VALUES:
-        return Cell(consumer.name, False, f"values differ: {values!r}")
-    return Cell(consumer.name, True)
+        return Cell(consumer.name, "fail", f"values differ: {values!r}")
+    if address != view.ptr:
+        return Cell(consumer.name, "copies", f"address {address:#x}, view {view.ptr:#x}")
+    return Cell(consumer.name, "ok")
+
+
+def failed(report: dict) -> bool:
+    """Whether a view or a hand-over of the report failed ("copies" is not a failure)."""
+    return any(
+        row["error"] or any(cell["verdict"] == "fail" for cell in row["cells"])
+        for row in report["rows"]
+    )
+
+
+def _wrap(text: str, indent: str = "  ", hanging: str = "    ") -> list[str]:
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=indent, subsequent_indent=hanging,
+        break_long_words=False, break_on_hyphens=False,
+    )
+
+
+def _wrap_items(items: list[str], indent: str, hanging: str) -> list[str]:
+    """``items`` joined by ", ", wrapped between items only."""
+    lines = [indent + items[0]]
+    for item in items[1:]:
+        if len(lines[-1]) + 2 + len(item) + 1 > WIDTH:
+            lines[-1] += ","
+            lines.append(hanging + item)
+        else:
+            lines[-1] += ", " + item
+    return lines
+
+
+def _table(lines: list[list[str]], right: set[int]) -> list[str]:
+    """Rows of cells as aligned text: columns two spaces apart, no trailing spaces."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return [
+        ("  " + "  ".join(
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(line, widths))
+        )).rstrip()
+        for line in lines
+    ]
 
 
 def format_report(report: dict) -> str:
-    """The report as text: environment, then the producer x consumer matrix, then reasons."""
+    """The report as text: environment, the producer x consumer matrix, reasons, then caveats."""
     lines = ["stridedview interop report", ""]
     for key, value in report["environment"].items():
         lines.append(f"  {key:<14} {value}")
-    lines.append("  libraries      " + ", ".join(
-        f"{name} {version}" for name, version in report["libraries"].items()
-    ))
+    for key, names in (
+        ("libraries", [f"{name} {version}" for name, version in report["libraries"].items()]),
+        ("not installed", report["not_installed"]),
+    ):
+        if names:
+            lines += _wrap_items(names, f"  {key:<14} ", " " * 17)
     lines.append("")
-    consumers = []
+    consumers: list[str] = []
     for row in report["rows"]:
         for cell in row["cells"]:
             if cell["consumer"] not in consumers:
                 consumers.append(cell["consumer"])
-    head = f"  {'producer':<24} {'view µs':>8}  " + "  ".join(f"{c:^16}" for c in consumers)
-    lines += ["producer x consumer: 'ok' = same memory and values through the view", head]
+    lines.append("producer -> consumer through a view:")
+    lines += [f"  {MARKS[verdict]:<6} = {meaning}" for verdict, meaning in VERDICTS.items()]
+    lines.append("")
+    table = [["producer", "view µs", *consumers]]
     reasons: list[str] = []
     for row in report["rows"]:
         label = f"{row['producer']} ({row['device']})"
-        timing = "" if row["view_us"] is None else f"{row['view_us']:.3f}"
         if row["error"]:
-            lines.append(f"  {label:<24} {'-':>8}  view failed: {row['error']}")
+            reasons.append(f"[{len(reasons) + 1}] {label}: view failed: {row['error']}")
+            table.append([label, "-", f"view FAILED [{len(reasons)}]"])
             continue
+        timing = "" if row["view_us"] is None else f"{row['view_us']:.3f}"
         marks = []
         by_consumer = {cell["consumer"]: cell for cell in row["cells"]}
         for name in consumers:
             cell = by_consumer.get(name)
             if cell is None:
-                marks.append(f"{'':^16}")
-            elif cell["ok"]:
-                marks.append(f"{'ok':^16}")
+                marks.append("")
+            elif cell["verdict"] == "ok":
+                marks.append("ok")
             else:
-                reasons.append(f"  [{len(reasons) + 1}] {label} -> {name}: {cell['reason']}")
-                marks.append(f"{'FAIL [' + str(len(reasons)) + ']':^16}")
-        lines.append(f"  {label:<24} {timing:>8}  " + "  ".join(marks))
+                reasons.append(f"[{len(reasons) + 1}] {label} -> {name}: {cell['reason']}")
+                marks.append(f"{MARKS[cell['verdict']]} [{len(reasons)}]")
+        table.append([label, timing, *marks])
+    width = max(len(line) for line in table)
+    lines += _table([line + [""] * (width - len(line)) for line in table], right={1})
     if reasons:
-        lines += ["", "failures:"] + reasons
+        lines.append("")
+        for reason in reasons:
+            lines += _wrap(reason)
+    for title, texts in (("not checked here:", report["not_checked"]), ("note:", report["notes"])):
+        if texts:
+            lines += ["", title]
+            for text in texts:
+                lines += _wrap(text, "  - ", "    ")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
+    """Print the report; return 1 when a view or a hand-over failed, else 0."""
     import argparse
 
     parser = argparse.ArgumentParser(
         prog="python -m stridedview",
         description="Show which installed array libraries can hand arrays to which "
-        "through stridedview.",
+        "through stridedview.  Exits with 1 when a view or a hand-over fails "
+        "(a consumer that copies is not a failure).",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-timing", action="store_true", help="skip the view timings")
@@ -364,4 +493,4 @@ def main(argv=None) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(format_report(report))
-    return 0
+    return 1 if failed(report) else 0

@@ -2,6 +2,7 @@
 # module by `python -m mypy.stubtest stridedview._view`.
 
 from collections.abc import Callable, Sequence
+from inspect import Signature
 from types import EllipsisType
 from typing import Any, ClassVar, Literal, Protocol, SupportsIndex, final, type_check_only
 
@@ -36,6 +37,7 @@ class _LayoutLike(Protocol):
 class StridedMemoryView:
     __match_args__: ClassVar[tuple[str, str, str, str]]
     _fields: ClassVar[tuple[str, ...]]
+    __signature__: ClassVar[Signature]
 
     def __init__(
         self,

@@ -41,6 +41,19 @@ cdef object _driver_module():
     return _driver
 
 
+class _ConstructorSignature:
+    """Descriptor giving StridedMemoryView a ``__signature__`` for inspect (built on use)."""
+
+    def __get__(self, instance, owner):
+        import inspect
+
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        return inspect.Signature([
+            inspect.Parameter("obj", kind),
+            inspect.Parameter("stream_ptr", kind, default=None),
+        ])
+
+
 @cython.final
 @cython.freelist(16)
 @cython.auto_pickle(False)
@@ -132,6 +145,7 @@ cdef class StridedMemoryView:
     cdef StridedMemoryView _memory_owner
 
     __match_args__ = ("ptr", "shape", "strides", "dtype")
+    __signature__ = _ConstructorSignature()  # that of __init__: a slot has none
 
     def __init__(self, obj, stream_ptr=None):
         if self.exporting_obj is not None:
@@ -537,7 +551,9 @@ cdef int _view_from_any(StridedMemoryView view, object obj, object stream_ptr) e
     raise BufferError(
         f"stridedview: {type(obj).__name__!r} object supports neither DLPack "
         "(__dlpack__ and __dlpack_device__) nor the CUDA Array Interface "
-        "(__cuda_array_interface__)"
+        "(__cuda_array_interface__): pass an array of a library that exports one "
+        "(numpy, CuPy, PyTorch, JAX, Numba device arrays, ...), or convert it "
+        "first, e.g. numpy.asarray(obj) for host data"
     )
 
 
