@@ -555,20 +555,21 @@ def test_derived_view_is_writable_through_dlpack():
 
 
 def test_derived_layout_past_int64_is_refused():
-    """A derived stride, byte offset, address, element count or rank past the limits is a BufferError."""
+    """A derived stride, address, element count or rank past the limits is a BufferError.
+
+    (A source layout whose byte offsets pass int64 is refused by the parsers
+    themselves, so derived views start from offsets that fit.)
+    """
     producers = [
         make_producer(shape=(3,), strides=(2**61,), dtype="int8", data=0x10000),
         make_producer(shape=(3,), strides=(-(2**40),), dtype="int8", data=0x10000),
-        make_producer(shape=(3,), strides=(2**62,), dtype="int8", data=0x10000),
     ]
     try:
-        view, backwards, wide = (StridedMemoryView(p) for p in producers)
+        view, backwards = (StridedMemoryView(p) for p in producers)
         with pytest.raises(BufferError, match=r"^layout: a stride of the index passes int64"):
             view[::4]
         with pytest.raises(BufferError, match=r"^layout: an address in the index passes"):
             backwards[2:]
-        with pytest.raises(BufferError, match=r"^layout: a byte offset in the index passes"):
-            wide[...]
         with pytest.raises(BufferError, match=r"^layout: broadcast_to would have \d+ elements"):
             view[:1].broadcast_to((2**40, 2**40))
         with pytest.raises(BufferError, match=r"^layout: the index would have 65 dimensions"):
