@@ -562,13 +562,13 @@ TRIGGERS = [
     ("decorator-bool", lambda f, m: _decorate([True]), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got True)"),
     ("decorator-index", lambda f, m: _decorate(5), ValueError, "args_viewable_as_strided_memory: "),
     ("decorator-name", lambda f, m: _decorate("nope"), ValueError, "args_viewable_as_strided_memory: "),
-    ("decorator-argument", lambda f, m: _launch_with_list(), BufferError, "args_viewable_as_strided_memory: argument 'x' ('list' object) supports neither DLPack nor the CUDA Array Interface"),
+    ("decorator-argument", lambda f, m: _launch_with_list(), BufferError, "args_viewable_as_strided_memory: argument 'x' ('list' object) supports none of DLPack, the CUDA Array Interface, the array interface and the buffer protocol"),
     # driver
     ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),
     ("driver-unloadable", lambda f, m: _no_driver_library(), CUDAError, "the CUDA driver could not be used for cuInit ("),
     ("driver-call-failed", lambda f, m: _driver_failure(f), CUDAError, "cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE"),
     # general
-    ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports neither DLPack"),
+    ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports none of DLPack"),
     ("init-twice", lambda f, m: _again(), TypeError, "StridedMemoryView is already initialised"),
     ("module-attribute", lambda f, m: _unknown_attribute(), AttributeError, "module 'stridedview' has no attribute 'no_such_name'"),
 ]

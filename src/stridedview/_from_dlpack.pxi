@@ -322,4 +322,4 @@ cdef int _fill_from_dltensor(
     else:
         view._device_id = tensor.device.device_id
         view.is_device_accessible = True
-    return 0
+    return _store_c_layout(view)
