@@ -1,13 +1,19 @@
 # Types of the compiled core (stridedview/_view.pyx), checked against the built
 # module by `python -m mypy.stubtest stridedview._view`.
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, SupportsIndex, final
 
 import numpy
-from typing_extensions import CapsuleType, TypeAlias
+from numpy.typing import DTypeLike
+from typing_extensions import Buffer, CapsuleType, TypeAlias
 
-from stridedview.typing import SupportsCudaArrayInterface, SupportsCudaStream, SupportsDLPack
+from stridedview.typing import (
+    SupportsArrayInterface,
+    SupportsCudaArrayInterface,
+    SupportsCudaStream,
+    SupportsDLPack,
+)
 
 # What every ``stream_ptr`` accepts: None, an int handle (or anything with
 # ``__index__``; -1 opts out of ordering), or a stream object.
@@ -17,10 +23,12 @@ _StreamPtr: TypeAlias = SupportsIndex | SupportsCudaStream | None
 class StridedMemoryView:
     __match_args__: ClassVar[tuple[str, str, str, str]]
     __dataclass_fields__: ClassVar[dict[str, Any]]
+    # DLPack 1.3's C exchange API: a PyCapsule named "dlpack_exchange_api".
+    __dlpack_c_exchange_api__: ClassVar[CapsuleType]
 
     def __init__(
         self,
-        obj: SupportsDLPack | SupportsCudaArrayInterface,
+        obj: SupportsDLPack | SupportsCudaArrayInterface | SupportsArrayInterface | Buffer,
         stream_ptr: _StreamPtr = None,
     ) -> None: ...
     @classmethod
@@ -28,6 +36,21 @@ class StridedMemoryView:
     @classmethod
     def from_cuda_array_interface(
         cls, obj: SupportsCudaArrayInterface, stream_ptr: _StreamPtr = None
+    ) -> StridedMemoryView: ...
+    @classmethod
+    def from_any_interface(cls, obj: object, stream_ptr: _StreamPtr = None) -> StridedMemoryView: ...
+    @classmethod
+    def from_array_interface(cls, obj: object) -> StridedMemoryView: ...
+    @classmethod
+    def from_buffer(
+        cls,
+        buffer: object,
+        shape: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+        *,
+        itemsize: int | None = None,
+        dtype: DTypeLike | None = None,
+        is_readonly: bool = False,
     ) -> StridedMemoryView: ...
     @property
     def ptr(self) -> int: ...
@@ -73,7 +96,9 @@ class StridedMemoryView:
 
 @final
 class ViewableArgument:
-    def __init__(self, obj: SupportsDLPack | SupportsCudaArrayInterface) -> None: ...
+    def __init__(
+        self, obj: SupportsDLPack | SupportsCudaArrayInterface | SupportsArrayInterface | Buffer
+    ) -> None: ...
     @property
     def obj(self) -> Any: ...
     def view(self, stream_ptr: _StreamPtr = None) -> StridedMemoryView: ...

@@ -563,14 +563,46 @@ cdef StridedMemoryView _derive(StridedMemoryView base):
 cdef int _store_c_layout(StridedMemoryView view) except -1:
     """Copy ``view``'s shape, strides and item size into its C fields (the C-level API).
 
-    Every way of making a view ends here, once its ``shape``, ``strides`` and
-    ``dtype`` are final: a caller of _derive that changes them calls it again.
-    Up to _INLINE_DIMS dimensions the arrays live inside the view (no
-    allocation); more take one block, freed with the view.
+    Every way of making a view ends here (or in _store_c_layout_from), once its
+    ``shape``, ``strides`` and ``dtype`` are final: a caller of _derive that
+    changes them calls it again.
     """
+    global _last_itemsize
     cdef tuple shape = <tuple>view.shape
     cdef tuple strides = <tuple>view.strides
     cdef Py_ssize_t i, ndim = PyTuple_GET_SIZE(shape)
+    cdef int64_t *dims = _c_dims_storage(view, ndim)
+    for i in range(ndim):
+        dims[i] = <int64_t>(<object>PyTuple_GET_ITEM(shape, i))
+        dims[ndim + i] = <int64_t>(<object>PyTuple_GET_ITEM(strides, i))
+    # dtype.itemsize is an attribute lookup: the last dtype's answer is kept, in
+    # one global so that a reader never pairs one dtype with another's size.
+    cdef tuple last = _last_itemsize
+    dtype = view.dtype
+    if last[0] is not dtype:
+        last = (dtype, dtype.itemsize)
+        _last_itemsize = last
+    view._itemsize = <int64_t>last[1]
+    return 0
+
+
+cdef int _store_c_layout_from(
+    StridedMemoryView view, const int64_t *shape, const int64_t *strides, int32_t ndim,
+    int64_t itemsize,
+) except -1:
+    """_store_c_layout from C arrays already at hand (a DLTensor's): two copies."""
+    cdef int64_t *dims = _c_dims_storage(view, ndim)
+    cdef int32_t i
+    for i in range(ndim):  # a few values: a loop beats two memcpy calls
+        dims[i] = shape[i]
+        dims[ndim + i] = strides[i]
+    view._itemsize = itemsize
+    return 0
+
+
+cdef inline int64_t *_c_dims_storage(StridedMemoryView view, Py_ssize_t ndim) except NULL:
+    """Room for ``2 * ndim`` int64 in ``view`` (inside it up to _INLINE_DIMS
+    dimensions, else one block freed with the view); sets ``_dims`` and ``_ndim``."""
     cdef int64_t *dims
     if ndim <= _INLINE_DIMS:
         dims = view._inline_dims
@@ -584,11 +616,10 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
         free(view._dims)
     view._dims = dims
     view._ndim = <int32_t>ndim
-    for i in range(ndim):
-        dims[i] = <int64_t>(<object>PyTuple_GET_ITEM(shape, i))
-        dims[ndim + i] = <int64_t>(<object>PyTuple_GET_ITEM(strides, i))
-    view._itemsize = view.dtype.itemsize
-    return 0
+    return dims
+
+
+cdef tuple _last_itemsize = (None, 0)
 
 
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
