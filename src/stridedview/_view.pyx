@@ -189,7 +189,7 @@ cdef class StridedMemoryView:
         interface = getattr(obj, _ARRAY_INTERFACE, None)
         if interface is None:
             raise BufferError(
-                f"array interface: {type(obj).__name__!r} object has no __array_interface__"
+                f"array interface: no __array_interface__ on a {type(obj).__name__!r} object"
             )
         _view_from_array_interface(view, obj, interface)
         return view
