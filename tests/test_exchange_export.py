@@ -221,6 +221,16 @@ def test_managed_tensor_keeps_the_view_alive_and_is_deleted_once():
     assert sys.getrefcount(view) == before
 
 
+def test_view_from_a_managed_tensor_cannot_be_initialised_again():
+    """A view owning a bare managed tensor (no exporting object) refuses __init__, which would leak it."""
+    tensor = ctypes.c_void_p()
+    api().managed_tensor_from_py_object_no_sync(StridedMemoryView(np.arange(2.0)), ctypes.byref(tensor))
+    view = _to_view(tensor.value)
+    assert view.exporting_obj is None
+    with pytest.raises(TypeError, match="StridedMemoryView is already initialised"):
+        view.__init__(np.zeros(3))
+
+
 def test_read_only_view_round_trips_read_only():
     """A read-only view's managed tensor carries READ_ONLY, and the view made from it is read-only."""
     view = StridedMemoryView(b"abcdef")

@@ -165,6 +165,20 @@ def test_readonly_buffer_exports_read_only():
     assert np.from_dlpack(view).flags.writeable is False
 
 
+def test_decorator_accepts_host_protocols():
+    """args_viewable_as_strided_memory wraps buffer-protocol and array-interface arguments too."""
+    from stridedview import args_viewable_as_strided_memory
+
+    @args_viewable_as_strided_memory((0, 1))
+    def launch(a, b):
+        return a.view(5), b.view(5)
+
+    data = bytearray(8)
+    first, second = launch(data, HasArrayInterface(np.zeros(2)))
+    assert (first.exporting_obj, first.shape) == (data, (8,))
+    assert second.shape == (2,)
+
+
 def test_host_protocols_ignore_the_stream():
     """Host memory has no stream: any stream_ptr is accepted and nothing is ordered."""
     view = StridedMemoryView(bytearray(4), stream_ptr=5)

@@ -134,7 +134,8 @@ cdef class StridedMemoryView:
     __match_args__ = ("ptr", "shape", "strides", "dtype")
 
     def __init__(self, obj, stream_ptr=None):
-        if self.exporting_obj is not None:
+        # A view made from a bare managed tensor (the exchange API) has no exporting object.
+        if self.exporting_obj is not None or self._managed != NULL:
             raise TypeError("StridedMemoryView is already initialised")
         _view_from_any(self, obj, stream_ptr)
 
