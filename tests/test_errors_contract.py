@@ -26,6 +26,7 @@ import pytest
 import stridedview
 from fake_driver import CUresult, FakeDriver
 from producers import make_producer
+from test_host import DuckBuffer, _misaligned, _testbuffer_ndarray, _testbuffer_pil
 from stridedview import CUDAError, StridedMemoryView, args_viewable_as_strided_memory
 from stridedview import _driver
 
@@ -338,15 +339,21 @@ class CAI:
         self.__cuda_array_interface__ = interface
 
 
-def cai(**changes):
-    """A valid v3 CAI object (2x3 float32 at a never-read address) with ``changes`` applied."""
+def interface_dict(**changes):
+    """A valid v3 interface dict (2x3 float32 at a never-read address) with ``changes`` applied
+    (``...`` removes a key); the CUDA Array Interface's and numpy's alike."""
     interface = {"version": 3, "shape": (2, 3), "typestr": "<f4", "data": (0x10000, False), "strides": None}
     for key, value in changes.items():
         if value is ...:
             interface.pop(key, None)
         else:
             interface[key] = value
-    return CAI(**interface)
+    return interface
+
+
+def cai(**changes):
+    """A valid v3 CAI object with ``changes`` applied."""
+    return CAI(**interface_dict(**changes))
 
 
 def view_cai(**changes):
@@ -576,14 +583,14 @@ TRIGGERS = [
     # buffer protocol
     ("buffer-suboffsets", lambda f, m: StridedMemoryView(_testbuffer_pil()), BufferError, "buffer: indirect buffers (PIL-style suboffsets) cannot be viewed (suboffsets [0, -1])"),
     ("buffer-strides", lambda f, m: StridedMemoryView(_misaligned()), BufferError, "buffer: strides (3,) are not multiples of the item size 2"),
-    ("buffer-format-unknown", lambda f, m: StridedMemoryView(_testbuffer(format="P")), BufferError, "buffer: format 'P' (itemsize 8) has no numpy dtype ("),
-    ("buffer-format-big-endian", lambda f, m: StridedMemoryView(_testbuffer(format=">i")), BufferError, "buffer: format '>i' is not native-endian"),
+    ("buffer-format-unknown", lambda f, m: StridedMemoryView(_testbuffer_ndarray(format="P")), BufferError, "buffer: format 'P' (itemsize 8) has no numpy dtype ("),
+    ("buffer-format-big-endian", lambda f, m: StridedMemoryView(_testbuffer_ndarray(format=">i")), BufferError, "buffer: format '>i' is not native-endian"),
     ("buffer-format-object", lambda f, m: StridedMemoryView(memoryview(np.array([None], dtype=object))), BufferError, "buffer: format 'O' holds Python objects"),
     # from_buffer
     ("fb-not-buffer", lambda f, m: StridedMemoryView.from_buffer([1], (1,)), TypeError, "buffer: from_buffer needs a cuda.core Buffer or an object with the buffer protocol (got "),
     ("fb-size", lambda f, m: StridedMemoryView.from_buffer(DuckBuffer(0x10000, -1), (1,), itemsize=1), TypeError, "buffer: Buffer.size must be an int >= 0 (got "),
     ("fb-handle", lambda f, m: StridedMemoryView.from_buffer(DuckBuffer(-5, 8), (1,), itemsize=1), BufferError, "buffer: Buffer.handle must be an address >= 0 (got -5)"),
-    ("fb-device-id", lambda f, m: StridedMemoryView.from_buffer(DuckBuffer(0x10000, 8, device_id=-1), (1,), itemsize=1), BufferError, "buffer: a device-accessible Buffer must have a device_id >= 0 (got -1)"),
+    ("fb-device-id", lambda f, m: StridedMemoryView.from_buffer(DuckBuffer(0x10000, 8, device=True, host=False, device_id=-1), (1,), itemsize=1), BufferError, "buffer: a device-accessible Buffer must have a device_id >= 0 (got -1)"),
     ("fb-itemsize-float", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,), itemsize=4.0), TypeError, "buffer: itemsize must be an int (got "),
     ("fb-itemsize-0", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,), itemsize=0), ValueError, "buffer: itemsize must be > 0 (got 0)"),
     ("fb-dtype-bad", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,), dtype="nope"), TypeError, "buffer: dtype must be a numpy dtype (got 'nope'"),
@@ -661,39 +668,8 @@ class AIWith:
 
 
 def view_ai(**changes):
-    """An array interface object (2x3 float32 at a never-read address) with ``changes``, viewed."""
-    interface = {"version": 3, "shape": (2, 3), "typestr": "<f4", "data": (0x10000, False), "strides": None}
-    for key, value in changes.items():
-        if value is ...:
-            interface.pop(key, None)
-        else:
-            interface[key] = value
-    return StridedMemoryView(AIWith(interface))
-
-
-def _testbuffer(**kwargs):
-    testbuffer = pytest.importorskip("_testbuffer")
-    return testbuffer.ndarray(list(range(4)), shape=[4], **kwargs)
-
-
-def _testbuffer_pil():
-    testbuffer = pytest.importorskip("_testbuffer")
-    return testbuffer.ndarray(list(range(12)), shape=[3, 4], format="i", flags=testbuffer.ND_PIL)
-
-
-def _misaligned():
-    raw = np.zeros(16, dtype=np.uint8)
-    return memoryview(np.lib.stride_tricks.as_strided(raw.view(np.int16), shape=(3,), strides=(3,)))
-
-
-class DuckBuffer:
-    """cuda.core Buffer attributes over an address (device memory unless device_id is -1 and host)."""
-
-    def __init__(self, ptr, size, device_id=0):
-        self.handle, self.size, self.device_id = ptr, size, device_id
-        self.is_device_accessible = True
-        self.is_host_accessible = False
-        self.is_managed = False
+    """An array interface object with ``changes``, viewed."""
+    return StridedMemoryView(AIWith(interface_dict(**changes)))
 
 
 def _float4_view():

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+from producers import DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor
 from stridedview import StridedMemoryView
 
 pytestmark = pytest.mark.usefixtures("forbidden_driver")
@@ -27,41 +28,10 @@ _IsValid.argtypes = (ctypes.py_object, ctypes.c_char_p)
 _IsValid.restype = ctypes.c_int
 
 
-class Version(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class Device(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", Device),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class ManagedTensor(ctypes.Structure):
-    pass
-
-
-ManagedTensor._fields_ = [
-    ("version", Version),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(ManagedTensor))),
-    ("flags", ctypes.c_uint64),
-    ("dl_tensor", DLTensor),
-]
+Version = DLPackVersion
+Device = DLDevice
+DataType = DLDataType
+ManagedTensor = DLManagedTensorVersioned
 
 SET_ERROR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p)
 ALLOCATOR = ctypes.PYFUNCTYPE(

@@ -214,14 +214,16 @@ def _testbuffer_pil():
 
 def test_buffer_strides_not_multiple_of_itemsize_refused():
     """Byte strides that are not a multiple of the item size are refused, not floor-divided."""
-    raw = np.zeros(16, dtype=np.uint8)
-    # A 2-byte type with a 3-byte step: numpy allows it, a view in elements cannot say it.
-    misaligned = np.lib.stride_tricks.as_strided(raw.view(np.int16), shape=(3,), strides=(3,))
     with pytest.raises(BufferError, match=re.escape("buffer: strides (3,) are not multiples of the item size 2")):
-        StridedMemoryView(memoryview(misaligned))
+        StridedMemoryView(_misaligned())
     # An extent-1 dimension never steps: any stride will do there.
-    single = np.lib.stride_tricks.as_strided(raw.view(np.int16), shape=(1,), strides=(3,))
-    assert StridedMemoryView(memoryview(single)).shape == (1,)
+    assert StridedMemoryView(_misaligned(extent=1)).shape == (1,)
+
+
+def _misaligned(extent=3):
+    """A memoryview of 2-byte elements 3 bytes apart: numpy allows it, element strides cannot say it."""
+    raw = np.zeros(16, dtype=np.uint8)
+    return memoryview(np.lib.stride_tricks.as_strided(raw.view(np.int16), shape=(extent,), strides=(3,)))
 
 
 # --- numpy's array interface ---------------------------------------------------------------
