@@ -60,25 +60,7 @@ cdef int _view_from_cai(
     data = cai.get("data", _MISSING)
     if data is _MISSING:
         raise BufferError("cuda array interface: 'data' is missing")
-    if type(data) is not tuple or len(data) != 2:
-        raise TypeError(
-            f"cuda array interface: 'data' must be a (ptr, readonly) tuple (got {_quote(data)})"
-        )
-    ptr, readonly = data
-    if type(ptr) is not int:
-        raise TypeError(f"cuda array interface: 'data' pointer must be an int (got {ptr!r})")
-    if not 0 <= ptr < _UINTPTR_LIMIT:
-        raise BufferError(
-            f"cuda array interface: 'data' pointer must be an address >= 0 (got {ptr!r})"
-        )
-    if ptr == 0 and size != 0:
-        raise BufferError(
-            f"cuda array interface: 'data' pointer is 0 for a non-empty array (shape {shape})"
-        )
-    if not isinstance(readonly, (bool, int)):
-        raise TypeError(
-            f"cuda array interface: 'data' readonly flag must be a bool (got {readonly!r})"
-        )
+    ptr, readonly = _interface_pointer(data, size, shape, _CAI_NAME)
 
     strides = cai.get("strides")
     if strides is None:
@@ -158,6 +140,22 @@ cdef tuple _interface_shape(dict interface, int64_t *extents, str where):
         if extents[i] < 0:
             raise BufferError(f"{where}: 'shape' extents must be >= 0 (got {shape!r})")
     return <tuple>shape
+
+
+cdef tuple _interface_pointer(object data, int64_t size, tuple shape, str where):
+    """``(ptr, readonly)`` of a CAI or array interface ``data`` pair, checked."""
+    if type(data) is not tuple or len(data) != 2:
+        raise TypeError(f"{where}: 'data' must be a (ptr, readonly) tuple (got {_quote(data)})")
+    ptr, readonly = data
+    if type(ptr) is not int:
+        raise TypeError(f"{where}: 'data' pointer must be an int (got {ptr!r})")
+    if not 0 <= ptr < _UINTPTR_LIMIT:
+        raise BufferError(f"{where}: 'data' pointer must be an address >= 0 (got {ptr!r})")
+    if ptr == 0 and size != 0:
+        raise BufferError(f"{where}: 'data' pointer is 0 for a non-empty array (shape {shape})")
+    if not isinstance(readonly, (bool, int)):
+        raise TypeError(f"{where}: 'data' readonly flag must be a bool (got {readonly!r})")
+    return ptr, readonly
 
 
 cdef int64_t _int64_or_raise(object value, object whole, str what, str where) except? -1:

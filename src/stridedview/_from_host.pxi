@@ -279,10 +279,13 @@ cdef int _view_from_array_interface(
 
     data = ai.get("data")
     if type(data) is tuple:
-        ptr, readonly = _array_interface_pointer(data, size, shape, offset)
-        return _set_view(
-            view, ptr, shape, element_strides, dtype, size, readonly, obj
-        )
+        ptr, readonly = _interface_pointer(data, size, shape, _AI_NAME)
+        if offset != 0:
+            raise BufferError(
+                "array interface: 'offset' applies to a buffer 'data' only "
+                f"(got offset {offset} with a (ptr, readonly) tuple)"
+            )
+        return _set_view(view, ptr, shape, element_strides, dtype, size, bool(readonly), obj)
 
     source = obj if data is None else data
     if not PyObject_CheckBuffer(source):
@@ -307,33 +310,6 @@ cdef int _view_from_array_interface(
         raise
     view._held_buffer = buf
     return 0
-
-
-cdef tuple _array_interface_pointer(tuple data, int64_t size, tuple shape, object offset):
-    """``(ptr, readonly)`` of a ``data`` tuple, checked."""
-    if len(data) != 2:
-        raise TypeError(
-            f"array interface: 'data' must be a (ptr, readonly) tuple (got {_quote(data)})"
-        )
-    ptr, readonly = data
-    if type(ptr) is not int:
-        raise TypeError(f"array interface: 'data' pointer must be an int (got {ptr!r})")
-    if not 0 <= ptr < _UINTPTR_LIMIT:
-        raise BufferError(f"array interface: 'data' pointer must be an address >= 0 (got {ptr!r})")
-    if ptr == 0 and size != 0:
-        raise BufferError(
-            f"array interface: 'data' pointer is 0 for a non-empty array (shape {shape})"
-        )
-    if not isinstance(readonly, (bool, int)):
-        raise TypeError(
-            f"array interface: 'data' readonly flag must be a bool (got {readonly!r})"
-        )
-    if offset != 0:
-        raise BufferError(
-            "array interface: 'offset' applies to a buffer 'data' only "
-            f"(got offset {offset} with a (ptr, readonly) tuple)"
-        )
-    return ptr, bool(readonly)
 
 
 # --- from_buffer: a layout laid over a buffer's bytes -------------------------
