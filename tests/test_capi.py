@@ -143,8 +143,18 @@ def probes(tmp_path_factory):
 
 
 def python_layout(view):
+    # Device views here are CUDA Array Interface views (DLPack's kDLCUDA, 2), whose
+    # device_id would need the driver.
+    device_type = 2 if view.is_device_accessible else 1
     return (view.ptr, view.ndim, view.shape, view.strides, view.itemsize, view.size,
-            view.__dlpack_device__()[0], view.readonly)
+            device_type, view.readonly)
+
+
+class Cai:
+    def __init__(self, **interface):
+        self.__cuda_array_interface__ = dict(
+            {"shape": (3, 4), "typestr": "<i2", "data": (0x10000, True), "version": 3}, **interface
+        )
 
 
 def views():
@@ -164,6 +174,8 @@ def views():
         ("bytes", StridedMemoryView(b"abc")),
         ("from-buffer", StridedMemoryView.from_buffer(bytearray(64), (4, 2), (4, 1), dtype=np.float32)),
         ("view-of-view", StridedMemoryView(StridedMemoryView(base[:, ::2]))),
+        ("cai-row-major", StridedMemoryView(Cai(), stream_ptr=-1)),
+        ("cai-strided", StridedMemoryView(Cai(strides=(2, 24)), stream_ptr=-1)),
     ]
 
 

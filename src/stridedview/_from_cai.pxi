@@ -116,6 +116,8 @@ cdef int _view_from_cai(
     view._device_type = kDLCUDA
     view._device_id = _DEVICE_ID_UNKNOWN
     view.exporting_obj = obj
+    if strides is not None:  # the element strides are at hand in C
+        return _store_c_layout_from(view, extents, element_strides_c, <int32_t>ndim, itemsize)
     return _store_c_layout(view)
 
 

@@ -538,7 +538,9 @@ cdef StridedMemoryView _derive(StridedMemoryView base):
 
     The one way a view is made from another (derived layouts, a view of a view):
     the caller then changes the layout fields it needs (``ptr``/``_ptr``,
-    ``shape``, ``strides``, ``dtype``, ``_size``, ``readonly``...).  The new view
+    ``shape``, ``strides``, ``dtype``, ``_size``, ``readonly``...) and, if it
+    changed ``shape``, ``strides`` or ``dtype``, calls ``_store_c_layout(view)``
+    so that the C-level API (_view.pxd, stridedview.h) sees the new layout.  The new view
     keeps the root owner alive, never ``base`` itself, so that no chain of views
     forms however often views are derived from views; it takes no capsule of its
     own, so its deallocation calls no deleter.
