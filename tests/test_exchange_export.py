@@ -99,6 +99,7 @@ def test_capsule_on_the_type_with_version_1_3():
     capsule = StridedMemoryView.__dlpack_c_exchange_api__
     assert _IsValid(capsule, b"dlpack_exchange_api") == 1
     assert "__dlpack_c_exchange_api__" in vars(StridedMemoryView)
+    assert StridedMemoryView.__c_dlpack_exchange_api__ is capsule  # the 1.2-era name, as cuda.core
     table = api()
     assert (table.header.version.major, table.header.version.minor) == (1, 3)
     assert table.header.prev_api is None

@@ -472,8 +472,9 @@ def test_from_buffer_over_device_buffers(kind, expected_device):
     assert view.ready_stream is None
 
 
-def test_from_buffer_with_a_real_cuda_core_buffer():
-    """A real cuda.core Buffer (host memory from a host-only resource, no driver) is viewed."""
+@pytest.fixture
+def host_resource():
+    """A cuda.core MemoryResource handing out host memory: real Buffers with no driver."""
     core = pytest.importorskip("cuda.core")
 
     class HostResource(core.MemoryResource):
@@ -481,7 +482,7 @@ def test_from_buffer_with_a_real_cuda_core_buffer():
             self.blocks = {}
 
         def allocate(self, size, *, stream=None):
-            block = np.zeros(size, np.uint8)
+            block = np.zeros(max(size, 1), np.uint8)
             self.blocks[block.ctypes.data] = block
             return core.Buffer.from_handle(block.ctypes.data, size, mr=self)
 
@@ -493,7 +494,44 @@ def test_from_buffer_with_a_real_cuda_core_buffer():
         is_managed = property(lambda self: False)
         device_id = property(lambda self: -1)
 
-    resource = HostResource()
+    return HostResource()
+
+
+def _dense_strides(shape, order):
+    strides, step = [0] * len(shape), 1
+    for axis in (reversed(range(len(shape))) if order == "C" else range(len(shape))):
+        strides[axis] = step
+        step *= shape[axis]
+    return tuple(strides)
+
+
+@pytest.mark.parametrize("shape", [(), (2, 3), (10, 10), (10, 13, 11)])
+@pytest.mark.parametrize("itemsize", [1, 4])
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("readonly", [True, False])
+def test_from_buffer_dense_layouts_over_a_cuda_core_buffer(host_resource, shape, itemsize, order, readonly):
+    """Dense C and F layouts over a Buffer of exactly their size give the layout asked (cuda.core's cases)."""
+    buffer = host_resource.allocate(int(np.prod(shape)) * itemsize)
+    strides = _dense_strides(shape, order)
+    view = StridedMemoryView.from_buffer(buffer, shape, strides, itemsize=itemsize, is_readonly=readonly)
+    assert view.exporting_obj is buffer
+    assert view.ptr == int(buffer.handle)
+    assert (view.shape, view.strides, view.itemsize) == (shape, strides, itemsize)
+    assert (view.device_id, view.is_device_accessible, view.readonly) == (-1, False, readonly)
+    with pytest.raises(ValueError, match=re.escape("buffer: the layout needs ")):
+        StridedMemoryView.from_buffer(buffer, (int(np.prod(shape)) + 1,), itemsize=itemsize)
+
+
+def test_from_buffer_itemsize_alone_cannot_be_exported():
+    """Opaque elements (itemsize without dtype) have no DLPack type: __dlpack__ refuses, naming the dtype."""
+    view = StridedMemoryView.from_buffer(DuckBuffer(0x1000, 16), (16,), itemsize=1)
+    with pytest.raises(BufferError, match=re.escape("dlpack: dtype |V1 has no DLPack equivalent")):
+        view.__dlpack__()
+
+
+def test_from_buffer_with_a_real_cuda_core_buffer(host_resource):
+    """A real cuda.core Buffer (host memory from a host-only resource, no driver) is viewed."""
+    resource = host_resource
     buffer = resource.allocate(48)
     ours = StridedMemoryView.from_buffer(buffer, (3, 4), dtype=np.dtype(np.int32))
     theirs = pytest.importorskip("cuda.core.utils").StridedMemoryView.from_buffer(

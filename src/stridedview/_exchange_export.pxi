@@ -237,6 +237,8 @@ cdef int _publish_exchange_api() except -1:
     capsule = PyCapsule_New(<void *>&_EXCHANGE_API, b"dlpack_exchange_api", NULL)
     cdef PyTypeObject_dict *tp = <PyTypeObject_dict *>StridedMemoryView
     (<dict><object>tp.tp_dict)[_EXCHANGE_API_CAPSULE_ATTR] = capsule
+    # The DLPack 1.2-era name, as cuda.core also publishes it (the same capsule).
+    (<dict><object>tp.tp_dict)[_EXCHANGE_API_INT_ATTR] = capsule
     PyType_Modified(tp)
     return 0
 

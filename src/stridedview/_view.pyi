@@ -25,6 +25,7 @@ class StridedMemoryView:
     __dataclass_fields__: ClassVar[dict[str, Any]]
     # DLPack 1.3's C exchange API: a PyCapsule named "dlpack_exchange_api".
     __dlpack_c_exchange_api__: ClassVar[CapsuleType]
+    __c_dlpack_exchange_api__: ClassVar[CapsuleType]  # the DLPack 1.2-era name, same capsule
 
     def __init__(
         self,
