@@ -642,3 +642,45 @@ def test_from_buffer_holds_and_releases_the_buffer():
     with pytest.raises(ValueError):
         StridedMemoryView.from_buffer(data, (40,), dtype=np.float32)
     data.extend(b"y")  # a refused layout released the buffer at once
+
+
+# --- from_buffer against numpy on random layouts ----------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def buffer_layouts(draw):
+    """(nbytes, shape, element strides, itemsize): any small layout, fitting its buffer or not."""
+    ndim = draw(st.integers(0, 4))
+    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=ndim, max_size=ndim)))
+    strides = tuple(draw(st.lists(st.integers(-6, 6), min_size=ndim, max_size=ndim)))
+    itemsize = draw(st.sampled_from([1, 2, 4, 8]))
+    nbytes = draw(st.integers(0, 160))
+    return nbytes, shape, strides, itemsize
+
+
+@settings(max_examples=400, deadline=None)
+@given(buffer_layouts())
+def test_from_buffer_accepts_exactly_the_layouts_inside_the_buffer(layout):
+    """from_buffer accepts a layout iff numpy's byte bounds of it lie in the buffer, then reads numpy's elements."""
+    nbytes, shape, strides, itemsize = layout
+    dtype = np.dtype(f"u{itemsize}")
+    byte_strides = tuple(s * itemsize for s in strides)
+    margin = 512  # room on both sides, so that numpy can build any of these layouts
+    base = np.arange(nbytes + 2 * margin, dtype=np.uint8)
+    probe = np.ndarray(shape, dtype, buffer=base, offset=margin, strides=byte_strides)
+    low, high = np.lib.array_utils.byte_bounds(probe)
+    start = base.ctypes.data + margin
+    fits = probe.size == 0 or (low >= start and high <= start + nbytes)
+    data = bytearray(base[margin : margin + nbytes].tobytes())
+    if not fits:
+        with pytest.raises(ValueError, match=r"^buffer: the layout (needs|reaches) "):
+            StridedMemoryView.from_buffer(data, shape, strides, dtype=dtype)
+        return
+    view = StridedMemoryView.from_buffer(data, shape, strides, dtype=dtype)
+    assert (view.shape, view.strides, view.dtype) == (shape, strides, dtype)
+    if probe.size:
+        expected = np.ndarray(shape, dtype, buffer=data, strides=byte_strides)
+        np.testing.assert_array_equal(np.from_dlpack(view), expected)
