@@ -4,7 +4,12 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 extensions = [
-    Extension("stridedview._view", ["src/stridedview/_view.pyx"]),
+    # include/: stridedview.h, the C API header shipped for extensions (get_include()).
+    Extension(
+        "stridedview._view",
+        ["src/stridedview/_view.pyx"],
+        include_dirs=["src/stridedview/include"],
+    ),
 ]
 
 setup(

@@ -616,8 +616,8 @@ def test_null_deleter_skipped_on_validation_failure(kind, null_deleter):
 
 
 def test_constructor_refuses_object_without_any_protocol():
-    """The constructor on an object with neither DLPack nor the CAI raises BufferError."""
-    pattern = "^" + re.escape("stridedview: ") + ".*" + re.escape("supports neither DLPack")
+    """The constructor on an object with none of the four protocols raises BufferError."""
+    pattern = "^" + re.escape("stridedview: ") + ".*" + re.escape("supports none of DLPack")
     with pytest.raises(BufferError, match=pattern) as excinfo:
         StridedMemoryView([1, 2, 3])
     assert excinfo.type is BufferError

@@ -26,6 +26,7 @@ import pytest
 import stridedview
 from fake_driver import CUresult, FakeDriver
 from producers import make_producer
+from test_host import DuckBuffer, _misaligned, _testbuffer_ndarray, _testbuffer_pil
 from stridedview import CUDAError, StridedMemoryView, args_viewable_as_strided_memory
 from stridedview import _driver
 
@@ -248,11 +249,15 @@ def all_raise_sites() -> list[Site]:
 
 
 def test_table_parses_into_groups():
-    """docs/errors.md has the six protocol groups (and a general one), each with rows."""
+    """docs/errors.md has the protocol and entry-point groups (and a general one), each with rows."""
     groups = collections.Counter(row.group for row in parse_errors_table())
-    for group in ("Stream", "DLPack", "CUDA Array Interface", "Export", "Decorator", "Driver", "General"):
+    expected = (
+        "Stream", "DLPack", "CUDA Array Interface", "Array interface", "Buffer protocol",
+        "from_buffer", "Export", "Layouts", "DLPack C exchange API", "Decorator", "Driver", "General",
+    )
+    for group in expected:
         assert groups[group] > 0, f"no rows under '## {group}'"
-    assert set(groups) <= {"Stream", "DLPack", "CUDA Array Interface", "Export", "Layouts", "Decorator", "Driver", "General"}
+    assert set(groups) <= set(expected)
 
 
 def test_scanner_finds_the_raises():
@@ -262,7 +267,10 @@ def test_scanner_finds_the_raises():
     unreadable = [s for s in sites if s.prefix is None]
     assert not unreadable, f"raise sites whose message is not a literal: {unreadable}"
     files = {s.file for s in sites}
-    assert {"_from_cai.pxi", "_from_dlpack.pxi", "_export.pxi", "_streams.pxi", "_driver.py"} <= files
+    assert {
+        "_from_cai.pxi", "_from_dlpack.pxi", "_export.pxi", "_streams.pxi", "_driver.py",
+        "_from_host.pxi", "_exchange_export.pxi",
+    } <= files
 
 
 def test_every_raise_is_listed():
@@ -331,15 +339,21 @@ class CAI:
         self.__cuda_array_interface__ = interface
 
 
-def cai(**changes):
-    """A valid v3 CAI object (2x3 float32 at a never-read address) with ``changes`` applied."""
+def interface_dict(**changes):
+    """A valid v3 interface dict (2x3 float32 at a never-read address) with ``changes`` applied
+    (``...`` removes a key); the CUDA Array Interface's and numpy's alike."""
     interface = {"version": 3, "shape": (2, 3), "typestr": "<f4", "data": (0x10000, False), "strides": None}
     for key, value in changes.items():
         if value is ...:
             interface.pop(key, None)
         else:
             interface[key] = value
-    return CAI(**interface)
+    return interface
+
+
+def cai(**changes):
+    """A valid v3 CAI object with ``changes`` applied."""
+    return CAI(**interface_dict(**changes))
 
 
 def view_cai(**changes):
@@ -551,6 +565,53 @@ TRIGGERS = [
     ("stream-key-float", lambda f, m: view_cai(stream=1.5), TypeError, "cuda array interface: 'stream' must be None or an int (got 1.5)"),
     ("stream-key-0", lambda f, m: view_cai(stream=0), BufferError, "cuda array interface: 'stream' 0 is disallowed (ambiguous: use 1 for the legacy default stream, 2 for the per-thread one)"),
     ("stream-key-negative", lambda f, m: view_cai(stream=-1), BufferError, "cuda array interface: 'stream' must be None or a stream handle > 0 (got -1)"),
+    # array interface
+    ("ai-missing", lambda f, m: StridedMemoryView.from_array_interface(b"ab"), BufferError, "array interface: no __array_interface__ on a 'bytes' object"),
+    ("ai-not-dict", lambda f, m: StridedMemoryView(AIWith([1])), TypeError, "array interface: __array_interface__ must be a dict (got "),
+    ("ai-version-missing", lambda f, m: view_ai(version=...), BufferError, "array interface: 'version' is missing"),
+    ("ai-version-2", lambda f, m: view_ai(version=2), BufferError, "array interface: 'version' must be 3 (got 2)"),
+    ("ai-shape-missing", lambda f, m: view_ai(shape=...), BufferError, "array interface: 'shape' is missing"),
+    ("ai-shape-float", lambda f, m: view_ai(shape=(2, 3.0)), TypeError, "array interface: 'shape' must be a tuple of ints (got (2, 3.0))"),
+    ("ai-itemsize-0", lambda f, m: view_ai(typestr="|V0"), BufferError, "array interface: 'typestr' '|V0' has item size 0"),
+    ("ai-mask", lambda f, m: view_ai(mask=object()), BufferError, "array interface: masked arrays are not supported ('mask' is "),
+    ("ai-offset-float", lambda f, m: view_ai(offset=1.5), TypeError, "array interface: 'offset' must be an int (got 1.5"),
+    ("ai-data-list", lambda f, m: view_ai(data=[1, 2]), TypeError, "array interface: 'data' must be a (ptr, readonly) tuple or an object with the buffer protocol (got "),
+    ("ai-outside", lambda f, m: view_ai(data=bytearray(8)), BufferError, "array interface: the array (bytes 0 to 24 of its buffer) does not lie inside the buffer's 8 bytes"),
+    ("ai-data-3", lambda f, m: view_ai(data=(1, 2, 3)), TypeError, "array interface: 'data' must be a (ptr, readonly) tuple (got "),
+    ("ai-ptr-float", lambda f, m: view_ai(data=(1.5, False)), TypeError, "array interface: 'data' pointer must be an int (got 1.5)"),
+    ("ai-ptr-negative", lambda f, m: view_ai(data=(-1, False)), BufferError, "array interface: 'data' pointer must be an address >= 0 (got -1)"),
+    ("ai-ptr-0", lambda f, m: view_ai(data=(0, False)), BufferError, "array interface: 'data' pointer is 0 for a non-empty array (shape (2, 3))"),
+    ("ai-readonly-str", lambda f, m: view_ai(data=(0x10000, "no")), TypeError, "array interface: 'data' readonly flag must be a bool (got 'no')"),
+    ("ai-offset-tuple", lambda f, m: view_ai(offset=8), BufferError, "array interface: 'offset' applies to a buffer 'data' only (got offset 8 with a (ptr, readonly) tuple)"),
+    # buffer protocol
+    ("buffer-suboffsets", lambda f, m: StridedMemoryView(_testbuffer_pil()), BufferError, "buffer: indirect buffers (PIL-style suboffsets) cannot be viewed (suboffsets [0, -1])"),
+    ("buffer-strides", lambda f, m: StridedMemoryView(_misaligned()), BufferError, "buffer: strides (3,) are not multiples of the item size 2"),
+    ("buffer-format-unknown", lambda f, m: StridedMemoryView(_testbuffer_ndarray(format="P")), BufferError, "buffer: format 'P' (itemsize 8) has no numpy dtype ("),
+    ("buffer-format-big-endian", lambda f, m: StridedMemoryView(_testbuffer_ndarray(format=">i")), BufferError, "buffer: format '>i' is not native-endian"),
+    ("buffer-format-object", lambda f, m: StridedMemoryView(memoryview(np.array([None], dtype=object))), BufferError, "buffer: format 'O' holds Python objects"),
+    # from_buffer
+    ("fb-not-buffer", lambda f, m: StridedMemoryView.from_buffer([1], (1,)), TypeError, "buffer: from_buffer needs a cuda.core Buffer or an object with the buffer protocol (got "),
+    ("fb-size", lambda f, m: StridedMemoryView.from_buffer(DuckBuffer(0x10000, -1), (1,), itemsize=1), TypeError, "buffer: Buffer.size must be an int >= 0 (got "),
+    ("fb-handle", lambda f, m: StridedMemoryView.from_buffer(DuckBuffer(-5, 8), (1,), itemsize=1), BufferError, "buffer: Buffer.handle must be an address >= 0 (got -5)"),
+    ("fb-device-id", lambda f, m: StridedMemoryView.from_buffer(DuckBuffer(0x10000, 8, device=True, host=False, device_id=-1), (1,), itemsize=1), BufferError, "buffer: a device-accessible Buffer must have a device_id >= 0 (got -1)"),
+    ("fb-itemsize-float", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,), itemsize=4.0), TypeError, "buffer: itemsize must be an int (got "),
+    ("fb-itemsize-0", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,), itemsize=0), ValueError, "buffer: itemsize must be > 0 (got 0)"),
+    ("fb-dtype-bad", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,), dtype="nope"), TypeError, "buffer: dtype must be a numpy dtype (got 'nope'"),
+    ("fb-dtype-object", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,), dtype=object), ValueError, "buffer: dtype object cannot describe raw memory"),
+    ("fb-itemsize-dtype", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,), dtype=np.float64, itemsize=4), ValueError, "buffer: itemsize 4 differs from dtype float64's 8"),
+    ("fb-no-dtype", lambda f, m: StridedMemoryView.from_buffer(DuckBuffer(0x10000, 8), (1,)), ValueError, "buffer: a cuda.core Buffer needs dtype or itemsize"),
+    ("fb-strides-no-shape", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), None, (1,)), ValueError, "buffer: strides were given without a shape"),
+    ("fb-flat-non-contiguous", lambda f, m: StridedMemoryView.from_buffer(memoryview(bytearray(8))[::2], dtype=np.uint16), ValueError, "buffer: a non-contiguous buffer keeps its own item size (got itemsize 2, the buffer's is 1)"),
+    ("fb-flat-remainder", lambda f, m: StridedMemoryView.from_buffer(bytearray(10), dtype=np.float32), ValueError, "buffer: the buffer's 10 bytes are not a whole number of 4-byte elements"),
+    ("fb-shape-65", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,) * 65), ValueError, "buffer: shape has 65 dimensions, more than 64"),
+    ("fb-shape-negative", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (-1,)), ValueError, "buffer: shape extents must be from 0 to 2**63 - 1 (got (-1,))"),
+    ("fb-count-overflow", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (2**32, 2**32)), ValueError, "buffer: element count overflows int64 (shape "),
+    ("fb-strides-length", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (2,), (1, 1)), ValueError, "buffer: strides (1, 1) and shape (2,) differ in length"),
+    ("fb-strides-int64", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (1,), (2**63,)), ValueError, "buffer: strides must fit in int64 (got "),
+    ("fb-shape-non-contiguous", lambda f, m: StridedMemoryView.from_buffer(memoryview(bytearray(8))[::2], (2,)), ValueError, "buffer: a shape can only be laid over a contiguous buffer (its bytes in one run)"),
+    ("fb-before-start", lambda f, m: StridedMemoryView.from_buffer(bytearray(40), (5,), (-2,), dtype=np.float32), ValueError, "buffer: the layout reaches 32 bytes before the buffer's start"),
+    ("fb-too-small", lambda f, m: StridedMemoryView.from_buffer(bytearray(40), (11,), dtype=np.float32), ValueError, "buffer: the layout needs 44 bytes, the buffer has 40 (shape (11,), strides (1,), itemsize 4)"),
+    ("fb-shape-str", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), "8"), TypeError, "buffer: shape must be a tuple of ints (got "),
     # export
     ("export-copy", lambda f, m: host_view().__dlpack__(copy=True), BufferError, "dlpack: a view never copies (got copy=True)"),
     ("export-device", lambda f, m: host_view().__dlpack__(dl_device=(2, 0)), BufferError, "dlpack: the view lives on device (1, 0), not (2, 0) (a view never copies)"),
@@ -594,19 +655,36 @@ TRIGGERS = [
     ("view-layout-strides", lambda f, m: host_view().view(Layout((6,), (1, 1), 4)), ValueError, "view: layout strides (1, 1) and shape (6,) differ in length"),
     ("view-layout-itemsize", lambda f, m: host_view().view(Layout((3,), None, 8)), ValueError, "view: layout itemsize 8 differs from the item size of float32 (4)"),
     ("view-layout-outside", lambda f, m: host_view().view(Layout((7,), None, 4)), BufferError, "view: layout (shape (7,), strides (1,), itemsize 4, slice_offset 0) reaches outside the view's bytes"),
+    # exchange API
+    ("exchange-null-object", lambda f, m: _exchange("dltensor", None), TypeError, "dlpack: the exchange API was handed a NULL py_object"),
+    ("exchange-not-a-view", lambda f, m: _exchange("dltensor", object()), TypeError, "dlpack: StridedMemoryView's exchange API takes a StridedMemoryView (got 'object')"),
+    ("exchange-readonly", lambda f, m: _exchange("dltensor", StridedMemoryView(b"ab")), BufferError, "dlpack: a read-only view cannot be lent as a DLTensor, which has no READ_ONLY flag (use managed_tensor_from_py_object_no_sync or __dlpack__)"),
+    ("exchange-subbyte", lambda f, m: _exchange("dltensor", _float4_view()), BufferError, "dlpack: a padded sub-byte view cannot be lent as a DLTensor, which has no flags (use managed_tensor_from_py_object_no_sync or __dlpack__)"),
+    ("exchange-from-null-out", lambda f, m: _exchange("from_null_out", host_view()), TypeError, "dlpack: managed_tensor_from_py_object_no_sync was handed a NULL out"),
+    ("exchange-to-null", lambda f, m: _exchange("to", None), BufferError, "dlpack: managed_tensor_to_py_object_no_sync was handed a NULL tensor"),
+    ("exchange-to-null-out", lambda f, m: _exchange("to_null_out", host_view()), TypeError, "dlpack: managed_tensor_to_py_object_no_sync was handed a NULL out_py_object"),
+    ("exchange-to-version", lambda f, m: _exchange("to_version", host_view()), BufferError, "dlpack: unsupported DLPack version 2.3 (major version must be 1)"),
+    ("exchange-alloc-null-out", lambda f, m: _allocate((2,), out=False), TypeError, "dlpack: managed_tensor_allocator was handed a NULL out"),
+    ("exchange-alloc-null-prototype", lambda f, m: _allocate(None), BufferError, "dlpack: managed_tensor_allocator was handed a NULL prototype"),
+    ("exchange-alloc-device", lambda f, m: _allocate((2,), device=(2, 0)), BufferError, "dlpack: stridedview's allocator makes host (CPU) tensors only (got device type 2 (CUDA))"),
+    ("exchange-alloc-ndim", lambda f, m: _allocate((1,) * 65), BufferError, "dlpack: ndim must be from 0 to 64 (got 65)"),
+    ("exchange-alloc-shape-null", lambda f, m: _allocate((2, 2), shape_null=True), BufferError, "dlpack: shape is NULL with ndim 2"),
+    ("exchange-alloc-extent", lambda f, m: _allocate((2, -1)), BufferError, "dlpack: shape[1] must be >= 0 (got -1)"),
+    ("exchange-alloc-count", lambda f, m: _allocate((2**32, 2**32)), BufferError, "dlpack: element count overflows int64"),
+    ("exchange-alloc-bytes", lambda f, m: _allocate((2**61,)), BufferError, "dlpack: byte count overflows int64"),
     # decorator
     ("decorator-not-iterable", lambda f, m: _decorate(3.5), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got 3.5)"),
     ("decorator-bare", lambda f, m: _decorate(len), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got the function 'len'): the decorator needs parentheses"),
     ("decorator-bool", lambda f, m: _decorate([True]), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got True)"),
     ("decorator-index", lambda f, m: _decorate(5), ValueError, "args_viewable_as_strided_memory: "),
     ("decorator-name", lambda f, m: _decorate("nope"), ValueError, "args_viewable_as_strided_memory: "),
-    ("decorator-argument", lambda f, m: _launch_with_list(), BufferError, "args_viewable_as_strided_memory: argument 'x' ('list' object) supports neither DLPack nor the CUDA Array Interface"),
+    ("decorator-argument", lambda f, m: _launch_with_list(), BufferError, "args_viewable_as_strided_memory: argument 'x' ('list' object) supports none of DLPack, the CUDA Array Interface, the array interface and the buffer protocol"),
     # driver
     ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),
     ("driver-unloadable", lambda f, m: _no_driver_library(), CUDAError, "the CUDA driver could not be used for cuInit ("),
     ("driver-call-failed", lambda f, m: _driver_failure(f), CUDAError, "cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE"),
     # general
-    ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports neither DLPack"),
+    ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports none of DLPack"),
     ("view-of-uninitialised", lambda f, m: StridedMemoryView(StridedMemoryView.__new__(StridedMemoryView)), BufferError, "stridedview: the StridedMemoryView to view is not initialised"),
     ("init-twice", lambda f, m: _again(), TypeError, "StridedMemoryView is already initialised"),
     ("module-attribute", lambda f, m: _unknown_attribute(), AttributeError, "module 'stridedview' has no attribute 'no_such_name'"),
@@ -615,6 +693,11 @@ TRIGGERS = [
 #: Rows no public call can reach on a healthy machine, with the reason.
 UNTRIGGERED = {
     ("MemoryError", ""): "malloc failing for a capsule's ~100 bytes",
+    ("BufferError", "buffer: ndim must be from 0 to "): "an exporter breaking the buffer protocol (CPython caps ndim at 64)",
+    ("BufferError", "buffer: shape is NULL with ndim "): "an exporter breaking the buffer protocol (shape is required by the request)",
+    ("BufferError", "buffer: shape extents must be >= 0 (got "): "an exporter breaking the buffer protocol (negative extents)",
+    ("BufferError", "buffer: the pointer is NULL for "): "an exporter breaking the buffer protocol (NULL memory for elements)",
+    ("BufferError", "buffer: itemsize must be > 0 (got "): "an exporter breaking the buffer protocol (item size 0)",
 }
 
 
@@ -623,6 +706,62 @@ class Layout:
 
     def __init__(self, shape, strides, itemsize):
         self.shape, self.strides, self.itemsize = shape, strides, itemsize
+
+
+class AIWith:
+    def __init__(self, value):
+        self.__array_interface__ = value
+
+
+def view_ai(**changes):
+    """An array interface object with ``changes``, viewed."""
+    return StridedMemoryView(AIWith(interface_dict(**changes)))
+
+
+def _float4_view():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    return StridedMemoryView.from_buffer(bytearray(4), (4,), dtype=ml_dtypes.float4_e2m1fn)
+
+
+def _exchange(what, obj):
+    """Call one exchange-API function the way ``what`` names, through ctypes."""
+    import ctypes
+
+    from test_exchange_export import DLTensor, ManagedTensor, api
+
+    table = api()
+    if what == "dltensor" and obj is None:  # a NULL PyObject *, not Py_None
+        by_address = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(DLTensor))
+        function = ctypes.cast(table.dltensor_from_py_object_no_sync, by_address)
+        return function(None, ctypes.byref(DLTensor()))
+    if what == "dltensor":
+        return table.dltensor_from_py_object_no_sync(obj, ctypes.byref(DLTensor()))
+    if what == "from_null_out":
+        return table.managed_tensor_from_py_object_no_sync(obj, None)
+    if what == "to":
+        return table.managed_tensor_to_py_object_no_sync(obj, ctypes.byref(ctypes.c_void_p()))
+    tensor = ctypes.c_void_p()
+    table.managed_tensor_from_py_object_no_sync(obj, ctypes.byref(tensor))
+    if what == "to_null_out":
+        return table.managed_tensor_to_py_object_no_sync(tensor.value, None)
+    ManagedTensor.from_address(tensor.value).version.major = 2
+    return table.managed_tensor_to_py_object_no_sync(tensor.value, ctypes.byref(ctypes.c_void_p()))
+
+
+def _allocate(shape, device=(1, 0), out=True, shape_null=False):
+    """The exchange API's allocator on a float32 prototype of ``shape`` (None: a NULL prototype)."""
+    import ctypes
+
+    from test_exchange_export import _prototype, api
+
+    prototype = None if shape is None else _prototype(shape, device=device)
+    if shape_null:
+        prototype.shape = None
+    result = ctypes.c_void_p()
+    return api().managed_tensor_allocator(
+        None if prototype is None else ctypes.byref(prototype),
+        ctypes.byref(result) if out else None, None, None,
+    )
 
 
 class CAIWith:

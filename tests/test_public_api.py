@@ -82,6 +82,7 @@ def test_view_members_cover_the_contract():
         "ptr", "shape", "strides", "dtype", "device_id", "is_device_accessible", "readonly",
         "exporting_obj", "ready_stream", "ndim", "size", "itemsize", "nbytes",
         "is_c_contiguous", "is_f_contiguous", "from_dlpack", "from_cuda_array_interface",
+        "from_any_interface", "from_array_interface", "from_buffer",
         *EXPORT_DUNDERS,
     }
     assert expected <= set(public_members(StridedMemoryView))
@@ -91,7 +92,7 @@ def test_typing_names_are_documented():
     """Each protocol in ``stridedview.typing.__all__`` and each of its methods has a docstring."""
     assert stridedview.typing.__doc__ and stridedview.typing.__doc__.strip()
     assert sorted(stridedview.typing.__all__) == [
-        "SupportsCudaArrayInterface", "SupportsCudaStream", "SupportsDLPack",
+        "SupportsArrayInterface", "SupportsCudaArrayInterface", "SupportsCudaStream", "SupportsDLPack",
     ]
     undocumented = []
     for name in stridedview.typing.__all__:

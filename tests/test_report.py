@@ -419,7 +419,7 @@ def test_report_row_for_a_failing_producer(monkeypatch, capsys):
     _only(monkeypatch, _report._numpy_library, broken)
     report = _report.build_report(timing=False)
     rows = {row["producer"]: row for row in report["rows"]}
-    assert rows["broken"]["error"].startswith("BufferError: stridedview: 'list' object supports neither")
+    assert rows["broken"]["error"].startswith("BufferError: stridedview: 'list' object supports none of")
     assert rows["broken"]["cells"] == []
     assert rows["numpy"]["error"] == ""
     text = _report.format_report(report)

@@ -14,7 +14,19 @@ __all__ = [
     "ViewableArgument",
     "__version__",
     "args_viewable_as_strided_memory",
+    "get_include",
 ]
+
+
+def get_include():
+    """The directory holding ``stridedview.h``, the C API header, for a C/C++ build's ``-I``.
+
+    Cython extensions need no header: ``from stridedview cimport StridedMemoryView``
+    finds the package's ``.pxd`` files on the Python path.
+    """
+    import os
+
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
 
 def __getattr__(name):

@@ -13,6 +13,9 @@ __all__ = [
     "ViewableArgument",
     "__version__",
     "args_viewable_as_strided_memory",
+    "get_include",
 ]
 
 __version__: str
+
+def get_include() -> str: ...

@@ -28,8 +28,9 @@ def args_viewable_as_strided_memory(
     it by position or by keyword.  Inside the function, ``arg.view(stream_ptr)``
     gives the ``StridedMemoryView`` on the launch stream and ``arg.obj`` the
     original object.  ``None`` passes through unwrapped (optional outputs); an
-    argument with neither DLPack nor the CUDA Array Interface is a BufferError
-    naming the parameter, raised when the function is called.
+    argument with none of the view's protocols (DLPack, the CUDA Array Interface,
+    numpy's array interface, the buffer protocol) is a BufferError naming the
+    parameter, raised when the function is called.
     """
     if callable(arg_indices):
         # @args_viewable_as_strided_memory with no (...): the function came as arg_indices.

@@ -48,10 +48,39 @@ cdef extern from *:
         sv_DLTensor dl_tensor;
     } sv_DLManagedTensorVersioned;
 
+    /* DLPack 1.3's C exchange API (56 bytes): header {version @0, prev_api @8},
+       then five function pointers.  Consumers and producers alike use this one
+       declaration. */
+    typedef struct sv_DLPackExchangeAPIHeader {
+        sv_DLPackVersion version;
+        struct sv_DLPackExchangeAPIHeader *prev_api;
+    } sv_DLPackExchangeAPIHeader;
+
+    typedef void (*sv_DLPackSetError)(void *error_ctx, const char *kind, const char *message);
+    typedef int (*sv_DLPackManagedTensorAllocator)(
+        sv_DLTensor *prototype, sv_DLManagedTensorVersioned **out, void *error_ctx,
+        sv_DLPackSetError set_error);
+    typedef int (*sv_DLPackManagedTensorFromPyObject)(
+        void *py_object, sv_DLManagedTensorVersioned **out);
+    typedef int (*sv_DLPackManagedTensorToPyObject)(
+        sv_DLManagedTensorVersioned *tensor, void **out_py_object);
+    typedef int (*sv_DLTensorFromPyObject)(void *py_object, sv_DLTensor *out);
+    typedef int (*sv_CurrentWorkStream)(int32_t device_type, int32_t device_id, void **out_stream);
+
+    typedef struct {
+        sv_DLPackExchangeAPIHeader header;
+        sv_DLPackManagedTensorAllocator managed_tensor_allocator;
+        sv_DLPackManagedTensorFromPyObject managed_tensor_from_py_object_no_sync;
+        sv_DLPackManagedTensorToPyObject managed_tensor_to_py_object_no_sync;
+        sv_DLTensorFromPyObject dltensor_from_py_object_no_sync;
+        sv_CurrentWorkStream current_work_stream;
+    } sv_DLPackExchangeAPI;
+
     /* The layout is part of the ABI: refuse to build where it does not hold. */
     typedef char sv_check_dltensor_size[sizeof(sv_DLTensor) == 48 ? 1 : -1];
     typedef char sv_check_managed_size[sizeof(sv_DLManagedTensor) == 64 ? 1 : -1];
     typedef char sv_check_versioned_size[sizeof(sv_DLManagedTensorVersioned) == 80 ? 1 : -1];
+    typedef char sv_check_exchange_api_size[sizeof(sv_DLPackExchangeAPI) == 56 ? 1 : -1];
     """
     ctypedef struct DLPackVersion "sv_DLPackVersion":
         uint32_t major
@@ -86,6 +115,38 @@ cdef extern from *:
         void (*deleter)(DLManagedTensorVersioned *) noexcept
         uint64_t flags
         DLTensor dl_tensor
+
+    ctypedef struct DLPackExchangeAPIHeader "sv_DLPackExchangeAPIHeader":
+        DLPackVersion version
+        DLPackExchangeAPIHeader *prev_api
+
+    ctypedef void (*DLPackSetError "sv_DLPackSetError")(
+        void *error_ctx, const char *kind, const char *message
+    ) noexcept
+    ctypedef int (*DLPackManagedTensorAllocator "sv_DLPackManagedTensorAllocator")(
+        DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
+        DLPackSetError set_error
+    ) noexcept
+    ctypedef int (*DLPackManagedTensorFromPyObject "sv_DLPackManagedTensorFromPyObject")(
+        void *py_object, DLManagedTensorVersioned **out
+    ) noexcept
+    ctypedef int (*DLPackManagedTensorToPyObject "sv_DLPackManagedTensorToPyObject")(
+        DLManagedTensorVersioned *tensor, void **out_py_object
+    ) noexcept
+    ctypedef int (*DLTensorFromPyObject "sv_DLTensorFromPyObject")(
+        void *py_object, DLTensor *out
+    ) noexcept
+    ctypedef int (*CurrentWorkStream "sv_CurrentWorkStream")(
+        int32_t device_type, int32_t device_id, void **out_stream
+    ) noexcept
+
+    ctypedef struct DLPackExchangeAPI "sv_DLPackExchangeAPI":
+        DLPackExchangeAPIHeader header
+        DLPackManagedTensorAllocator managed_tensor_allocator
+        DLPackManagedTensorFromPyObject managed_tensor_from_py_object_no_sync
+        DLPackManagedTensorToPyObject managed_tensor_to_py_object_no_sync
+        DLTensorFromPyObject dltensor_from_py_object_no_sync
+        CurrentWorkStream current_work_stream
 
 
 # The newest DLPack version this consumer understands (asked for with max_version).

@@ -68,6 +68,24 @@ cdef void _capsule_destructor_legacy(object capsule) noexcept:
 
 cdef object _export_capsule(StridedMemoryView view, bint versioned, uint32_t minor):
     """A new DLPack capsule over ``view``'s memory; the capsule keeps ``view`` alive."""
+    cdef void *block = _export_managed_tensor(view, versioned, minor)
+    try:
+        if versioned:
+            return PyCapsule_New(block, b"dltensor_versioned", _capsule_destructor_versioned)
+        return PyCapsule_New(block, b"dltensor", _capsule_destructor_legacy)
+    except BaseException:
+        if versioned:
+            _delete_versioned(<DLManagedTensorVersioned *>block)
+        else:
+            _delete_legacy(<DLManagedTensor *>block)
+        raise
+
+
+cdef void *_export_managed_tensor(
+    StridedMemoryView view, bint versioned, uint32_t minor
+) except NULL:
+    """A new DLPack managed tensor over ``view``'s memory, holding a reference to ``view``
+    that its deleter drops."""
     cdef DLDataType dl_dtype = _dlpack_dtype_of(view.dtype)
     cdef Py_ssize_t ndim = len(view.shape)
     cdef size_t header = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)
@@ -126,14 +144,7 @@ cdef object _export_capsule(StridedMemoryView view, bint versioned, uint32_t min
     tensor.byte_offset = 0
 
     Py_IncRef(<PyObject *>view)
-    try:
-        if versioned:
-            return PyCapsule_New(block, b"dltensor_versioned", _capsule_destructor_versioned)
-        return PyCapsule_New(block, b"dltensor", _capsule_destructor_legacy)
-    except BaseException:
-        Py_DecRef(<PyObject *>view)
-        free(block)
-        raise
+    return block
 
 
 cdef object _export_dlpack(

@@ -5,6 +5,7 @@
 # a BufferError, a value of the wrong type a TypeError.
 
 cdef str _CAI = "__cuda_array_interface__"
+cdef str _CAI_NAME = "cuda array interface"  # the protocol, as messages name it
 cdef object _MISSING = object()
 cdef enum:
     _CAI_MAX_NDIM = 64  # numpy's, CuPy's and Numba's limit
@@ -46,44 +47,28 @@ cdef int _view_from_cai(
 
     cdef int64_t extents[_CAI_MAX_NDIM]
     cdef int64_t element_strides_c[_CAI_MAX_NDIM]
-    shape = _cai_shape(cai, extents)
+    shape = _interface_shape(cai, extents, _CAI_NAME)
     cdef Py_ssize_t ndim = PyTuple_GET_SIZE(shape)
-    dtype = _cai_dtype(cai)
+    dtype = _interface_dtype(cai, _CAI_NAME)
     cdef Py_ssize_t itemsize = dtype.itemsize
     if itemsize == 0:
         raise BufferError(
             f"cuda array interface: 'typestr' {cai['typestr']!r} has item size 0"
         )
-    cdef int64_t size = _extents_product(extents, ndim, shape)
+    cdef int64_t size = _extents_product(extents, ndim, shape, _CAI_NAME)
 
     data = cai.get("data", _MISSING)
     if data is _MISSING:
         raise BufferError("cuda array interface: 'data' is missing")
-    if type(data) is not tuple or len(data) != 2:
-        raise TypeError(
-            f"cuda array interface: 'data' must be a (ptr, readonly) tuple (got {_quote(data)})"
-        )
-    ptr, readonly = data
-    if type(ptr) is not int:
-        raise TypeError(f"cuda array interface: 'data' pointer must be an int (got {ptr!r})")
-    if not 0 <= ptr < _UINTPTR_LIMIT:
-        raise BufferError(
-            f"cuda array interface: 'data' pointer must be an address >= 0 (got {ptr!r})"
-        )
-    if ptr == 0 and size != 0:
-        raise BufferError(
-            f"cuda array interface: 'data' pointer is 0 for a non-empty array (shape {shape})"
-        )
-    if not isinstance(readonly, (bool, int)):
-        raise TypeError(
-            f"cuda array interface: 'data' readonly flag must be a bool (got {readonly!r})"
-        )
+    ptr, readonly = _interface_pointer(data, size, shape, _CAI_NAME)
 
     strides = cai.get("strides")
     if strides is None:
         element_strides = _row_major_strides(shape, extents, size)
     else:
-        _cai_element_strides(strides, shape, extents, itemsize, element_strides_c)
+        _interface_element_strides(
+            strides, shape, extents, itemsize, element_strides_c, _CAI_NAME
+        )
         element_strides = _int64_tuple(element_strides_c, <int32_t>ndim)
     if not _byte_offsets_fit(
         ndim, extents, NULL if strides is None else element_strides_c, size, itemsize
@@ -141,51 +126,64 @@ cdef int _view_from_cai(
     view._device_type = kDLCUDA
     view._device_id = _DEVICE_ID_UNKNOWN
     view.exporting_obj = obj
-    return 0
+    if strides is not None:  # the element strides are at hand in C
+        return _store_c_layout_from(view, extents, element_strides_c, <int32_t>ndim, itemsize)
+    return _store_c_layout(view)
 
 
-cdef tuple _cai_shape(dict cai, int64_t *extents):
-    """The 'shape' entry as a tuple, its extents copied into ``extents``."""
-    shape = cai.get("shape", _MISSING)
+cdef tuple _interface_shape(dict interface, int64_t *extents, str where):
+    """The 'shape' entry of a CAI or array interface dict as a tuple, its extents
+    copied into ``extents``; ``where`` names the protocol in messages."""
+    shape = interface.get("shape", _MISSING)
     if shape is _MISSING:
-        raise BufferError("cuda array interface: 'shape' is missing")
+        raise BufferError(f"{where}: 'shape' is missing")
     if type(shape) is not tuple:
         if not isinstance(shape, (tuple, list)):
-            raise TypeError(
-                f"cuda array interface: 'shape' must be a tuple of ints (got {_quote(shape)})"
-            )
+            raise TypeError(f"{where}: 'shape' must be a tuple of ints (got {_quote(shape)})")
         shape = tuple(shape)
     cdef Py_ssize_t i, ndim = PyTuple_GET_SIZE(shape)
     if ndim > _CAI_MAX_NDIM:
-        raise BufferError(
-            f"cuda array interface: 'shape' has {ndim} dimensions, more than {_CAI_MAX_NDIM}"
-        )
+        raise BufferError(f"{where}: 'shape' has {ndim} dimensions, more than {_CAI_MAX_NDIM}")
     for i in range(ndim):
         extent = (<tuple>shape)[i]
         if type(extent) is not int:
-            raise TypeError(
-                f"cuda array interface: 'shape' must be a tuple of ints (got {shape!r})"
-            )
-        extents[i] = _int64_or_raise(extent, shape, "'shape' extents")
+            raise TypeError(f"{where}: 'shape' must be a tuple of ints (got {shape!r})")
+        extents[i] = _int64_or_raise(extent, shape, "'shape' extents", where)
         if extents[i] < 0:
-            raise BufferError(
-                f"cuda array interface: 'shape' extents must be >= 0 (got {shape!r})"
-            )
+            raise BufferError(f"{where}: 'shape' extents must be >= 0 (got {shape!r})")
     return <tuple>shape
 
 
-cdef int64_t _int64_or_raise(object value, object whole, str what) except? -1:
+cdef tuple _interface_pointer(object data, int64_t size, tuple shape, str where):
+    """``(ptr, readonly)`` of a CAI or array interface ``data`` pair, checked."""
+    if type(data) is not tuple or len(data) != 2:
+        raise TypeError(f"{where}: 'data' must be a (ptr, readonly) tuple (got {_quote(data)})")
+    ptr, readonly = data
+    if type(ptr) is not int:
+        raise TypeError(f"{where}: 'data' pointer must be an int (got {ptr!r})")
+    if not 0 <= ptr < _UINTPTR_LIMIT:
+        raise BufferError(f"{where}: 'data' pointer must be an address >= 0 (got {ptr!r})")
+    if ptr == 0 and size != 0:
+        raise BufferError(f"{where}: 'data' pointer is 0 for a non-empty array (shape {shape})")
+    if not isinstance(readonly, (bool, int)):
+        raise TypeError(f"{where}: 'data' readonly flag must be a bool (got {readonly!r})")
+    return ptr, readonly
+
+
+cdef int64_t _int64_or_raise(object value, object whole, str what, str where) except? -1:
     """``value`` (an int) as int64, or BufferError quoting ``whole``."""
     cdef int overflow = 0
     cdef long long result = PyLong_AsLongLongAndOverflow(value, &overflow)
     if overflow < 0 and what == "'shape' extents":
-        raise BufferError(f"cuda array interface: 'shape' extents must be >= 0 (got {whole!r})")
+        raise BufferError(f"{where}: 'shape' extents must be >= 0 (got {whole!r})")
     if overflow:
-        raise BufferError(f"cuda array interface: {what} must fit in int64 (got {whole!r})")
+        raise BufferError(f"{where}: {what} must fit in int64 (got {whole!r})")
     return result
 
 
-cdef int64_t _extents_product(const int64_t *extents, Py_ssize_t ndim, tuple shape) except -1:
+cdef int64_t _extents_product(
+    const int64_t *extents, Py_ssize_t ndim, tuple shape, str where
+) except -1:
     """The element count, refusing an int64 overflow (0 as soon as an extent is 0)."""
     cdef int64_t size = 1
     cdef Py_ssize_t i
@@ -198,64 +196,65 @@ cdef int64_t _extents_product(const int64_t *extents, Py_ssize_t ndim, tuple sha
         else:
             size *= extents[i]
     if overflow:
-        raise BufferError(f"cuda array interface: element count overflows int64 (shape {shape})")
+        raise BufferError(f"{where}: element count overflows int64 (shape {shape})")
     return size
 
 
-cdef object _cai_dtype(dict cai):
-    typestr = cai.get("typestr", _MISSING)
+cdef object _interface_dtype(dict interface, str where):
+    """The numpy dtype of a CAI or array interface dict ('typestr', 'descr')."""
+    typestr = interface.get("typestr", _MISSING)
     if typestr is _MISSING:
-        raise BufferError("cuda array interface: 'typestr' is missing")
+        raise BufferError(f"{where}: 'typestr' is missing")
     if type(typestr) is not str:
-        raise TypeError(f"cuda array interface: 'typestr' must be a str (got {typestr!r})")
-    descr = cai.get("descr")
+        raise TypeError(f"{where}: 'typestr' must be a str (got {typestr!r})")
+    descr = interface.get("descr")
     key = typestr if descr is None else (typestr, repr(descr))
     dtype = _cai_dtypes.get(key)
     if dtype is None:
-        dtype = _resolve_cai_dtype(typestr, descr)
+        dtype = _resolve_interface_dtype(typestr, descr, where)
         if len(_cai_dtypes) < 4096:
             _cai_dtypes[key] = dtype
     return dtype
 
 
-cdef object _resolve_cai_dtype(str typestr, object descr):
+cdef object _resolve_interface_dtype(str typestr, object descr, str where):
     """The numpy dtype of a CAI typestr, or of its descr when that is a structured type."""
     import numpy
 
     if len(typestr) < 3 or typestr[0] not in "<>|=":
         raise BufferError(
-            "cuda array interface: 'typestr' must be <byte order><kind><item size>, "
+            f"{where}: 'typestr' must be <byte order><kind><item size>, "
             f"e.g. '<f4' (got {typestr!r})"
         )
     try:
         dtype = numpy.dtype(typestr)
     except (TypeError, ValueError) as exc:
         raise BufferError(
-            f"cuda array interface: 'typestr' {typestr!r} is not a numpy type string ({exc})"
+            f"{where}: 'typestr' {typestr!r} is not a numpy type string ({exc})"
         ) from None
     if dtype.byteorder == ">" or (dtype.byteorder == "<" and _BIG_ENDIAN_HOST):
         raise BufferError(
-            f"cuda array interface: 'typestr' {typestr!r} is not native-endian"
+            f"{where}: 'typestr' {typestr!r} is not native-endian"
         )
     if dtype.hasobject:
         raise BufferError(
-            f"cuda array interface: 'typestr' {typestr!r} holds Python objects"
+            f"{where}: 'typestr' {typestr!r} holds Python objects"
         )
     if descr is not None and _descr_is_structured(descr):
         try:
             structured = numpy.dtype(descr)
         except (TypeError, ValueError) as exc:
             raise BufferError(
-                f"cuda array interface: 'descr' {descr!r} is not a numpy descr ({exc})"
+                f"{where}: 'descr' {descr!r} is not a numpy descr ({exc})"
             ) from None
         if structured.itemsize != dtype.itemsize:
             raise BufferError(
-                f"cuda array interface: 'descr' {descr!r} has item size "
+                f"{where}: 'descr' {descr!r} has item size "
                 f"{structured.itemsize}, 'typestr' {typestr!r} {dtype.itemsize}"
             )
         if structured.hasobject:
             raise BufferError(
-                f"cuda array interface: 'descr' {descr!r} holds Python objects"
+                f"{where}: 'descr' {descr!r} holds Python objects"
             )
         return structured
     return dtype
@@ -272,13 +271,14 @@ cdef bint _descr_is_structured(object descr) except -1:
     return True
 
 
-cdef int _cai_element_strides(
-    object strides, tuple shape, const int64_t *extents, Py_ssize_t itemsize, int64_t *out
+cdef int _interface_element_strides(
+    object strides, tuple shape, const int64_t *extents, Py_ssize_t itemsize, int64_t *out,
+    str where
 ) except -1:
     """Byte strides -> element strides in ``out``; BufferError where not a multiple."""
     if not isinstance(strides, (tuple, list)):
         raise TypeError(
-            f"cuda array interface: 'strides' must be None or a tuple of ints "
+            f"{where}: 'strides' must be None or a tuple of ints "
             f"(got {_quote(strides)})"
         )
     if type(strides) is not tuple:
@@ -286,7 +286,7 @@ cdef int _cai_element_strides(
     cdef Py_ssize_t i, ndim = len(shape)
     if len(strides) != ndim:
         raise BufferError(
-            f"cuda array interface: 'strides' {strides!r} and 'shape' {shape!r} "
+            f"{where}: 'strides' {strides!r} and 'shape' {shape!r} "
             "differ in length"
         )
     cdef int64_t byte_stride, element_stride
@@ -294,16 +294,16 @@ cdef int _cai_element_strides(
         stride = strides[i]
         if type(stride) is not int:
             raise TypeError(
-                f"cuda array interface: 'strides' must be None or a tuple of ints "
+                f"{where}: 'strides' must be None or a tuple of ints "
                 f"(got {strides!r})"
             )
-        byte_stride = _int64_or_raise(stride, strides, "'strides'")
+        byte_stride = _int64_or_raise(stride, strides, "'strides'", where)
         element_stride = byte_stride // itemsize  # floor, as Python's //
         if byte_stride % itemsize != 0:
             # Extents of 0 or 1 never step: any stride will do there.
             if extents[i] > 1:
                 raise BufferError(
-                    f"cuda array interface: 'strides' {strides!r} are not multiples of "
+                    f"{where}: 'strides' {strides!r} are not multiples of "
                     f"the item size {itemsize}"
                 )
         out[i] = element_stride

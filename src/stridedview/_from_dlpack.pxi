@@ -446,4 +446,9 @@ cdef int _fill_from_dltensor(
     else:
         view._device_id = tensor.device.device_id
         view.is_device_accessible = True
-    return 0
+    if ndim != 0 and tensor.strides == NULL:
+        return _store_c_layout(view)
+    # Padded sub-byte elements take one byte each.
+    return _store_c_layout_from(
+        view, tensor.shape, tensor.strides, ndim, max(tensor.dtype.bits // 8, 1)
+    )

@@ -32,6 +32,7 @@ cdef Py_ssize_t _normalize_axis(object axis, Py_ssize_t ndim, str what) except -
 
 
 cdef object _element_count(tuple shape):
+    """The product of the extents, a Python int (no overflow); shared by every layout builder."""
     count = 1
     for extent in shape:
         count *= extent
@@ -498,6 +499,7 @@ cdef StridedMemoryView _relaid(
     view._size = size
     if dtype is not None:
         view.dtype = dtype
+    _store_c_layout(view)  # the C-level API reads the new layout
     return view
 
 

@@ -6,44 +6,7 @@
 
 import sys as _sys
 
-cdef extern from *:
-    """
-    /* DLPack 1.3's C exchange API, from the specification's layout (56 bytes):
-       header {version @0, prev_api @8}, then five function pointers. */
-    typedef struct {
-        sv_DLPackVersion version;
-        void *prev_api;
-    } sv_DLPackExchangeAPIHeader;
-
-    typedef int (*sv_DLTensorFromPyObject)(void *py_object, sv_DLTensor *out);
-    typedef int (*sv_CurrentWorkStream)(int32_t device_type, int32_t device_id, void **out_stream);
-
-    typedef struct {
-        sv_DLPackExchangeAPIHeader header;
-        void *managed_tensor_allocator;
-        void *managed_tensor_from_py_object_no_sync;
-        void *managed_tensor_to_py_object_no_sync;
-        sv_DLTensorFromPyObject dltensor_from_py_object_no_sync;
-        sv_CurrentWorkStream current_work_stream;
-    } sv_DLPackExchangeAPI;
-
-    typedef char sv_check_exchange_api_size[sizeof(sv_DLPackExchangeAPI) == 56 ? 1 : -1];
-    """
-    ctypedef int (*DLTensorFromPyObject "sv_DLTensorFromPyObject")(
-        void *py_object, DLTensor *out
-    ) noexcept
-    ctypedef int (*CurrentWorkStream "sv_CurrentWorkStream")(
-        int32_t device_type, int32_t device_id, void **out_stream
-    ) noexcept
-
-    ctypedef struct DLPackExchangeAPIHeader "sv_DLPackExchangeAPIHeader":
-        DLPackVersion version
-        void *prev_api
-
-    ctypedef struct DLPackExchangeAPI "sv_DLPackExchangeAPI":
-        DLPackExchangeAPIHeader header
-        DLTensorFromPyObject dltensor_from_py_object_no_sync
-        CurrentWorkStream current_work_stream
+# The DLPackExchangeAPI structure is declared once, in _dlpack.pxd.
 
 # DLPack 1.3's capsule.  The 1.2-era int attribute __c_dlpack_exchange_api__ is not
 # read: any int there would be dereferenced as a table address.
@@ -133,7 +96,9 @@ cdef _ProducerType _describe_type(type tp):
     )
     torch = _sys.modules.get("torch")
     info.is_torch = torch is not None and issubclass(tp, torch.Tensor)
-    if info.has_dlpack:
+    # A view's own table is not used on a view: a lent DLTensor cannot carry its
+    # READ_ONLY flag nor its ready stream, which __dlpack__ does.
+    if info.has_dlpack and tp is not StridedMemoryView:
         # The table speaks for the class that offers it: trusted only while tp's
         # DLPack methods are that class's own (a subclass overriding __dlpack__
         # or __dlpack_device__ must have them called).

@@ -8,9 +8,15 @@ from typing import Any, ClassVar, Literal, Protocol, SupportsIndex, final, type_
 
 import numpy
 import numpy.typing
-from typing_extensions import CapsuleType, TypeAlias
+from numpy.typing import DTypeLike
+from typing_extensions import Buffer, CapsuleType, TypeAlias
 
-from stridedview.typing import SupportsCudaArrayInterface, SupportsCudaStream, SupportsDLPack
+from stridedview.typing import (
+    SupportsArrayInterface,
+    SupportsCudaArrayInterface,
+    SupportsCudaStream,
+    SupportsDLPack,
+)
 
 # What every ``stream_ptr`` accepts: None, an int handle (or anything with
 # ``__index__``; -1 opts out of ordering), or a stream object.
@@ -38,10 +44,13 @@ class StridedMemoryView:
     __match_args__: ClassVar[tuple[str, str, str, str]]
     _fields: ClassVar[tuple[str, ...]]
     __signature__: ClassVar[Signature]
+    # DLPack 1.3's C exchange API: a PyCapsule named "dlpack_exchange_api".
+    __dlpack_c_exchange_api__: ClassVar[CapsuleType]
+    __c_dlpack_exchange_api__: ClassVar[CapsuleType]  # the DLPack 1.2-era name, same capsule
 
     def __init__(
         self,
-        obj: SupportsDLPack | SupportsCudaArrayInterface,
+        obj: SupportsDLPack | SupportsCudaArrayInterface | SupportsArrayInterface | Buffer,
         stream_ptr: _StreamPtr = None,
     ) -> None: ...
     @classmethod
@@ -49,6 +58,21 @@ class StridedMemoryView:
     @classmethod
     def from_cuda_array_interface(
         cls, obj: SupportsCudaArrayInterface, stream_ptr: _StreamPtr = None
+    ) -> StridedMemoryView: ...
+    @classmethod
+    def from_any_interface(cls, obj: object, stream_ptr: _StreamPtr = None) -> StridedMemoryView: ...
+    @classmethod
+    def from_array_interface(cls, obj: object) -> StridedMemoryView: ...
+    @classmethod
+    def from_buffer(
+        cls,
+        buffer: object,
+        shape: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+        *,
+        itemsize: int | None = None,
+        dtype: DTypeLike | None = None,
+        is_readonly: bool = False,
     ) -> StridedMemoryView: ...
     @property
     def ptr(self) -> int: ...
@@ -117,7 +141,9 @@ class StridedMemoryView:
 
 @final
 class ViewableArgument:
-    def __init__(self, obj: SupportsDLPack | SupportsCudaArrayInterface) -> None: ...
+    def __init__(
+        self, obj: SupportsDLPack | SupportsCudaArrayInterface | SupportsArrayInterface | Buffer
+    ) -> None: ...
     @property
     def obj(self) -> Any: ...
     def view(self, stream_ptr: _StreamPtr = None) -> StridedMemoryView: ...

@@ -13,7 +13,8 @@ from cpython.pycapsule cimport (
 )
 from cpython.ref cimport Py_INCREF
 from libc.string cimport memcmp, memcpy, strcmp, strncmp
-from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from libc.stdlib cimport free, malloc
 from libc.stdint cimport INT64_MAX, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
 
 from stridedview._dlpack cimport *
@@ -58,15 +59,21 @@ class _ConstructorSignature:
 @cython.freelist(16)
 @cython.auto_pickle(False)
 cdef class StridedMemoryView:
-    """A zero-copy view of a strided array from any DLPack or CUDA Array Interface producer.
+    """A zero-copy view of a strided array from any DLPack, CUDA Array Interface or host producer.
 
-    ``StridedMemoryView(obj, stream_ptr=None)`` views ``obj`` through DLPack when
-    it has ``__dlpack__`` and ``__dlpack_device__``, else through the CUDA Array
-    Interface (CAI) when it has ``__cuda_array_interface__``; anything else is a
-    ``BufferError``.  ``from_dlpack`` and ``from_cuda_array_interface`` force one
-    protocol.  Nothing is copied; the view keeps ``obj`` alive.  A view of a
-    StridedMemoryView takes that view's fields, its ``exporting_obj`` and its
-    memory owner (no capsule, no driver, no chain however deep views nest).
+    ``StridedMemoryView(obj, stream_ptr=None)`` (also ``from_any_interface``)
+    views ``obj`` through the first protocol it offers: DLPack (``__dlpack__``
+    and ``__dlpack_device__``), the CUDA Array Interface (CAI,
+    ``__cuda_array_interface__``), numpy's array interface
+    (``__array_interface__``, host memory), the buffer protocol (bytes,
+    bytearray, memoryview, array.array, mmap, ctypes arrays: host memory);
+    anything else is a ``BufferError``.  ``from_dlpack``,
+    ``from_cuda_array_interface`` and ``from_array_interface`` force one
+    protocol; ``from_buffer`` lays a layout over a buffer's bytes.  Nothing is
+    copied; the view keeps ``obj`` alive (and holds a buffer-protocol buffer
+    until it is deallocated).  A view of a StridedMemoryView takes that view's fields,
+    its ``exporting_obj`` and its memory owner (no capsule, no driver, no chain
+    however deep views nest).
 
     Streams.  ``stream_ptr`` names the stream on which the caller will use the
     data: an int handle (0 the null stream, 1 the legacy default stream, 2 the
@@ -119,36 +126,14 @@ cdef class StridedMemoryView:
     ``__cuda_array_interface__``.
     """
 
-    # Exposed as read-only member descriptors by _expose_as_members() below.
-    cdef object ptr
-    cdef object shape
-    cdef object strides
-    cdef object dtype
-    cdef object exporting_obj
-    cdef readonly bint is_device_accessible
-    """Whether a CUDA kernel may access the memory: False only for host-only (CPU) memory."""
-    cdef readonly bint readonly
-    """Whether the producer marked the memory read-only (DLPack 1.x's READ_ONLY flag, the
-    CAI's ``data[1]``); False for a legacy DLPack capsule, which cannot say."""
-    cdef readonly object ready_stream
-    """The stream on which the data may be used with no further ordering, or None (host
-    memory, or unknown)."""
-    cdef uintptr_t _ptr
-    cdef int64_t _size
-    cdef int32_t _device_type
-    cdef int32_t _device_id
-    cdef void *_managed
-    cdef bint _managed_is_versioned
-    # The view whose DLPack capsule holds the memory, for a view derived from
-    # another (_derive); None when this view owns its memory itself (through
-    # _managed or exporting_obj).  Always the root owner: derived views never chain.
-    cdef StridedMemoryView _memory_owner
+    # The fields are declared in _view.pxd, with the C-level API.
 
     __match_args__ = ("ptr", "shape", "strides", "dtype")
     __signature__ = _ConstructorSignature()  # that of __init__: a slot has none
 
     def __init__(self, obj, stream_ptr=None):
-        if self.exporting_obj is not None:
+        # A view made from a bare managed tensor (the exchange API) has no exporting object.
+        if self.exporting_obj is not None or self._managed != NULL:
             raise TypeError("StridedMemoryView is already initialised")
         _view_from_any(self, obj, stream_ptr)
 
@@ -183,9 +168,70 @@ cdef class StridedMemoryView:
         _view_from_cai(view, obj, interface, stream)
         return view
 
+    @classmethod
+    def from_any_interface(cls, obj, stream_ptr=None):
+        """``StridedMemoryView(obj, stream_ptr)`` under cuda.core's name: every protocol, in order."""
+        cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+        _view_from_any(view, obj, stream_ptr)
+        return view
+
+    @classmethod
+    def from_array_interface(cls, obj):
+        """View host memory through numpy's ``__array_interface__`` (version 3) only.
+
+        ``data`` may be a ``(ptr, readonly)`` tuple or an object with the buffer
+        protocol (None: ``obj`` itself), ``offset`` bytes in; ``strides`` are in
+        bytes and must be multiples of the item size.  The memory is taken as host
+        memory (``device_id`` -1): no driver is called and no stream ordered.
+        """
+        cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+        interface = getattr(obj, _ARRAY_INTERFACE, None)
+        if interface is None:
+            raise BufferError(
+                f"array interface: no __array_interface__ on a {type(obj).__name__!r} object"
+            )
+        _view_from_array_interface(view, obj, interface)
+        return view
+
+    @classmethod
+    def from_buffer(
+        cls, buffer, shape=None, strides=None, *, itemsize=None, dtype=None,
+        bint is_readonly=False,
+    ):
+        """View ``buffer``'s bytes with a layout: cuda.core's ``from_buffer``, for any buffer.
+
+        ``buffer`` is a cuda.core ``Buffer`` (or an object with its ``handle``,
+        ``size``, ``is_device_accessible`` and ``device_id``; host, pinned,
+        managed or device memory as it says) or any object with the buffer
+        protocol (host memory, held by the view until it is deallocated).
+
+        ``shape`` and ``strides`` are in elements (``strides=None``: row-major),
+        element ``[0, ..., 0]`` being the buffer's first byte; every element must
+        lie inside the buffer, else ValueError with the byte counts.
+        ``shape=None`` takes the buffer's own layout: a buffer-protocol object's
+        shape and strides when the item size is its own, else the buffer's bytes
+        as a 1-d run of whole elements.  ``dtype`` (anything ``numpy.dtype``
+        takes) is the element type; ``itemsize`` alone gives opaque
+        ``itemsize``-byte elements (``numpy.dtype('V<n>')``); with neither, a
+        buffer-protocol object's own element type.  ``is_readonly`` marks the view
+        read-only (a read-only buffer's view is read-only anyway).
+
+        Nothing is ordered on any stream (``ready_stream`` None): the caller
+        makes sure the data are ready, as with cuda.core.
+        """
+        cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+        _view_from_buffer_layout(view, buffer, shape, strides, itemsize, dtype, is_readonly)
+        return view
+
     def __dealloc__(self):
         cdef DLManagedTensorVersioned *versioned_tensor
         cdef DLManagedTensor *legacy_tensor
+        if self._dims != self._inline_dims and self._dims != NULL:
+            free(self._dims)
+        self._dims = NULL
+        if self._held_buffer != NULL:
+            _release_held_buffer(self._held_buffer)
+            self._held_buffer = NULL
         if self._managed == NULL:
             return
         if self._managed_is_versioned:
@@ -541,17 +587,24 @@ cdef class ViewableArgument:
 
 
 cdef int _view_from_any(StridedMemoryView view, object obj, object stream_ptr) except -1:
-    """The constructor's work: DLPack if ``obj`` has it, else the CAI, else BufferError."""
+    """The constructor's work: the first protocol ``obj`` offers, in this order:
+    DLPack, the CAI, numpy's array interface, the buffer protocol; else BufferError."""
     stream = _normalize_stream(stream_ptr)
     if _has_dlpack(obj):
         return _view_from_dlpack(view, obj, stream)
     interface = getattr(obj, _CAI, None)
     if interface is not None:
         return _view_from_cai(view, obj, interface, stream)
+    interface = getattr(obj, _ARRAY_INTERFACE, None)
+    if interface is not None:
+        return _view_from_array_interface(view, obj, interface)
+    if PyObject_CheckBuffer(obj):
+        return _view_from_buffer_protocol(view, obj)
     raise BufferError(
-        f"stridedview: {type(obj).__name__!r} object supports neither DLPack "
-        "(__dlpack__ and __dlpack_device__) nor the CUDA Array Interface "
-        "(__cuda_array_interface__): pass an array of a library that exports one "
+        f"stridedview: {type(obj).__name__!r} object supports none of DLPack "
+        "(__dlpack__ and __dlpack_device__), the CUDA Array Interface "
+        "(__cuda_array_interface__), numpy's array interface (__array_interface__) "
+        "and the buffer protocol: pass an array of a library that exports one "
         "(numpy, CuPy, PyTorch, JAX, Numba device arrays, ...), or convert it "
         "first, e.g. numpy.asarray(obj) for host data"
     )
@@ -561,10 +614,16 @@ cdef object _viewable(object value, object name):
     """``value`` as a ViewableArgument; None stays None; BufferError without a protocol."""
     if value is None:
         return None
-    if not (_has_dlpack(value) or getattr(value, _CAI, None) is not None):
+    if not (
+        _has_dlpack(value)
+        or getattr(value, _CAI, None) is not None
+        or getattr(value, _ARRAY_INTERFACE, None) is not None
+        or PyObject_CheckBuffer(value)
+    ):
         raise BufferError(
             f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
-            "object) supports neither DLPack nor the CUDA Array Interface"
+            "object) supports none of DLPack, the CUDA Array Interface, the array "
+            "interface and the buffer protocol"
         )
     cdef ViewableArgument argument = ViewableArgument.__new__(ViewableArgument)
     argument.obj = value
@@ -638,7 +697,9 @@ cdef StridedMemoryView _derive(StridedMemoryView base):
 
     The one way a view is made from another (derived layouts, a view of a view):
     the caller then changes the layout fields it needs (``ptr``/``_ptr``,
-    ``shape``, ``strides``, ``dtype``, ``_size``, ``readonly``...).  The new view
+    ``shape``, ``strides``, ``dtype``, ``_size``, ``readonly``...) and, if it
+    changed ``shape``, ``strides`` or ``dtype``, calls ``_store_c_layout(view)``
+    so that the C-level API (_view.pxd, stridedview.h) sees the new layout.  The new view
     keeps the root owner alive, never ``base`` itself, so that no chain of views
     forms however often views are derived from views; it takes no capsule of its
     own, so its deallocation calls no deleter.
@@ -663,7 +724,70 @@ cdef int _derive_into(StridedMemoryView view, StridedMemoryView base) except -1:
     view.ready_stream = base.ready_stream
     view.exporting_obj = base.exporting_obj
     view._memory_owner = base if base._memory_owner is None else base._memory_owner
+    _store_c_layout(view)
     return 0
+
+
+cdef int _store_c_layout(StridedMemoryView view) except -1:
+    """Copy ``view``'s shape, strides and item size into its C fields (the C-level API).
+
+    Every way of making a view ends here (or in _store_c_layout_from), once its
+    ``shape``, ``strides`` and ``dtype`` are final: a caller of _derive that
+    changes them calls it again.
+    """
+    global _last_itemsize
+    cdef tuple shape = <tuple>view.shape
+    cdef tuple strides = <tuple>view.strides
+    cdef Py_ssize_t i, ndim = PyTuple_GET_SIZE(shape)
+    cdef int64_t *dims = _c_dims_storage(view, ndim)
+    for i in range(ndim):
+        dims[i] = <int64_t>(<object>PyTuple_GET_ITEM(shape, i))
+        dims[ndim + i] = <int64_t>(<object>PyTuple_GET_ITEM(strides, i))
+    # dtype.itemsize is an attribute lookup: the last dtype's answer is kept, in
+    # one global so that a reader never pairs one dtype with another's size.
+    cdef tuple last = _last_itemsize
+    dtype = view.dtype
+    if last[0] is not dtype:
+        last = (dtype, dtype.itemsize)
+        _last_itemsize = last
+    view._itemsize = <int64_t>last[1]
+    return 0
+
+
+cdef int _store_c_layout_from(
+    StridedMemoryView view, const int64_t *shape, const int64_t *strides, int32_t ndim,
+    int64_t itemsize,
+) except -1:
+    """_store_c_layout from C arrays already at hand (a DLTensor's): two copies."""
+    cdef int64_t *dims = _c_dims_storage(view, ndim)
+    cdef int32_t i
+    for i in range(ndim):  # a few values: a loop beats two memcpy calls
+        dims[i] = shape[i]
+        dims[ndim + i] = strides[i]
+    view._itemsize = itemsize
+    return 0
+
+
+cdef inline int64_t *_c_dims_storage(StridedMemoryView view, Py_ssize_t ndim) except NULL:
+    """Room for ``2 * ndim`` int64 in ``view`` (inside it up to _INLINE_DIMS
+    dimensions, else one block freed with the view); sets ``_dims`` and ``_ndim``."""
+    cdef int64_t *dims
+    if ndim <= _INLINE_DIMS:
+        dims = view._inline_dims
+    elif view._dims != NULL and view._dims != view._inline_dims and view._ndim >= ndim:
+        dims = view._dims
+    else:
+        dims = <int64_t *>malloc(2 * ndim * sizeof(int64_t))
+        if dims == NULL:
+            raise MemoryError()
+    if view._dims != NULL and view._dims != view._inline_dims and view._dims != dims:
+        free(view._dims)
+    view._dims = dims
+    view._ndim = <int32_t>ndim
+    return dims
+
+
+cdef tuple _last_itemsize = (None, 0)
 
 
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
@@ -764,3 +888,6 @@ include "_from_dlpack.pxi"
 include "_from_cai.pxi"
 include "_export.pxi"
 include "_layout.pxi"
+include "_from_host.pxi"
+include "_exchange_export.pxi"
+include "_c_api.pxi"

@@ -12,14 +12,22 @@ it yourself where you annotate::
 
 The protocols are for static checking only: they are not ``runtime_checkable``,
 because stridedview's own dispatch (DLPack first, then the CUDA Array Interface,
-see :class:`stridedview.StridedMemoryView`) is the test that counts at run time.
+numpy's array interface and the buffer protocol, see
+:class:`stridedview.StridedMemoryView`) is the test that counts at run time.
+Buffer-protocol objects are ``collections.abc.Buffer`` (``typing_extensions.Buffer``
+before Python 3.12).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["SupportsCudaArrayInterface", "SupportsCudaStream", "SupportsDLPack"]
+__all__ = [
+    "SupportsArrayInterface",
+    "SupportsCudaArrayInterface",
+    "SupportsCudaStream",
+    "SupportsDLPack",
+]
 
 
 class SupportsDLPack(Protocol):
@@ -53,6 +61,20 @@ class SupportsCudaArrayInterface(Protocol):
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """The interface dict: shape, typestr, data, version, and optionally strides, descr, mask, stream."""
+        ...
+
+
+class SupportsArrayInterface(Protocol):
+    """An object that describes its host memory with numpy's array interface (version 3).
+
+    ``__array_interface__`` is a dict with ``shape``, ``typestr``, ``version`` 3 and
+    ``data`` (a ``(ptr, readonly)`` tuple, or a buffer object with an ``offset``;
+    strides in bytes); a property or a plain attribute both match.
+    """
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """The interface dict: shape, typestr, data, version, and optionally strides, descr, offset, mask."""
         ...
 
 

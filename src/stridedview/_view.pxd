@@ -1,0 +1,99 @@
+# The C-level declaration of StridedMemoryView: its fields, and the inline
+# accessors that give a Cython extension the layout as C values.
+#
+#     from stridedview cimport StridedMemoryView
+#
+#     cdef StridedMemoryView view = StridedMemoryView(array)
+#     cdef char *data = <char *>view.c_ptr()
+#     cdef int ndim = view.c_ndim()
+#     cdef const int64_t *shape = view.c_shape()      # ndim extents
+#     cdef const int64_t *strides = view.c_strides()  # ndim strides, in elements
+#
+# Each accessor is a field read compiled into the caller (no Python attribute
+# lookup, no call).  The arrays belong to the view: valid while it lives.  Only
+# the accessors (``c_*``) are the API; the underscored fields may change.  C and
+# C++ extensions get the same through ``stridedview/stridedview.h`` (see
+# ``stridedview.get_include()``).
+
+cimport cython
+from cpython.buffer cimport Py_buffer
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+
+# Views of up to this many dimensions keep their C shape and strides inside the
+# object; larger ones in a block of their own.
+cdef enum:
+    _INLINE_DIMS = 8
+
+
+@cython.final
+cdef class StridedMemoryView:
+    # Exposed to Python as read-only member descriptors (_view.pyx).
+    cdef object ptr
+    cdef object shape
+    cdef object strides
+    cdef object dtype
+    cdef object exporting_obj
+    cdef readonly bint is_device_accessible
+    """Whether a CUDA kernel may access the memory: False only for host-only (CPU) memory."""
+    cdef readonly bint readonly
+    """Whether the producer marked the memory read-only (DLPack 1.x's READ_ONLY flag, the
+    CAI's ``data[1]``, the buffer protocol's readonly); False for a legacy DLPack capsule,
+    which cannot say."""
+    cdef readonly object ready_stream
+    """The stream on which the data may be used with no further ordering, or None (host
+    memory, or unknown)."""
+
+    # The layout as C values, filled at construction (_store_c_layout).
+    cdef uintptr_t _ptr
+    cdef int32_t _ndim
+    cdef int64_t _itemsize
+    cdef int64_t *_dims  # _ndim extents, then _ndim element strides
+    cdef int64_t _inline_dims[2 * _INLINE_DIMS]
+    cdef int64_t _size
+    cdef int32_t _device_type
+    cdef int32_t _device_id
+
+    # What keeps the memory alive, besides exporting_obj: a consumed DLPack
+    # capsule's tensor (its deleter runs once, at deallocation), a buffer held
+    # through the buffer protocol (released once, at deallocation), or, for a
+    # view derived from another (_derive), the root view that holds them.
+    cdef void *_managed
+    cdef bint _managed_is_versioned
+    cdef Py_buffer *_held_buffer
+    cdef StridedMemoryView _memory_owner
+
+    cdef str _device_id_text(self)
+
+    # --- The C-level API ---------------------------------------------------
+
+    cdef inline void *c_ptr(self) noexcept:
+        """Address of element [0, ..., 0] (byte offsets included)."""
+        return <void *>self._ptr
+
+    cdef inline int c_ndim(self) noexcept:
+        """Number of dimensions."""
+        return self._ndim
+
+    cdef inline const int64_t *c_shape(self) noexcept:
+        """The ``c_ndim()`` extents."""
+        return self._dims
+
+    cdef inline const int64_t *c_strides(self) noexcept:
+        """The ``c_ndim()`` strides, in elements (not bytes)."""
+        return self._dims + self._ndim
+
+    cdef inline int64_t c_itemsize(self) noexcept:
+        """Bytes per element."""
+        return self._itemsize
+
+    cdef inline int64_t c_size(self) noexcept:
+        """Number of elements."""
+        return self._size
+
+    cdef inline int c_device_type(self) noexcept:
+        """DLPack device type: 1 CPU, 2 CUDA, 3 CUDA pinned host, 13 CUDA managed."""
+        return self._device_type
+
+    cdef inline bint c_readonly(self) noexcept:
+        """Whether the producer marked the memory read-only."""
+        return self.readonly

@@ -1,0 +1,143 @@
+/*
+ * stridedview.h: read a stridedview.StridedMemoryView's layout from C or C++.
+ *
+ * Compile with -I"$(python -c 'import stridedview; print(stridedview.get_include())')".
+ *
+ *     #include "stridedview.h"
+ *
+ *     // once, in the module's init function (with the GIL held):
+ *     if (StridedView_Import() < 0) return NULL;
+ *
+ *     // then, for any object:
+ *     if (StridedView_Check(obj)) {
+ *         char *data = (char *)StridedView_Ptr(obj);          // element [0, ..., 0]
+ *         int ndim = StridedView_Ndim(obj);
+ *         const int64_t *shape = StridedView_Shape(obj);      // ndim extents
+ *         const int64_t *strides = StridedView_Strides(obj);  // ndim strides, in ELEMENTS
+ *         int64_t itemsize = StridedView_Itemsize(obj);       // bytes per element
+ *     }
+ *
+ * Each accessor is one load at an offset the installed stridedview reports, so
+ * an extension built against this header keeps working when the view's object
+ * layout changes.  The arrays belong to the view: valid while it lives.  The
+ * accessors read fields; they take no reference and need the GIL only as any
+ * read of a live object does.
+ *
+ * Versioning: StridedView_Import() fails (ImportError) when the installed
+ * stridedview's STRIDEDVIEW_C_API_VERSION differs from this header's.  New
+ * fields are only ever appended to StridedViewCAPI, its `size` telling how many
+ * the installed one has.
+ *
+ * Device and element type: StridedView_DeviceType() is the DLPack device type
+ * (1 CPU, 2 CUDA, 3 CUDA pinned host, 13 CUDA managed).  For the element type,
+ * the device ordinal or a DLTensor, use the view's DLPack C exchange API
+ * (PyCapsule `type(view).__dlpack_c_exchange_api__`, "dlpack_exchange_api").
+ */
+#ifndef STRIDEDVIEW_H
+#define STRIDEDVIEW_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STRIDEDVIEW_C_API_VERSION 1
+/* PyCapsule_Import name: the attribute _C_API of module stridedview._view. */
+#define STRIDEDVIEW_C_API_CAPSULE "stridedview._view._C_API"
+
+typedef struct StridedViewCAPI {
+    uint32_t version;             /* STRIDEDVIEW_C_API_VERSION of the installed package */
+    uint32_t size;                /* sizeof(StridedViewCAPI) there */
+    PyTypeObject *view_type;      /* stridedview.StridedMemoryView */
+    /* Byte offsets of the view's fields in its object (from the PyObject *): */
+    Py_ssize_t ptr_offset;        /* uintptr_t: address of element [0, ..., 0] */
+    Py_ssize_t ndim_offset;       /* int32_t */
+    Py_ssize_t dims_offset;       /* int64_t *: ndim extents, then ndim element strides */
+    Py_ssize_t itemsize_offset;   /* int64_t: bytes per element */
+    Py_ssize_t size_offset;       /* int64_t: number of elements */
+    Py_ssize_t device_type_offset; /* int32_t: DLPack device type */
+    Py_ssize_t readonly_offset;   /* int: nonzero when the memory is read-only */
+} StridedViewCAPI;
+
+#ifndef STRIDEDVIEW_BUILDING_MODULE
+
+/* One per translation unit that includes this header. */
+static const StridedViewCAPI *StridedView_CAPI = NULL;
+
+/* Import stridedview and its C API: 0 on success, -1 with a Python exception set. */
+static int StridedView_Import(void)
+{
+    const StridedViewCAPI *api =
+        (const StridedViewCAPI *)PyCapsule_Import(STRIDEDVIEW_C_API_CAPSULE, 0);
+    if (api == NULL) {
+        return -1;
+    }
+    if (api->version != STRIDEDVIEW_C_API_VERSION) {
+        PyErr_Format(PyExc_ImportError,
+                     "stridedview: the installed C API is version %u, this extension was "
+                     "built for version %d: rebuild it",
+                     (unsigned)api->version, STRIDEDVIEW_C_API_VERSION);
+        return -1;
+    }
+    StridedView_CAPI = api;
+    return 0;
+}
+
+#define STRIDEDVIEW__FIELD(obj, offset, type) \
+    (*(type *)((char *)(obj) + StridedView_CAPI->offset))
+
+/* Whether obj is a StridedMemoryView (the type is final: no subclasses). */
+static inline int StridedView_Check(PyObject *obj)
+{
+    return Py_TYPE(obj) == StridedView_CAPI->view_type;
+}
+
+static inline void *StridedView_Ptr(PyObject *view)
+{
+    return (void *)STRIDEDVIEW__FIELD(view, ptr_offset, uintptr_t);
+}
+
+static inline int StridedView_Ndim(PyObject *view)
+{
+    return (int)STRIDEDVIEW__FIELD(view, ndim_offset, int32_t);
+}
+
+static inline const int64_t *StridedView_Shape(PyObject *view)
+{
+    return STRIDEDVIEW__FIELD(view, dims_offset, int64_t *);
+}
+
+static inline const int64_t *StridedView_Strides(PyObject *view)
+{
+    return StridedView_Shape(view) + StridedView_Ndim(view);
+}
+
+static inline int64_t StridedView_Itemsize(PyObject *view)
+{
+    return STRIDEDVIEW__FIELD(view, itemsize_offset, int64_t);
+}
+
+static inline int64_t StridedView_Size(PyObject *view)
+{
+    return STRIDEDVIEW__FIELD(view, size_offset, int64_t);
+}
+
+static inline int StridedView_DeviceType(PyObject *view)
+{
+    return (int)STRIDEDVIEW__FIELD(view, device_type_offset, int32_t);
+}
+
+static inline int StridedView_Readonly(PyObject *view)
+{
+    return STRIDEDVIEW__FIELD(view, readonly_offset, int) != 0;
+}
+
+#endif /* STRIDEDVIEW_BUILDING_MODULE */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRIDEDVIEW_H */

@@ -1,0 +1,242 @@
+"""The C-level API: a Cython extension (``from stridedview cimport StridedMemoryView``) and a
+C extension (``stridedview.h`` from ``stridedview.get_include()``), both compiled here in a
+temporary directory against the package under test, read every view's layout as C values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stridedview
+from stridedview import StridedMemoryView
+
+pytest.importorskip("Cython")
+pytest.importorskip("setuptools")
+
+CYTHON_SOURCE = '''
+# cython: language_level=3
+from libc.stdint cimport int64_t, uintptr_t
+from stridedview cimport StridedMemoryView
+
+
+def layout(StridedMemoryView view):
+    """Every C-level accessor, as a tuple of Python values."""
+    cdef int i, ndim = view.c_ndim()
+    cdef const int64_t *shape = view.c_shape()
+    cdef const int64_t *strides = view.c_strides()
+    return (
+        <uintptr_t>view.c_ptr(), ndim,
+        tuple([shape[i] for i in range(ndim)]), tuple([strides[i] for i in range(ndim)]),
+        view.c_itemsize(), view.c_size(), view.c_device_type(), view.c_readonly(),
+    )
+
+
+def ptr_plus_ndim(StridedMemoryView view):
+    return <uintptr_t>view.c_ptr() + view.c_ndim()
+
+
+def sum_float64(StridedMemoryView view):
+    """Sum a 2-d float64 view with its element strides, as a kernel would address it."""
+    cdef const double *data = <const double *>view.c_ptr()
+    cdef const int64_t *shape = view.c_shape()
+    cdef const int64_t *strides = view.c_strides()
+    cdef double total = 0
+    cdef int64_t i, j
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            total += data[i * strides[0] + j * strides[1]]
+    return total
+'''
+
+C_SOURCE = r'''
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "stridedview.h"
+
+static PyObject *layout(PyObject *self, PyObject *obj)
+{
+    if (!StridedView_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "not a StridedMemoryView");
+        return NULL;
+    }
+    int ndim = StridedView_Ndim(obj);
+    const int64_t *shape = StridedView_Shape(obj), *strides = StridedView_Strides(obj);
+    PyObject *shape_tuple = PyTuple_New(ndim), *strides_tuple = PyTuple_New(ndim);
+    for (int i = 0; i < ndim; i++) {
+        PyTuple_SET_ITEM(shape_tuple, i, PyLong_FromLongLong(shape[i]));
+        PyTuple_SET_ITEM(strides_tuple, i, PyLong_FromLongLong(strides[i]));
+    }
+    return Py_BuildValue("(KiNNLLii)", (unsigned long long)(uintptr_t)StridedView_Ptr(obj), ndim,
+                         shape_tuple, strides_tuple, (long long)StridedView_Itemsize(obj),
+                         (long long)StridedView_Size(obj), StridedView_DeviceType(obj),
+                         StridedView_Readonly(obj));
+}
+
+static PyObject *api_version(PyObject *self, PyObject *unused)
+{
+    return Py_BuildValue("(II)", StridedView_CAPI->version, StridedView_CAPI->size);
+}
+
+static PyMethodDef methods[] = {
+    {"layout", layout, METH_O, NULL},
+    {"api_version", api_version, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "sv_c_probe", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_sv_c_probe(void)
+{
+    if (StridedView_Import() < 0) {
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}
+'''
+
+SETUP = '''
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=cythonize(
+        [Extension("sv_cy_probe", ["sv_cy_probe.pyx"])],
+        include_path=[{package_parent!r}],
+        quiet=True,
+    )
+    + [Extension("sv_c_probe", ["sv_c_probe.c"], include_dirs=[{include!r}])],
+)
+'''
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory):
+    """The two probe extensions, built against the package under test."""
+    build = tmp_path_factory.mktemp("capi")
+    package_parent = str(Path(stridedview.__file__).resolve().parent.parent)
+    (build / "sv_cy_probe.pyx").write_text(CYTHON_SOURCE)
+    (build / "sv_c_probe.c").write_text(C_SOURCE)
+    (build / "setup.py").write_text(
+        SETUP.format(package_parent=package_parent, include=stridedview.get_include())
+    )
+    env = dict(os.environ, PYTHONPATH=package_parent + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=build, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    sys.path.insert(0, str(build))
+    try:
+        import sv_c_probe
+        import sv_cy_probe
+    finally:
+        sys.path.remove(str(build))
+    return sv_cy_probe, sv_c_probe, build
+
+
+def python_layout(view):
+    # Device views here are CUDA Array Interface views (DLPack's kDLCUDA, 2), whose
+    # device_id would need the driver.
+    device_type = 2 if view.is_device_accessible else 1
+    return (view.ptr, view.ndim, view.shape, view.strides, view.itemsize, view.size,
+            device_type, view.readonly)
+
+
+class Cai:
+    def __init__(self, **interface):
+        self.__cuda_array_interface__ = dict(
+            {"shape": (3, 4), "typestr": "<i2", "data": (0x10000, True), "version": 3}, **interface
+        )
+
+
+def views():
+    """(id, view) of views of many layouts and origins."""
+    base = np.arange(60, dtype=np.float64).reshape(3, 4, 5)
+    deep = np.zeros((1,) * 10 + (3,), dtype=np.int8)
+    readonly = np.arange(4.0)
+    readonly.setflags(write=False)
+    return [
+        ("3d", StridedMemoryView(base)),
+        ("sliced", StridedMemoryView(base[::-1, 1:, ::2])),
+        ("transposed", StridedMemoryView(base.T)),
+        ("0d", StridedMemoryView(np.array(1.5))),
+        ("empty", StridedMemoryView(np.zeros((0, 7), dtype=np.int32))),
+        ("11d-heap-dims", StridedMemoryView(deep)),
+        ("readonly", StridedMemoryView(readonly)),
+        ("bytes", StridedMemoryView(b"abc")),
+        ("from-buffer", StridedMemoryView.from_buffer(bytearray(64), (4, 2), (4, 1), dtype=np.float32)),
+        ("view-of-view", StridedMemoryView(StridedMemoryView(base[:, ::2]))),
+        ("cai-row-major", StridedMemoryView(Cai(), stream_ptr=-1)),
+        ("cai-strided", StridedMemoryView(Cai(strides=(2, 24)), stream_ptr=-1)),
+    ]
+
+
+VIEWS = views()
+
+
+@pytest.mark.parametrize("view", [pytest.param(v, id=i) for i, v in VIEWS])
+def test_cython_extension_reads_the_layout_as_c_values(probes, view):
+    """A Cython extension's c_ptr/c_ndim/c_shape/c_strides/... equal the view's Python fields."""
+    cython_probe, _, _ = probes
+    assert cython_probe.layout(view) == python_layout(view)
+
+
+@pytest.mark.parametrize("view", [pytest.param(v, id=i) for i, v in VIEWS])
+def test_c_extension_reads_the_layout_through_the_header(probes, view):
+    """A C extension using stridedview.h reads the same layout at the offsets the package reports."""
+    _, c_probe, _ = probes
+    assert c_probe.layout(view) == python_layout(view)
+
+
+def test_cython_kernel_addresses_elements_with_the_strides(probes):
+    """A Cython loop over c_ptr with c_strides reads exactly the view's elements."""
+    cython_probe, _, _ = probes
+    array = np.arange(30, dtype=np.float64).reshape(5, 6)[::-2, 1::2]
+    assert cython_probe.sum_float64(StridedMemoryView(array)) == array.sum()
+
+
+def test_c_extension_checks_the_type_and_the_api_version(probes):
+    """The header's StridedView_Check refuses other objects; the imported table has this version."""
+    _, c_probe, _ = probes
+    with pytest.raises(TypeError, match="not a StridedMemoryView"):
+        c_probe.layout(np.zeros(3))
+    version, size = c_probe.api_version()
+    header = (Path(stridedview.get_include()) / "stridedview.h").read_text()
+    assert version == int(re.search(r"#define STRIDEDVIEW_C_API_VERSION (\d+)", header).group(1))
+    assert size >= 8 + 8 + 7 * 8
+
+
+def test_cython_accessors_compile_to_field_reads(probes):
+    """The accessors are inlined field reads: the generated C looks up no attribute on the view."""
+    _, _, build = probes
+    generated = (build / "sv_cy_probe.c").read_text()
+    body = re.search(
+        r"static PyObject \*__pyx_pf_\w*ptr_plus_ndim\([^;{]*\) \{\n.*?\n\}\n", generated, re.S
+    ).group(0)
+    assert "GetAttr" not in body and "__pyx_n_s" not in body
+    assert "StridedMemoryView_c_ptr(__pyx_v_view)" in body
+    accessor = re.search(
+        r"static CYTHON_INLINE void \*__pyx_f_\w*StridedMemoryView_c_ptr\([^;{]*\) \{\n.*?\n\}\n",
+        generated, re.S,
+    ).group(0)
+    assert "->_ptr" in accessor
+
+
+def test_shipped_files_are_in_the_package():
+    """The .pxd files and the header ship with the package (package-data) and get_include finds them."""
+    package = Path(stridedview.__file__).parent
+    assert (package / "__init__.pxd").is_file()
+    assert (package / "_view.pxd").is_file()
+    assert Path(stridedview.get_include()) == package / "include"
+    assert (Path(stridedview.get_include()) / "stridedview.h").is_file()
+    pyproject = (package.parent.parent / "pyproject.toml").read_text()
+    assert "include/*.h" in pyproject
+    assert textwrap.dedent(stridedview.get_include.__doc__ or "").strip()
