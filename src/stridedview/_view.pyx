@@ -548,23 +548,25 @@ cdef bint _byte_offsets_fit(
     The spans below and above element 0 are summed apart, each kept <= 2**63 - 1.
     """
     cdef uint64_t limit = <uint64_t>INT64_MAX
-    cdef uint64_t above = 0, below = 0, step, span, steps
+    cdef uint64_t above = 0, below = 0, step, span, steps, per_item
     cdef Py_ssize_t i
     if size == 0:
         return True
     if itemsize < 1:
         itemsize = 1
+    per_item = limit // <uint64_t>itemsize
     if strides == NULL:
-        return <uint64_t>(size - 1) <= limit // <uint64_t>itemsize
+        return <uint64_t>(size - 1) <= per_item
     for i in range(ndim):
         if extents[i] <= 1:
             continue
         steps = <uint64_t>(extents[i] - 1)
         step = <uint64_t>strides[i] if strides[i] >= 0 else <uint64_t>0 - <uint64_t>strides[i]
-        if step > limit // <uint64_t>itemsize:
+        if step > per_item:
             return False
         step *= <uint64_t>itemsize
-        if step != 0 and steps > limit // step:
+        # Below 2**31 both, the product fits; only larger ones need the division.
+        if (steps | step) >> 31 and step != 0 and steps > limit // step:
             return False
         span = step * steps
         if strides[i] >= 0:
