@@ -51,7 +51,14 @@ cdef class StridedMemoryView:
     it has ``__dlpack__`` and ``__dlpack_device__``, else through the CUDA Array
     Interface (CAI) when it has ``__cuda_array_interface__``; anything else is a
     ``BufferError``.  ``from_dlpack`` and ``from_cuda_array_interface`` force one
-    protocol.  Nothing is copied; the view keeps ``obj`` alive.  A view of a
+    protocol.  Nothing is copied: ``__dlpack__`` is asked with ``copy=False``
+    (``max_version=(1, 3)`` too; asked again without a keyword the producer
+    does not know), and a capsule flagged IS_COPIED is refused.  The view keeps
+    ``obj`` alive.  Every element it reaches lies within 2**63 - 1 bytes of
+    element 0 (a layout reaching farther is a ``BufferError``).  A type's DLPack
+    1.3 C exchange API (``__dlpack_c_exchange_api__``) is used in place of
+    ``__dlpack__`` only while the type's DLPack methods are those of the class
+    offering it.  A view of a
     StridedMemoryView takes that view's fields, its ``exporting_obj`` and its
     memory owner (no capsule, no driver, no chain however deep views nest).
 
