@@ -47,6 +47,7 @@ __all__ = [
     "make_producer",
     "from_numpy",
     "deleter_calls",
+    "forget",
     "capsule_name",
     "assert_view",
 ]
@@ -264,6 +265,19 @@ def _capsule_destructor(capsule_address):
     managed = struct_type.from_address(address)
     if managed.deleter:
         managed.deleter(address)
+
+
+def forget(producer):
+    """Drop this module's records of ``producer``'s tensors (kept for the process otherwise).
+
+    For a test that makes thousands of capsules, once it has checked their deleter
+    calls: the records would stay behind and weigh on later memory measurements.
+    """
+    for tensor_id in producer.tensor_ids:
+        DELETER_CALLS.pop(tensor_id, None)
+        _LIVE.pop(tensor_id, None)
+        _RETIRED.pop(tensor_id, None)
+    producer.tensor_ids.clear()
 
 
 def deleter_calls(producer):

@@ -25,6 +25,7 @@ from producers import (
     assert_view,
     capsule_name,
     deleter_calls,
+    forget,
     from_numpy,
     make_producer,
 )
@@ -578,6 +579,7 @@ def test_refused_capsule_held_by_nobody_is_released_with_no_error_pending(kind, 
         else:
             raise AssertionError("the capsule was not refused")
     assert deleter_calls(producer) == 10_000
+    forget(producer)
 
 
 @pytest.mark.parametrize(ROW_ARGS, [row for row in ERROR_TABLE if row.values[-1] == "foreign"])

@@ -612,14 +612,6 @@ def release_as_producer(producer, spec):
     producer.release_capsules()
 
 
-def forget(producer):
-    """Drop producers.py's bookkeeping of ``producer``'s tensors (kept per process otherwise)."""
-    for tensor_id in producer.tensor_ids:
-        DELETER_CALLS.pop(tensor_id, None)
-        producers._LIVE.pop(tensor_id, None)
-        producers._RETIRED.pop(tensor_id, None)
-
-
 def check_dlpack(spec, stream_ptr, *, exports=True):
     """One fuzz case of the general DLPack path; see the module docstring."""
     fake = new_fake()
@@ -672,7 +664,7 @@ def check_dlpack(spec, stream_ptr, *, exports=True):
         counts = [DELETER_CALLS[i] for i in producer.tensor_ids]
     if any(c != want for c in counts):
         raise AssertionError(f"deleter calls per capsule {counts}, expected {want} each")
-    forget(producer)
+    producers.forget(producer)
     check_fake(fake)
 
 

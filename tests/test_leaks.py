@@ -225,12 +225,8 @@ class _CapsuleLedger:
         ids = self.producer.tensor_ids
         wrong = {i: DELETER_CALLS[i] for i in ids if DELETER_CALLS[i] != 1}
         assert not wrong, f"deleter calls (tensor id: count) {wrong}"
-        for tensor_id in ids:
-            DELETER_CALLS.pop(tensor_id, None)
-            producers._LIVE.pop(tensor_id, None)
-            producers._RETIRED.pop(tensor_id, None)
         self.checked += len(ids)
-        ids.clear()
+        producers.forget(self.producer)
         self.producer.calls.clear()
 
 

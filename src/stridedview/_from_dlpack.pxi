@@ -192,33 +192,38 @@ cdef enum:
     _LENT_INLINE_NDIM = 16  # a lent layout of up to this many dimensions is copied on the stack
 
 
-cdef int _borrow_dltensor(object obj, _ProducerType info, DLTensor *out) except -1:
-    """Fill ``out`` through the exchange API; a failure is a one-line BufferError.
+cdef inline int _borrow_dltensor(object obj, _ProducerType info, DLTensor *out) except -1:
+    """Fill ``out`` through the exchange API; a failure is a one-line BufferError."""
+    if info.dltensor_from_py_object(<void *>obj, out) == 0:
+        return 0
+    return _exchange_failed(obj)
 
-    The producer reports a failure as -1 with a Python exception set; one that
-    sets none, or a torch error (a RuntimeError carrying its C++ frames: sparse,
+
+cdef int _exchange_failed(object obj) except -1:
+    """Raise for a failed ``dltensor_from_py_object_no_sync`` (it returned -1).
+
+    The producer reports a failure with a Python exception set; one that sets
+    none, or a torch error (a RuntimeError carrying its C++ frames: sparse,
     quantized and meta tensors), is made the BufferError DLPack producers raise.
     """
+    if PyErr_Occurred() == NULL:
+        raise BufferError(
+            f"dlpack: the exchange API of {type(obj).__name__!r} failed without setting "
+            "an error"
+        )
     try:
-        _lend(obj, info.dltensor_from_py_object, out)
+        _raise_pending()
     except (RuntimeError, ValueError, TypeError) as error:
         first_line = str(error).partition("\n")[0]
         raise BufferError(
             f"dlpack: the exchange API of {type(obj).__name__!r} cannot export this object "
             f"({first_line})"
         ) from None
-    return 0
+    return -1
 
 
-cdef int _lend(object obj, DLTensorFromPyObject dltensor_from_py_object, DLTensor *out) except -1:
-    if dltensor_from_py_object(<void *>obj, out) == 0:
-        return 0
-    if PyErr_Occurred() == NULL:
-        raise BufferError(
-            f"dlpack: the exchange API of {type(obj).__name__!r} failed without setting "
-            "an error"
-        )
-    return -1  # the producer's exception
+cdef int _raise_pending() except -1:
+    return -1  # Cython raises the exception already set
 
 
 cdef int _ask_device(object obj, int32_t *device_type, int32_t *device_id) except -1:
@@ -427,10 +432,13 @@ cdef int _fill_from_dltensor(
     if tensor.device.device_type != kDLCPU and tensor.device.device_id < 0:
         raise BufferError(f"dlpack: device_id must be >= 0 (got {tensor.device.device_id})")
     view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
-    if not _byte_offsets_fit(ndim, tensor.shape, tensor.strides, size, view.dtype.itemsize):
+    # The dtype's item size, from the DLPack type it was checked against (lanes
+    # are 1; a padded sub-byte element takes one byte).
+    cdef Py_ssize_t itemsize = (tensor.dtype.bits + 7) // 8
+    if not _byte_offsets_fit(ndim, tensor.shape, tensor.strides, size, itemsize):
         raise BufferError(
             f"dlpack: byte offsets from element 0 must fit in int64 (got shape {shape}, "
-            f"strides {strides} in elements, itemsize {view.dtype.itemsize})"
+            f"strides {strides} in elements, itemsize {itemsize})"
         )
 
     view._ptr = <uintptr_t>tensor.data + <uintptr_t>tensor.byte_offset

@@ -41,6 +41,12 @@ cdef class _ProducerType:
 # __eq__ and __hash__ (a metaclass may define them): the description holds the
 # type, so its id cannot be reused while the entry lives.
 cdef dict _producer_types = {}
+# In front of the dict, descriptions direct-mapped by the type's address (no
+# int to allocate); a slot is used only if the description it holds is of
+# this very type.
+cdef enum:
+    _TYPE_SLOTS = 64
+cdef list _type_slots = [None] * _TYPE_SLOTS
 # The last answer, in one global so that a reader never pairs one type with
 # another type's description.
 cdef _ProducerType _last_info = None
@@ -52,12 +58,18 @@ cdef _ProducerType _producer_type(object obj):
     cdef _ProducerType info = _last_info
     if info is not None and info.described_type is tp:
         return info
-    info = <_ProducerType>_producer_types.get(id(tp))
-    if info is None or info.described_type is not tp:
-        info = _describe_type(tp)
-        if len(_producer_types) >= 1024:
-            _producer_types.clear()  # bound the cache where classes are made on the fly
-        _producer_types[id(tp)] = info
+    cdef Py_ssize_t slot = <Py_ssize_t>((<uintptr_t><PyObject *>tp >> 4) % _TYPE_SLOTS)
+    found = _type_slots[slot]
+    if found is not None and (<_ProducerType>found).described_type is tp:
+        info = <_ProducerType>found
+    else:
+        info = <_ProducerType>_producer_types.get(id(tp))
+        if info is None or info.described_type is not tp:
+            info = _describe_type(tp)
+            if len(_producer_types) >= 1024:
+                _producer_types.clear()  # bound the cache where classes are made on the fly
+            _producer_types[id(tp)] = info
+        _type_slots[slot] = info
     _last_info = info
     return info
 

@@ -70,10 +70,16 @@ cdef class StridedMemoryView:
     anything else is a ``BufferError``.  ``from_dlpack``,
     ``from_cuda_array_interface`` and ``from_array_interface`` force one
     protocol; ``from_buffer`` lays a layout over a buffer's bytes.  Nothing is
-    copied; the view keeps ``obj`` alive (and holds a buffer-protocol buffer
-    until it is deallocated).  A view of a StridedMemoryView takes that view's fields,
-    its ``exporting_obj`` and its memory owner (no capsule, no driver, no chain
-    however deep views nest).
+    copied: ``__dlpack__`` is asked with ``copy=False`` (``max_version=(1, 3)``
+    too; asked again without a keyword the producer does not know), and a
+    capsule flagged IS_COPIED is refused.  The view keeps ``obj`` alive (and
+    holds a buffer-protocol buffer until it is deallocated).  Every element it
+    reaches lies within 2**63 - 1 bytes of element 0 (a layout reaching farther
+    is a ``BufferError``).  A type's DLPack 1.3 C exchange API
+    (``__dlpack_c_exchange_api__``) is used in place of ``__dlpack__`` only while
+    the type's DLPack methods are those of the class offering it.  A view of a
+    StridedMemoryView takes that view's fields, its ``exporting_obj`` and its
+    memory owner (no capsule, no driver, no chain however deep views nest).
 
     Streams.  ``stream_ptr`` names the stream on which the caller will use the
     data: an int handle (0 the null stream, 1 the legacy default stream, 2 the
@@ -826,23 +832,25 @@ cdef bint _byte_offsets_fit(
     The spans below and above element 0 are summed apart, each kept <= 2**63 - 1.
     """
     cdef uint64_t limit = <uint64_t>INT64_MAX
-    cdef uint64_t above = 0, below = 0, step, span, steps
+    cdef uint64_t above = 0, below = 0, step, span, steps, per_item
     cdef Py_ssize_t i
     if size == 0:
         return True
     if itemsize < 1:
         itemsize = 1
+    per_item = limit // <uint64_t>itemsize
     if strides == NULL:
-        return <uint64_t>(size - 1) <= limit // <uint64_t>itemsize
+        return <uint64_t>(size - 1) <= per_item
     for i in range(ndim):
         if extents[i] <= 1:
             continue
         steps = <uint64_t>(extents[i] - 1)
         step = <uint64_t>strides[i] if strides[i] >= 0 else <uint64_t>0 - <uint64_t>strides[i]
-        if step > limit // <uint64_t>itemsize:
+        if step > per_item:
             return False
         step *= <uint64_t>itemsize
-        if step != 0 and steps > limit // step:
+        # Below 2**31 both, the product fits; only larger ones need the division.
+        if (steps | step) >> 31 and step != 0 and steps > limit // step:
             return False
         span = step * steps
         if strides[i] >= 0:
