@@ -202,7 +202,7 @@ def test_neither_protocol_error_says_what_to_do():
     with pytest.raises(BufferError) as caught:
         StridedMemoryView([[1.0, 2.0]])
     message = str(caught.value)
-    assert message.startswith("stridedview: 'list' object supports neither DLPack")
+    assert message.startswith("stridedview: 'list' object supports none of DLPack")
     for words in ("numpy", "CuPy", "PyTorch", "JAX", "Numba", "numpy.asarray(obj)"):
         assert words in message
 

@@ -14,6 +14,7 @@ import threading
 import numpy as np
 import pytest
 
+from conftest import gpu_import
 from fake_driver import HOST_BLOCKING_CALLS, CUresult, FakeDriver
 from stridedview import CUDAError, StridedMemoryView
 from stridedview import _driver
@@ -830,7 +831,7 @@ SPIN_CYCLES = 200_000_000  # about 0.1 s on current GPUs: long enough for a race
 @pytest.mark.gpu
 def test_gpu_cupy_cross_stream_race_prevented():
     """CuPy: a long kernel writes on stream A; a view with stream B makes a read on B see every write."""
-    cp = pytest.importorskip("cupy")
+    cp = gpu_import("cupy")
     _driver.use_api(None)
     kernel = cp.RawKernel(
         r"""
@@ -863,7 +864,7 @@ def test_gpu_cupy_cross_stream_race_prevented():
 @pytest.mark.gpu
 def test_gpu_numba_cross_stream_race_prevented():
     """Numba: a long kernel writes on stream A; a view with stream B makes a kernel on B see every write."""
-    numba_cuda = pytest.importorskip("numba.cuda")
+    numba_cuda = gpu_import("numba.cuda")
 
     def handle(stream):
         raw = stream.handle
@@ -902,9 +903,9 @@ def test_gpu_numba_cross_stream_race_prevented():
 @pytest.mark.gpu
 def test_gpu_torch_cuda_views_and_race_prevented():
     """PyTorch: a CUDA tensor is viewed through DLPack (preferred) with its stream ordering, and through its v2 CAI."""
-    torch = pytest.importorskip("torch")
+    torch = gpu_import("torch")
     if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA")
+        pytest.fail("this machine has a CUDA GPU but torch has no CUDA: install torch with CUDA")
     _driver.use_api(None)
     stream_a, stream_b = torch.cuda.Stream(), torch.cuda.Stream()
     n = 1 << 20
@@ -929,7 +930,7 @@ def test_gpu_torch_cuda_views_and_race_prevented():
 @pytest.mark.gpu
 def test_gpu_device_id_of_real_pointer():
     """device_id of a real CuPy allocation is its device, asked of the real driver."""
-    cp = pytest.importorskip("cupy")
+    cp = gpu_import("cupy")
     _driver.use_api(None)
     x = cp.zeros(4)
     view = StridedMemoryView.from_cuda_array_interface(x, stream_ptr=-1)
