@@ -176,6 +176,13 @@ def views():
         ("view-of-view", StridedMemoryView(StridedMemoryView(base[:, ::2]))),
         ("cai-row-major", StridedMemoryView(Cai(), stream_ptr=-1)),
         ("cai-strided", StridedMemoryView(Cai(strides=(2, 24)), stream_ptr=-1)),
+        # Derived layouts: each refreshes the C fields it changed.
+        ("derived-index", StridedMemoryView(base)[1:, ::-2, 3]),
+        ("derived-transpose", StridedMemoryView(base).transpose(2, 0, 1)),
+        ("derived-reshape", StridedMemoryView(base).reshape(6, 10)),
+        ("derived-dtype", StridedMemoryView(base).view(dtype=np.float32)),
+        ("derived-broadcast", StridedMemoryView(base)[0, 0].broadcast_to((2, 5))),
+        ("derived-12d", StridedMemoryView(deep)[..., None]),
     ]
 
 
