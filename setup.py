@@ -1,10 +1,20 @@
 """Build the Cython core. Everything else lives in pyproject.toml."""
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 extensions = [
-    Extension("stridedview._view", ["src/stridedview/_view.pyx"]),
+    Extension(
+        "stridedview._view",
+        ["src/stridedview/_view.pyx"],
+        # numpy's headers give the array struct's layout to the numpy adapter
+        # (_from_numpy.pxi); numpy's C API table is never imported, so the
+        # extension links nothing of numpy's and loads no numpy at import.  Built
+        # against numpy 2's headers, it runs with numpy 1.x and 2.x alike.
+        include_dirs=[numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    ),
 ]
 
 setup(

@@ -543,5 +543,6 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 
 include "_producer_types.pxi"
 include "_from_dlpack.pxi"
+include "_from_numpy.pxi"
 include "_from_cai.pxi"
 include "_export.pxi"
