@@ -309,7 +309,7 @@ cdef int _fill_from_dltensor(
     view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
 
     view._ptr = <uintptr_t>tensor.data + <uintptr_t>tensor.byte_offset
-    view.ptr = view._ptr
+    view.ptr = _address_int(view._ptr)
     view.shape = shape
     view.strides = strides
     view._size = size
