@@ -155,8 +155,9 @@ cdef int _check_torch_bits(object tensor, bint is_complex) except -1:
     cdef PyObject *args[1]
     args[0] = <PyObject *>tensor
     if _torch_tensor_type is None:
-        _torch_tensor_type = _sys.modules["torch"].Tensor
-        _torch_is_neg = _torch_tensor_type.is_neg
+        tensor_type = _sys.modules["torch"].Tensor
+        _torch_is_neg = tensor_type.is_neg  # set before the type that guards it
+        _torch_tensor_type = tensor_type
     # An exact torch.Tensor is asked through torch's own method, found once (a
     # lookup through the MRO and the instance dict is a third of the call).
     if type(tensor) is _torch_tensor_type:
