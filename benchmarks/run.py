@@ -219,7 +219,7 @@ def plot(medians: dict[str, float], path: str) -> None:
     colors = ["tab:green" if n.startswith("stridedview") else "tab:gray" for n in names]
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1))
     ax.barh(names[::-1], values[::-1], color=colors[::-1])
-    ax.set_xlabel("median µs per call (construct + read ptr, shape, strides, dtype)")
+    ax.set_xlabel("median µs per call (a view case: construct + read ptr, shape, strides, dtype)")
     ax.set_title("stridedview vs peers, one run, interleaved rounds")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
