@@ -48,6 +48,9 @@ cdef extern from "Python.h":
     bint PyCapsule_CheckExact_ptr "PyCapsule_CheckExact"(PyObject *)
 
 cdef type _ndarray_type = None  # numpy.ndarray, looked up on the first numpy view
+# numpy 1.x exports legacy capsules only (no READ_ONLY flag, read-only arrays
+# refused): the adapter mirrors numpy 2's versioned export, and stands aside there.
+cdef bint _numpy_exports_versioned = False
 
 
 cdef bint _numpy_dtype(int type_num, DLDataType *dl_dtype) noexcept:
@@ -122,9 +125,13 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     strides in elements (numpy's byte strides divided by the item size), readonly
     from the array's WRITEABLE flag, ``exporting_obj`` the array, no capsule.
     """
-    global _ndarray_type
+    global _ndarray_type, _numpy_exports_versioned
     if _ndarray_type is None:
-        _ndarray_type = _sys.modules["numpy"].ndarray
+        numpy = _sys.modules["numpy"]
+        _numpy_exports_versioned = int(numpy.__version__.split(".")[0]) >= 2
+        _ndarray_type = numpy.ndarray  # set last: it says the two above are ready
+    if not _numpy_exports_versioned:
+        return False
     cdef PyArrayObject *array = <PyArrayObject *>obj
     cdef PyArray_Descr *descr = PyArray_DESCR(array)
     cdef DLDataType dl_dtype
