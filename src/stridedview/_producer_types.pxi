@@ -159,7 +159,7 @@ cdef int _check_torch_bits(object tensor, bint is_complex) except -1:
         _torch_is_neg = tensor_type.is_neg  # set before the type that guards it
         _torch_tensor_type = tensor_type
     # An exact torch.Tensor is asked through torch's own method, found once (a
-    # lookup through the MRO and the instance dict is a third of the call).
+    # lookup through the MRO and the instance dict is a sixth of the check).
     if type(tensor) is _torch_tensor_type:
         is_neg = PyObject_Vectorcall(_torch_is_neg, args, 1, NULL)
     else:
