@@ -1,5 +1,6 @@
 """Build the Cython core. Everything else lives in pyproject.toml."""
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -8,7 +9,12 @@ extensions = [
     Extension(
         "stridedview._view",
         ["src/stridedview/_view.pyx"],
-        include_dirs=["src/stridedview/include"],
+        # numpy's headers give the array struct's layout to the numpy adapter
+        # (_from_numpy.pxi); numpy's C API table is never imported, so the
+        # extension links nothing of numpy's and loads no numpy at import.  Built
+        # against numpy 2's headers, it runs with numpy 1.x and 2.x alike.
+        include_dirs=["src/stridedview/include", numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     ),
 ]
 

@@ -102,6 +102,27 @@ def test_chosen_argument_wrapped_by_position_or_keyword(chosen, call):
     assert got["z"] is z
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda f, x, y, z: f(x, y, z=z),
+        lambda f, x, y, z: f(*(x, y), **{"z": z}),
+        lambda f, x, y, z: f.__call__(x, y, z=z),
+        lambda f, x, y, z: functools.partial(f, x)(y, z=z),
+        lambda f, x, y, z: type(f).__call__(f, x, y, z=z),
+    ],
+    ids=["vectorcall", "unpacked", "__call__", "partial", "type-__call__"],
+)
+def test_launcher_wraps_alike_through_every_calling_convention(call):
+    """The launcher wraps the same arguments whether called by vectorcall or with a tuple and dict."""
+    launch = args_viewable_as_strided_memory((1, "z"))(record("x", "y", "z"))
+    x, y, z = array(), array(), array()
+    got = call(launch, x, y, z)
+    assert got["x"] is x
+    check_proxy(got["y"], y)
+    check_proxy(got["z"], z)
+
+
 def test_index_and_name_of_the_same_parameter_wrap_once():
     """Naming one parameter twice (index and name) wraps it once, not a proxy of a proxy."""
     launch = args_viewable_as_strided_memory((0, "x", 0))(record("x"))

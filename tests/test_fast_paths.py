@@ -1,7 +1,8 @@
 """Every fast path gives exactly the view the general path gives.
 
-The fast paths: a producer type's DLPack C exchange API (torch), numpy arrays
-skipping ``__dlpack_device__``, interned shape/stride tuples.  The general path
+The fast paths: a producer type's DLPack C exchange API (torch), numpy arrays read
+through their own layout (no ``__dlpack__`` call, no capsule), interned shape/stride
+tuples.  The general path
 (``__dlpack_device__`` then ``__dlpack__``, a capsule, fresh tuples) is reached with
 ``stridedview._view._set_fast_paths_enabled(False)``.
 """
@@ -17,10 +18,12 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from stridedview import StridedMemoryView, _view
 import producers
-from producers import KINDS, from_numpy
+from producers import KINDS, from_numpy, make_producer
 
 FIELDS = ("ptr", "shape", "strides", "dtype", "device_id", "is_device_accessible", "readonly")
 
@@ -90,6 +93,157 @@ def test_numpy_subclass_overriding_dlpack_device_is_asked():
     StridedMemoryView(array)
     if calls != ["device"]:
         raise AssertionError(calls)
+
+
+def outcome(obj, stream_ptr=None):
+    """The fields of ``obj``'s view, or the type and message of the exception it raises."""
+    try:
+        view = StridedMemoryView(obj, stream_ptr)
+    except Exception as exc:  # noqa: BLE001 - any refusal is compared
+        return ("raised", type(exc), str(exc))
+    return ("view", fields_of(view), repr(view))
+
+
+def assert_same_outcome_both_ways(obj):
+    """The fast and the general path give the same view, or refuse with the same error."""
+    fast = outcome(obj)
+    with general_path():
+        general = outcome(obj)
+    if fast != general:
+        raise AssertionError(f"fast {fast!r} != general {general!r}")
+    return fast
+
+
+# --- numpy: the adapter reading the array's own layout ---------------------------
+
+class Plain(np.ndarray):
+    """A numpy subclass keeping ndarray's DLPack methods (the adapter reads it)."""
+
+    def __array_finalize__(self, obj):
+        self.note = getattr(obj, "note", None)
+
+
+class OwnDevice(np.ndarray):
+    """A numpy subclass with its own __dlpack_device__ (the general path only)."""
+
+    def __dlpack_device__(self):
+        return super().__dlpack_device__()
+
+
+#: What numpy exports, refuses or maps: every built-in numeric type name (long and
+#: longlong are distinct type numbers of one size), swapped byte order, padded and
+#: non-numeric types, structured and metadata-carrying dtypes.
+NUMPY_DTYPES = [
+    "?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "e", "f", "d", "F", "D",
+    "g", "G", ">f4", "<f4", ">i2", "<u8", "=i4", "|u1", "M8[s]", "m8[ns]", "O", "U3", "S2",
+    "V4", [("a", "<i4")], np.dtype("f4", metadata={"unit": "m"}),
+]
+
+
+def numpy_dtypes():
+    import ml_dtypes  # a dependency of stridedview: numpy cannot export its dtypes
+
+    return [np.dtype(d) for d in NUMPY_DTYPES] + [
+        np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn)
+    ]
+
+
+@st.composite
+def numpy_arrays(draw):
+    """Arrays of every dtype above in every layout: sliced (negative steps too),
+    transposed, broadcast (zero strides), 0-d, empty, read-only, strides that are
+    not a multiple of the item size, subclasses."""
+    dtype = draw(st.sampled_from(numpy_dtypes()))
+    shape = tuple(draw(st.lists(st.integers(0, 4), max_size=4)))
+    base = np.zeros(shape, dtype=dtype)
+    if draw(st.booleans()) and base.ndim:
+        steps = draw(st.lists(st.sampled_from([1, 2, -1, -2, 3]), min_size=base.ndim,
+                              max_size=base.ndim))
+        base = base[tuple(slice(None, None, step) for step in steps)]
+    if draw(st.booleans()) and base.ndim > 1:
+        base = base.transpose(draw(st.permutations(range(base.ndim))))
+    if draw(st.booleans()):
+        base = np.broadcast_to(base, (2, *base.shape))  # read-only, a zero stride
+    if draw(st.booleans()) and base.itemsize > 1 and dtype.fields is None:
+        # Packed after a one-byte field: byte strides not a multiple of the item size.
+        packed = np.zeros(base.shape, dtype=[("pad", "u1"), ("x", dtype)])
+        base = packed["x"]
+    if draw(st.booleans()) and base.flags.writeable:
+        base.flags.writeable = False
+    kind = draw(st.sampled_from(["ndarray", "plain", "own-device", "instance-attr"]))
+    if kind == "plain":
+        base = base.view(Plain)
+    elif kind == "own-device":
+        base = base.view(OwnDevice)
+    elif kind == "instance-attr":
+        base = base.view(Plain)
+        base.__dlpack_device__ = lambda: (1, 0)
+    return base
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(array=numpy_arrays())
+def test_numpy_adapter_matches_general_path(array):
+    """Any numpy array: the adapter's view equals the capsule path's, or both refuse alike."""
+    assert_same_outcome_both_ways(array)
+
+
+@pytest.mark.parametrize("dtype", numpy_dtypes(), ids=str)
+def test_numpy_adapter_matches_general_path_for_each_dtype(dtype):
+    """Every dtype, in a strided 2-D layout: the same view or the same refusal both ways."""
+    assert_same_outcome_both_ways(np.zeros((3, 4), dtype=dtype)[::-1, ::2])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.array(2.5),
+        lambda: np.zeros((0, 3)),
+        lambda: np.zeros((3, 0), dtype=np.int8)[::-1],
+        lambda: np.zeros(4, dtype=[("pad", "u1"), ("x", "<f4")])["x"][:1],
+        lambda: np.zeros((1, 4), dtype=[("pad", "u1"), ("x", "<f4")])["x"][:, :1],
+        lambda: np.lib.stride_tricks.as_strided(np.zeros(8, np.int32), (1, 2), (6, 4)),
+        lambda: np.ma.masked_array([1.0, 2.0], mask=[0, 1]),
+    ],
+    ids=["0-d", "empty", "empty-reversed", "one-element-odd-stride", "extent-1-odd-stride",
+         "c-contiguous-odd-stride", "masked"],
+)
+def test_numpy_adapter_edge_layouts(make):
+    """numpy's own stride rule (extent-1 axes, one-element and C-contiguous arrays are not
+    checked) and subclasses: the adapter answers exactly as the capsule path."""
+    assert_same_outcome_both_ways(make())
+
+
+def test_numpy_adapter_takes_no_capsule():
+    """The adapter holds the array once (exporting_obj); a capsule would hold it twice."""
+    array = np.arange(6.0).reshape(2, 3)
+    before = sys.getrefcount(array)
+    fast = StridedMemoryView(array)
+    fast_refs = sys.getrefcount(array) - before
+    with general_path():
+        general = StridedMemoryView(array)
+    general_refs = sys.getrefcount(array) - before - fast_refs
+    if (fast_refs, general_refs) != (1, 2):
+        raise AssertionError((fast_refs, general_refs))
+    del fast, general
+    if sys.getrefcount(array) != before:
+        raise AssertionError("a view leaked a reference to its array")
+
+
+def test_numpy_array_imported_from_pinned_memory_keeps_its_device():
+    """A numpy array numpy imported from CUDAHost memory is viewed as device-accessible.
+
+    numpy's __dlpack_device__ reports the device of memory it imported through DLPack;
+    the fast path must not take every ndarray for CPU memory.
+    """
+    producer = make_producer("versioned", device=(3, 0), hold_capsules=False)
+    array = np.from_dlpack(producer)
+    if array.__dlpack_device__() != (3, 0):
+        pytest.fail(f"numpy no longer reports the imported device: {array.__dlpack_device__()}")
+    view = StridedMemoryView(array)
+    if (view.device_id, view.is_device_accessible) != (0, True):
+        raise AssertionError((view.device_id, view.is_device_accessible))
+    assert_same_view_both_ways(array)
 
 
 def test_interned_tuples_are_equal_and_shared_safely():

@@ -23,14 +23,17 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     """Fill ``view`` from ``obj`` through DLPack; ``stream`` is already normalised.
 
     Through the producer type's C exchange API when it has one (no capsule, no
-    allocation), else through ``__dlpack_device__`` and ``__dlpack__``.  A
-    StridedMemoryView is not asked: its fields are taken as they are.
+    allocation), from a numpy array's own layout (_from_numpy.pxi), else through
+    ``__dlpack_device__`` and ``__dlpack__``.  A StridedMemoryView is not asked:
+    its fields are taken as they are.
     """
     if type(obj) is StridedMemoryView:
         return _view_from_view(view, <StridedMemoryView>obj, stream)
     cdef _ProducerType info = _producer_type(obj)
     if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
         return _view_from_exchange_api(view, obj, stream, info)
+    if info.host_only and _fast_paths_enabled and _view_from_numpy(view, obj):
+        return 0
     if info.is_torch:
         # Before __dlpack__, which refuses conjugate tensors with a vaguer message.
         _check_torch_bits(obj, obj.is_complex())
@@ -44,11 +47,7 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     else:
         exporter = obj
     args[0] = <PyObject *>exporter
-    if info.host_only and _fast_paths_enabled:
-        device_type = kDLCPU
-        device_id = 0
-    else:
-        _ask_device(exporter, &device_type, &device_id)
+    _ask_device(exporter, &device_type, &device_id)
     _check_device_type(device_type)
     dl_stream = _dlpack_stream_for(device_type, stream)
 
@@ -442,7 +441,7 @@ cdef int _fill_from_dltensor(
         )
 
     view._ptr = <uintptr_t>tensor.data + <uintptr_t>tensor.byte_offset
-    view.ptr = view._ptr
+    view.ptr = _address_int(view._ptr)
     view.shape = shape
     view.strides = strides
     view._size = size

@@ -138,6 +138,8 @@ cdef bint _has_dlpack(object obj) except -1:
 
 
 cdef str _IS_NEG = "is_neg"
+cdef object _torch_tensor_type = None  # torch.Tensor (its metaclass is torch's), once needed
+cdef object _torch_is_neg = None  # torch.Tensor.is_neg
 cdef str _IS_CONJ = "is_conj"
 
 
@@ -150,9 +152,20 @@ cdef int _check_torch_bits(object tensor, bint is_complex) except -1:
     exchange API exports both; a kernel would read wrong values either way.  Only
     complex tensors can carry the conjugate bit, so only they are asked.
     """
+    global _torch_tensor_type, _torch_is_neg
     cdef PyObject *args[1]
     args[0] = <PyObject *>tensor
-    if PyObject_VectorcallMethod(_IS_NEG, args, 1, NULL):
+    if _torch_tensor_type is None:
+        tensor_type = _sys.modules["torch"].Tensor
+        _torch_is_neg = tensor_type.is_neg  # set before the type that guards it
+        _torch_tensor_type = tensor_type
+    # An exact torch.Tensor is asked through torch's own method, found once (a
+    # lookup through the MRO and the instance dict is a sixth of the check).
+    if type(tensor) is _torch_tensor_type:
+        is_neg = PyObject_Vectorcall(_torch_is_neg, args, 1, NULL)
+    else:
+        is_neg = PyObject_VectorcallMethod(_IS_NEG, args, 1, NULL)
+    if is_neg:
         raise BufferError(
             "dlpack: the torch tensor has its negative bit set, so its memory does not hold "
             "its values (call .resolve_neg() first)"

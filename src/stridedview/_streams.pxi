@@ -8,6 +8,10 @@
 
 from cpython.number cimport PyNumber_Index
 
+cdef extern from "Python.h":
+    # Cannot fail for an exact int (the only argument it is given here).
+    long long _exact_int_value "PyLong_AsLongLongAndOverflow"(object, int *) noexcept
+
 cdef object _STREAM_TYPE_MSG = (
     "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got {!r})"
 )
@@ -23,9 +27,12 @@ cdef object _normalize_stream(object stream_ptr):
     ``True`` as a stream is a slip, not a handle.
     """
     cdef object handle
+    cdef int overflow = 0
     if stream_ptr is None:
         return None
     if type(stream_ptr) is int:
+        if _exact_int_value(stream_ptr, &overflow) >= -1 and not overflow:
+            return stream_ptr  # the common case (-1 or a handle below 2**63), checked in C
         handle = stream_ptr
     elif isinstance(stream_ptr, bool):
         raise TypeError(_STREAM_TYPE_MSG.format(stream_ptr))

@@ -568,6 +568,7 @@ _expose_as_members()
 
 
 @cython.final
+@cython.freelist(16)
 @cython.auto_pickle(False)
 cdef class ViewableArgument:
     """A launch argument chosen by ``args_viewable_as_strided_memory``.
@@ -637,7 +638,20 @@ cdef object _viewable(object value, object name):
 
 
 cdef extern from "Python.h":
-    object PyObject_Call(object callable, object args, PyObject *kwargs)
+    ctypedef PyObject *(*vectorcallfunc)(
+        PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames
+    )
+    ctypedef struct PyTypeObject_vectorcall "PyTypeObject":
+        Py_ssize_t tp_vectorcall_offset
+        unsigned long tp_flags
+    enum:
+        Py_TPFLAGS_HAVE_VECTORCALL
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    object PyObject_Vectorcall(
+        object callable, PyObject *const *args, size_t nargsf, PyObject *kwnames
+    )
+    object PyVectorcall_Call(object callable, object args, object kwargs)
+    PyObject **PySequence_Fast_ITEMS(object)
 
 
 @cython.final
@@ -647,14 +661,19 @@ cdef class _ViewableLauncher:
 
     ``by_position`` holds ``(position, name)`` pairs in increasing position and
     ``by_keyword`` the names that may come as keywords; both were resolved from
-    the signature once.  A call makes one pass over the chosen arguments, in C.
-    Binds like a function when used as a method.
+    the signature once.  A call is a vectorcall: one pass over the arguments in
+    C, the chosen ones wrapped, then ``func`` called with them (no argument
+    tuple or keyword dict is built).  Binds like a function when used as a method.
     """
 
+    cdef vectorcallfunc _vectorcall  # read by the interpreter: tp_vectorcall_offset
     cdef object func
     cdef tuple by_position
     cdef tuple by_keyword
     cdef dict __dict__
+
+    def __cinit__(self):
+        self._vectorcall = <vectorcallfunc><void *>_launch
 
     def __init__(self, func, tuple by_position, tuple by_keyword):
         self.func = func
@@ -662,32 +681,9 @@ cdef class _ViewableLauncher:
         self.by_keyword = by_keyword
 
     def __call__(self, *args, **kwargs):
-        cdef Py_ssize_t count = PyTuple_GET_SIZE(args)
-        cdef Py_ssize_t i, chosen = 0, chosen_count = PyTuple_GET_SIZE(self.by_position)
-        cdef Py_ssize_t next_position = -1
-        cdef tuple call_args = args
-        cdef object item
-        if chosen_count:
-            next_position, next_name = self.by_position[0]
-        if 0 <= next_position < count:
-            # One pass copying the arguments, the chosen ones wrapped.
-            call_args = PyTuple_New(count)
-            for i in range(count):
-                item = args[i]
-                if i == next_position:
-                    item = _viewable(item, next_name)
-                    chosen += 1
-                    if chosen < chosen_count:
-                        next_position, next_name = self.by_position[chosen]
-                Py_INCREF(item)
-                PyTuple_SET_ITEM(call_args, i, item)
-        if kwargs:
-            for name in self.by_keyword:
-                value = kwargs.get(name, _MISSING)
-                if value is not _MISSING:
-                    kwargs[name] = _viewable(value, name)
-            return PyObject_Call(self.func, call_args, <PyObject *>kwargs)
-        return PyObject_Call(self.func, call_args, NULL)
+        # Only callers that hold a tuple and a dict come here (PyObject_Call's
+        # own callers go straight to the vectorcall).
+        return PyVectorcall_Call(self, args, kwargs)
 
     def __get__(self, instance, owner):
         if instance is None:
@@ -696,6 +692,59 @@ cdef class _ViewableLauncher:
 
     def __repr__(self):
         return f"<viewable-arguments launcher {self.func!r}>"
+
+
+cdef object _launch(
+    _ViewableLauncher self, PyObject *const *args, size_t nargsf, PyObject *kwnames
+):
+    """The launcher's vectorcall: ``self.func(*args)``, the chosen arguments wrapped."""
+    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
+    cdef Py_ssize_t keyword_count = 0 if kwnames == NULL else PyTuple_GET_SIZE(<tuple>kwnames)
+    cdef Py_ssize_t i, chosen = 0, chosen_count = PyTuple_GET_SIZE(self.by_position)
+    cdef Py_ssize_t next_position = -1
+    cdef object item
+    cdef tuple pair
+    if chosen_count:
+        pair = <tuple>self.by_position[0]
+        next_position = pair[0]
+    # Every argument, the chosen ones wrapped; the tuple only holds them while
+    # func runs, func sees them as a vectorcall.
+    cdef tuple items = PyTuple_New(count + keyword_count)
+    for i in range(count):
+        item = <object>args[i]
+        if i == next_position:
+            item = _viewable(item, pair[1])
+            chosen += 1
+            if chosen < chosen_count:
+                pair = <tuple>self.by_position[chosen]
+                next_position = pair[0]
+        Py_INCREF(item)
+        PyTuple_SET_ITEM(items, i, item)
+    for i in range(keyword_count):
+        item = <object>args[count + i]
+        name = (<tuple>kwnames)[i]
+        if name in self.by_keyword:
+            item = _viewable(item, name)
+        Py_INCREF(item)
+        PyTuple_SET_ITEM(items, count + i, item)
+    return PyObject_Vectorcall(self.func, PySequence_Fast_ITEMS(items), count, kwnames)
+
+
+cdef int _enable_launcher_vectorcall() except -1:
+    """Point the interpreter at each launcher's ``_vectorcall`` field.
+
+    Cython gives a class no vectorcall of its own; a launcher is called on every
+    kernel launch, and a vectorcall spares the argument tuple and keyword dict.
+    """
+    cdef PyTypeObject_vectorcall *tp = <PyTypeObject_vectorcall *>_ViewableLauncher
+    cdef _ViewableLauncher probe = _ViewableLauncher.__new__(_ViewableLauncher)
+    tp.tp_vectorcall_offset = <Py_ssize_t>(<char *>&probe._vectorcall - <char *><void *>probe)
+    tp.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
+    PyType_Modified(<PyTypeObject_dict *>tp)
+    return 0
+
+
+_enable_launcher_vectorcall()
 
 
 cdef StridedMemoryView _derive(StridedMemoryView base):
@@ -796,6 +845,28 @@ cdef inline int64_t *_c_dims_storage(StridedMemoryView view, Py_ssize_t ndim) ex
 cdef tuple _last_itemsize = (None, 0)
 
 
+# Address ints, interned like the shape tuples: a launch loop views the same
+# buffers again and again, and an int found here spares an allocation and a
+# deallocation per view.  Direct-mapped by the address; ints are immutable.
+cdef enum:
+    _ADDRESS_CACHE_SLOTS = 32
+
+cdef uintptr_t _cached_addresses[_ADDRESS_CACHE_SLOTS]
+cdef list _cached_address_ints = [None] * _ADDRESS_CACHE_SLOTS
+
+
+cdef object _address_int(uintptr_t address):
+    """``address`` as a Python int, from the intern cache when it holds it."""
+    cdef Py_ssize_t slot = <Py_ssize_t>((address >> 4) % _ADDRESS_CACHE_SLOTS)
+    cdef object cached = _cached_address_ints[slot]
+    if cached is not None and _cached_addresses[slot] == address:
+        return cached
+    result = address
+    _cached_address_ints[slot] = result
+    _cached_addresses[slot] = address
+    return result
+
+
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
     """Row-major element strides for ``shape`` (whose extents are also in ``extents``).
 
@@ -893,6 +964,7 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 
 include "_producer_types.pxi"
 include "_from_dlpack.pxi"
+include "_from_numpy.pxi"
 include "_from_cai.pxi"
 include "_export.pxi"
 include "_layout.pxi"

@@ -1,0 +1,195 @@
+# numpy.ndarray -> the view's fields, read from the array's own layout: no
+# __dlpack__ call, no capsule, no allocation beyond the view.
+#
+# The adapter fills a DLTensor exactly as numpy's ``__dlpack__(max_version=(1, x))``
+# would and hands it to the one DLTensor filler the capsule path uses, so the view
+# is the general path's view by construction.  It takes only what numpy exports
+# without a question; anything else (a dtype numpy refuses or maps through its
+# registry, swapped byte order, strides numpy refuses, memory numpy imported from
+# another device, a subclass instance carrying its own DLPack methods) is declined,
+# and the general path then asks numpy and answers (or refuses) as numpy does.
+#
+# Only the array struct's fields are read (the layout numpy's headers give, stable
+# across numpy 1.x and 2.x): numpy's C API table is never imported, so importing
+# stridedview still imports no numpy.
+
+cdef extern from *:
+    """
+    #include "numpy/ndarraytypes.h"
+    """
+    ctypedef Py_ssize_t npy_intp
+
+    ctypedef struct PyArray_Descr:
+        char byteorder
+        int type_num
+
+    ctypedef struct PyArrayObject:
+        pass
+
+    int PyArray_NDIM(PyArrayObject *)
+    void *PyArray_DATA(PyArrayObject *)
+    npy_intp *PyArray_DIMS(PyArrayObject *)
+    npy_intp *PyArray_STRIDES(PyArrayObject *)
+    PyObject *PyArray_BASE(PyArrayObject *)
+    PyArray_Descr *PyArray_DESCR(PyArrayObject *)
+    int PyArray_FLAGS(PyArrayObject *)
+    bint PyArray_ISNBO(char byteorder)
+
+    enum:
+        NPY_ARRAY_C_CONTIGUOUS
+        NPY_ARRAY_WRITEABLE
+        NPY_BOOL, NPY_BYTE, NPY_UBYTE, NPY_SHORT, NPY_USHORT, NPY_INT, NPY_UINT
+        NPY_LONG, NPY_ULONG, NPY_LONGLONG, NPY_ULONGLONG
+        NPY_HALF, NPY_FLOAT, NPY_DOUBLE, NPY_CFLOAT, NPY_CDOUBLE
+        NPY_SIZEOF_SHORT, NPY_SIZEOF_INT, NPY_SIZEOF_LONG, NPY_SIZEOF_LONGLONG
+
+cdef extern from "Python.h":
+    bint PyObject_TypeCheck(object, type)
+    bint PyCapsule_CheckExact_ptr "PyCapsule_CheckExact"(PyObject *)
+
+cdef type _ndarray_type = None  # numpy.ndarray, looked up on the first numpy view
+# numpy 1.x exports legacy capsules only (no READ_ONLY flag, read-only arrays
+# refused): the adapter mirrors numpy 2's versioned export, and stands aside there.
+cdef bint _numpy_exports_versioned = False
+
+
+cdef bint _numpy_dtype(int type_num, DLDataType *dl_dtype) noexcept:
+    """The DLPack type numpy exports for a built-in ``type_num``; False for any other.
+
+    longdouble, clongdouble, and every non-numeric or user type are left to
+    numpy's own ``__dlpack__`` (it refuses them, or maps them through its registry).
+    """
+    cdef uint8_t code, size
+    if type_num == NPY_BOOL:
+        code, size = kDLBool, 1
+    elif type_num == NPY_BYTE:
+        code, size = kDLInt, 1
+    elif type_num == NPY_UBYTE:
+        code, size = kDLUInt, 1
+    elif type_num == NPY_SHORT:
+        code, size = kDLInt, NPY_SIZEOF_SHORT
+    elif type_num == NPY_USHORT:
+        code, size = kDLUInt, NPY_SIZEOF_SHORT
+    elif type_num == NPY_INT:
+        code, size = kDLInt, NPY_SIZEOF_INT
+    elif type_num == NPY_UINT:
+        code, size = kDLUInt, NPY_SIZEOF_INT
+    elif type_num == NPY_LONG:
+        code, size = kDLInt, NPY_SIZEOF_LONG
+    elif type_num == NPY_ULONG:
+        code, size = kDLUInt, NPY_SIZEOF_LONG
+    elif type_num == NPY_LONGLONG:
+        code, size = kDLInt, NPY_SIZEOF_LONGLONG
+    elif type_num == NPY_ULONGLONG:
+        code, size = kDLUInt, NPY_SIZEOF_LONGLONG
+    elif type_num == NPY_HALF:
+        code, size = kDLFloat, 2
+    elif type_num == NPY_FLOAT:
+        code, size = kDLFloat, 4
+    elif type_num == NPY_DOUBLE:
+        code, size = kDLFloat, 8
+    elif type_num == NPY_CFLOAT:
+        code, size = kDLComplex, 8
+    elif type_num == NPY_CDOUBLE:
+        code, size = kDLComplex, 16
+    else:
+        return False
+    dl_dtype.code = code
+    dl_dtype.bits = size * 8
+    dl_dtype.lanes = 1
+    return True
+
+
+cdef bint _numpy_owns_its_methods(object array) except -1:
+    """False when a subclass instance carries its own ``__dlpack__``/``__dlpack_device__``.
+
+    The general path calls the methods as Python looks them up, instance
+    attributes first; such an instance must be asked, not read.
+    """
+    if type(array) is _ndarray_type:
+        return True  # ndarray instances have no __dict__
+    attributes = getattr(array, "__dict__", None)
+    return not attributes or (_DLPACK not in attributes and _DLPACK_DEVICE not in attributes)
+
+
+cdef enum:
+    _NUMPY_MAX_NDIM = 64  # numpy 2's limit (numpy 1's is 32)
+
+
+@cython.cdivision(True)  # numpy divides strides in C, truncating
+cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
+    """Fill ``view`` from the numpy array ``obj`` directly; False if it must be asked.
+
+    ``obj`` is an ndarray (or a subclass keeping ndarray's DLPack methods).  The
+    view is exactly the one numpy's versioned capsule gives: device -1 (host),
+    strides in elements (numpy's byte strides divided by the item size), readonly
+    from the array's WRITEABLE flag, ``exporting_obj`` the array, no capsule.
+    """
+    global _ndarray_type, _numpy_exports_versioned
+    if _ndarray_type is None:
+        numpy = _sys.modules["numpy"]
+        _numpy_exports_versioned = int(numpy.__version__.split(".")[0]) >= 2
+        _ndarray_type = numpy.ndarray  # set last: it says the two above are ready
+    if not _numpy_exports_versioned:
+        return False
+    cdef PyArrayObject *array = <PyArrayObject *>obj
+    cdef PyArray_Descr *descr = PyArray_DESCR(array)
+    cdef DLDataType dl_dtype
+    if not PyArray_ISNBO(descr.byteorder) or not _numpy_dtype(descr.type_num, &dl_dtype):
+        return False
+    # numpy reports the device of memory it imported through DLPack (the capsule
+    # at the end of the base chain): only the general path asks it.
+    cdef PyObject *base = PyArray_BASE(array)
+    while base != NULL and PyObject_TypeCheck(<object>base, _ndarray_type):
+        base = PyArray_BASE(<PyArrayObject *>base)
+    if base != NULL and PyCapsule_CheckExact_ptr(base):
+        return False
+    if not _numpy_owns_its_methods(obj):
+        return False
+
+    cdef int ndim = PyArray_NDIM(array)
+    if ndim > _NUMPY_MAX_NDIM:
+        return False
+    cdef npy_intp *extents = PyArray_DIMS(array)
+    cdef npy_intp *byte_strides = PyArray_STRIDES(array)
+    cdef npy_intp itemsize = dl_dtype.bits // 8
+    # Every item size taken is a power of two: an exact stride divides by a
+    # shift, far cheaper than a division; only an unchecked inexact one divides.
+    cdef npy_intp inexact_bits = itemsize - 1
+    cdef int shift = 0
+    while (<npy_intp>1 << shift) < itemsize:
+        shift += 1
+    cdef int64_t shape[_NUMPY_MAX_NDIM]
+    cdef int64_t element_strides[_NUMPY_MAX_NDIM]
+    cdef npy_intp size = 1
+    cdef int i
+    for i in range(ndim):
+        size *= extents[i]
+    # numpy's own rule: strides of extent-1 axes are not checked, nor are any of
+    # a C-contiguous or one-element array; a stride it would refuse is declined.
+    cdef bint check = not (PyArray_FLAGS(array) & NPY_ARRAY_C_CONTIGUOUS) and size != 1
+    for i in range(ndim):
+        shape[i] = extents[i]
+        if byte_strides[i] & inexact_bits == 0:
+            element_strides[i] = byte_strides[i] >> shift
+        elif check and extents[i] != 1:
+            return False
+        else:
+            element_strides[i] = byte_strides[i] // itemsize
+
+    cdef DLTensor tensor
+    tensor.data = PyArray_DATA(array)
+    tensor.device.device_type = kDLCPU
+    tensor.device.device_id = 0
+    tensor.ndim = ndim
+    tensor.dtype = dl_dtype
+    tensor.shape = shape
+    tensor.strides = element_strides
+    tensor.byte_offset = 0
+    cdef uint64_t flags = 0
+    if not (PyArray_FLAGS(array) & NPY_ARRAY_WRITEABLE):
+        flags = DLPACK_FLAG_BITMASK_READ_ONLY
+    _fill_from_dltensor(view, &tensor, flags)
+    view.exporting_obj = obj
+    view.ready_stream = None
+    return True
