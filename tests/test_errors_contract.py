@@ -633,6 +633,7 @@ TRIGGERS = [
     ("index-ellipses", lambda f, m: host_view()[..., ...], IndexError, "index: an index can hold one Ellipsis only (got (Ellipsis, Ellipsis))"),
     ("index-too-many", lambda f, m: host_view()[0, 0, 0], IndexError, "index: too many indices: the view is 2-d, 3 were indexed"),
     ("index-range", lambda f, m: host_view()[2], IndexError, "index: index 2 is out of bounds for axis 0 with size 2"),
+    ("iterate-0d", lambda f, m: iter(host_view()[0, 0]), TypeError, "iteration over a 0-d view"),
     ("transpose-count", lambda f, m: host_view().transpose(0), ValueError, "transpose: axes (0,) do not match the view's 2 dimensions"),
     ("transpose-repeat", lambda f, m: host_view().transpose(1, -1), ValueError, "transpose: axes (1, -1) repeat an axis"),
     ("squeeze-repeat", lambda f, m: host_view()[:1, :1].squeeze((0, 0)), ValueError, "squeeze: axis (0, 0) repeats an axis"),

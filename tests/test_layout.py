@@ -128,6 +128,18 @@ def test_int_on_every_axis_gives_0d_view():
     assert np.from_dlpack(element) == array[1, -1, 2]
 
 
+def test_iteration_goes_along_the_first_axis_like_numpy():
+    """Iterating a view yields its sub-views along axis 0 as numpy's rows; a 0-d view refuses."""
+    array = np.arange(12, dtype=np.int16).reshape(3, 4)[::-1, 1:]
+    rows = list(view_of(array))
+    assert [(row.ptr, row.shape, row.strides) for row in rows] == [
+        (sub.ctypes.data, sub.shape, tuple(s // sub.itemsize for s in sub.strides)) for sub in array
+    ]
+    assert list(view_of(np.zeros((0, 2)))) == []
+    with pytest.raises(TypeError, match=r"^iteration over a 0-d view$"):
+        iter(view_of(np.array(1.0)))
+
+
 @SETTINGS
 @given(st.integers(0, 5), st.integers(-12, 12))
 def test_int_index_out_of_range_like_numpy(extent, index):

@@ -1,7 +1,7 @@
 # Types of the compiled core (stridedview/_view.pyx), checked against the built
 # module by `python -m mypy.stubtest stridedview._view`.
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from inspect import Signature
 from types import EllipsisType
 from typing import Any, ClassVar, Literal, Protocol, SupportsIndex, final, type_check_only
@@ -117,6 +117,7 @@ class StridedMemoryView:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
     def __getitem__(self, key: _Index, /) -> StridedMemoryView: ...
+    def __iter__(self) -> Iterator[StridedMemoryView]: ...
     @property
     def T(self) -> StridedMemoryView: ...
     def transpose(self, *axes: SupportsIndex | Sequence[SupportsIndex] | None) -> StridedMemoryView: ...

@@ -370,6 +370,15 @@ cdef class StridedMemoryView:
         offset, shape, strides = _layout_index(self.shape, self.strides, key)
         return _relaid(self, offset * self.dtype.itemsize, shape, strides, None, "the index")
 
+    def __iter__(self):
+        """The views ``self[0]``, ``self[1]``, ... along the first axis, as numpy iterates.
+
+        A 0-d view has no axis to iterate over: TypeError, as numpy gives.
+        """
+        if not self.shape:
+            raise TypeError("iteration over a 0-d view")
+        return (self[i] for i in range(self.shape[0]))
+
     @property
     def T(self):
         """The view with its axes reversed (``transpose()``)."""
