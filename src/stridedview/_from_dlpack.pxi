@@ -366,10 +366,13 @@ cdef tuple _int64_tuple(const int64_t *values, int32_t ndim):
         for i in range(ndim):
             mix = (mix ^ <uint64_t>values[i]) * <uint64_t>0x100000001b3
         slot = <Py_ssize_t>((mix ^ (mix >> 29)) % <uint64_t>_TUPLE_CACHE_SLOTS)
-        if _cached_ndim[slot] == ndim and memcmp(
-            _cached_values[slot], values, ndim * sizeof(int64_t)
-        ) == 0:
-            return <tuple>_cached_tuples[slot]
+        if _cached_ndim[slot] == ndim:
+            # A few values: compared in place, cheaper than a call to memcmp.
+            for i in range(ndim):
+                if _cached_values[slot][i] != values[i]:
+                    break
+            else:
+                return <tuple>_cached_tuples[slot]
     result = PyTuple_New(ndim)
     for i in range(ndim):
         item = values[i]
