@@ -10,7 +10,9 @@ same way.  Each is called ``--calls`` times between two calls of ``os.getppid()`
 counters just before each of them (``--dump-before=getppid``): the dump between
 the two holds exactly those calls.  The same loop over a function that does
 nothing is measured too and taken off, so a figure is the instructions of one
-call's body, the Python-level call of the case itself excluded.
+call's body, the Python-level call of the case itself excluded.  Before each
+segment the garbage collector is run and every object frozen, so that collections
+inside a segment cost the same whichever cases ran before it.
 
 Needs valgrind on PATH; runs about a minute and a half (importing torch and jax
 under valgrind is most of it).
@@ -19,6 +21,7 @@ under valgrind is most of it).
 from __future__ import annotations
 
 import argparse
+import gc
 import glob
 import json
 import os
@@ -52,6 +55,12 @@ def child(calls: int, patterns: list[str]) -> None:
     print(json.dumps(order), flush=True)
     for name in order:
         func = cases[name]
+        # Each case starts alike whatever ran before: no garbage pending and every
+        # older object frozen, so a collection inside the segment walks only what
+        # the calls made (else a full collection over the cases built before it
+        # lands in one segment or another, hundreds of instructions per call).
+        gc.collect()
+        gc.freeze()
         os.getppid()  # dump: the segment before (setup, the previous case's epilogue)
         for _ in range(calls):
             func()

@@ -585,3 +585,73 @@ def test_exchange_api_layout_copied_before_a_torch_mode_moves_the_storage():
     assert tensor.shape == (8, 8192)
     assert (view.ptr, view.shape, view.strides) == (lent_ptr, (2, 3), (3, 1))
     assert kept.data_ptr() == lent_ptr
+
+
+def _decorated_views(*objs, stream_ptr=None):
+    """The views a launcher decorated for every argument makes of ``objs``."""
+    from stridedview import args_viewable_as_strided_memory
+
+    @args_viewable_as_strided_memory((0, 1, 2))
+    def launch(a, b=None, c=None):
+        return [arg.view(stream_ptr) for arg in (a, b, c) if arg is not None]
+
+    return launch(*objs)
+
+
+def _decorated_cases():
+    cases = {
+        "numpy 2-D": lambda: np.arange(12.0).reshape(3, 4),
+        "numpy slice": lambda: np.arange(24, dtype=np.int16).reshape(4, 6)[1:, ::2],
+        "numpy read-only": lambda: np.frombuffer(b"abcd", dtype=np.uint8),
+        "ctypes producer": lambda: from_numpy("versioned", np.arange(6.0).reshape(2, 3)),
+        "memoryview": lambda: memoryview(bytearray(8)),
+    }
+    return cases
+
+
+@pytest.mark.parametrize("name", list(_decorated_cases()))
+def test_decorated_view_matches_constructor_view_on_both_paths(name):
+    """A launcher argument's view (its producer type kept from wrapping) equals the constructor's, on the fast and the general path."""
+    obj = _decorated_cases()[name]()
+    for context in (contextlib.nullcontext, general_path):
+        with context():
+            decorated = _decorated_views(obj)[0]
+            direct = StridedMemoryView(obj)
+        if fields_of(decorated) != fields_of(direct):
+            raise AssertionError(f"{fields_of(decorated)!r} != {fields_of(direct)!r}")
+
+
+@pytest.mark.interop
+def test_decorated_torch_views_match_constructor_views_and_refuse_lazy_bits():
+    """Decorated torch arguments are viewed as the constructor views them, and a negative-bit tensor is refused."""
+    torch = pytest.importorskip("torch")
+    tensors = [torch.arange(16.0).reshape(4, 4), torch.arange(16.0).reshape(4, 4)[1:, ::2],
+               torch.tensor(1.5)]
+    for tensor, decorated in zip(tensors, _decorated_views(*tensors)):
+        if fields_of(decorated) != fields_of(StridedMemoryView(tensor)):
+            raise AssertionError(tensor)
+    with pytest.raises(BufferError, match="^dlpack: the torch tensor has its negative bit set"):
+        _decorated_views(torch._neg_view(torch.arange(3.0)))
+
+
+def test_viewable_argument_follows_a_class_change_after_wrapping():
+    """An argument whose class changes between wrapping and view() is viewed as its new class says."""
+    from stridedview import args_viewable_as_strided_memory
+
+    class Plain(np.ndarray):
+        pass
+
+    class Asked(np.ndarray):
+        def __dlpack__(self, **kwargs):
+            raise BufferError("asked its own __dlpack__")
+
+    array = np.arange(3.0).view(Plain)
+    StridedMemoryView(array)  # Plain's description is cached
+
+    @args_viewable_as_strided_memory((0,))
+    def launch(arg):
+        array.__class__ = Asked
+        return arg.view(-1)
+
+    with pytest.raises(BufferError, match="asked its own __dlpack__"):
+        launch(array)

@@ -19,8 +19,11 @@ cdef object _NO_COPY = False  # an object: a bare False literal would be C's 0 h
 cdef tuple _KWNAMES_STREAM_MAX_VERSION = ("stream", "max_version")
 cdef tuple _KWNAMES_STREAM = ("stream",)
 
-cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) except -1:
-    """Fill ``view`` from ``obj`` through DLPack; ``stream`` is already normalised.
+cdef int _view_from_dlpack(
+    StridedMemoryView view, object obj, object stream, _ProducerType info
+) except -1:
+    """Fill ``view`` from ``obj`` through DLPack; ``stream`` is already normalised,
+    ``info`` is ``_producer_type(obj)`` (looked up once per view by the caller).
 
     Through the producer type's C exchange API when it has one (no capsule, no
     allocation), from a numpy array's own layout (_from_numpy.pxi), else through
@@ -29,7 +32,6 @@ cdef int _view_from_dlpack(StridedMemoryView view, object obj, object stream) ex
     """
     if type(obj) is StridedMemoryView:
         return _view_from_view(view, <StridedMemoryView>obj, stream)
-    cdef _ProducerType info = _producer_type(obj)
     if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
         return _view_from_exchange_api(view, obj, stream, info)
     if info.host_only and _fast_paths_enabled and _view_from_numpy(view, obj):
@@ -364,10 +366,13 @@ cdef tuple _int64_tuple(const int64_t *values, int32_t ndim):
         for i in range(ndim):
             mix = (mix ^ <uint64_t>values[i]) * <uint64_t>0x100000001b3
         slot = <Py_ssize_t>((mix ^ (mix >> 29)) % <uint64_t>_TUPLE_CACHE_SLOTS)
-        if _cached_ndim[slot] == ndim and memcmp(
-            _cached_values[slot], values, ndim * sizeof(int64_t)
-        ) == 0:
-            return <tuple>_cached_tuples[slot]
+        if _cached_ndim[slot] == ndim:
+            # A few values: compared in place, cheaper than a call to memcmp.
+            for i in range(ndim):
+                if _cached_values[slot][i] != values[i]:
+                    break
+            else:
+                return <tuple>_cached_tuples[slot]
     result = PyTuple_New(ndim)
     for i in range(ndim):
         item = values[i]

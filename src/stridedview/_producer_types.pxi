@@ -130,9 +130,10 @@ cdef _ProducerType _describe_type(type tp):
     return info
 
 
-cdef bint _has_dlpack(object obj) except -1:
-    """Whether ``obj`` offers both DLPack methods (its type's, or rarely its own)."""
-    if _producer_type(obj).has_dlpack:
+cdef bint _has_dlpack(object obj, _ProducerType info) except -1:
+    """Whether ``obj`` offers both DLPack methods (its type's, or rarely its own);
+    ``info`` is ``_producer_type(obj)``."""
+    if info.has_dlpack:
         return True
     return hasattr(obj, _DLPACK) and hasattr(obj, _DLPACK_DEVICE)
 

@@ -148,12 +148,13 @@ cdef class StridedMemoryView:
         """View ``obj`` through DLPack only; see the class docstring for ``stream_ptr``."""
         cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
         stream = _normalize_stream(stream_ptr)
-        if not _has_dlpack(obj):
+        info = _producer_type(obj)
+        if not _has_dlpack(obj, info):
             raise BufferError(
                 f"dlpack: {type(obj).__name__!r} object has no __dlpack__ and "
                 "__dlpack_device__ methods"
             )
-        _view_from_dlpack(view, obj, stream)
+        _view_from_dlpack(view, obj, stream, info)
         return view
 
     @classmethod
@@ -588,26 +589,39 @@ cdef class ViewableArgument:
 
     cdef readonly object obj
     """The argument exactly as the caller passed it."""
+    # What obj's type offers, kept from wrapping (None: not looked up yet).
+    cdef _ProducerType _info
 
     def __init__(self, obj):
         self.obj = obj
+        self._info = None
 
     def view(self, stream_ptr=None):
         """``StridedMemoryView(self.obj, stream_ptr)``; see StridedMemoryView for streams."""
         cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
-        _view_from_any(view, self.obj, stream_ptr)
+        info = self._info
+        # Kept only while obj is still of the type it describes (__class__ can be assigned).
+        if info is None or info.described_type is not type(self.obj):
+            info = _producer_type(self.obj)
+            self._info = info
+        _view_from_any(view, self.obj, stream_ptr, info)
         return view
 
     def __repr__(self):
         return f"ViewableArgument({self.obj!r})"
 
 
-cdef int _view_from_any(StridedMemoryView view, object obj, object stream_ptr) except -1:
+cdef int _view_from_any(
+    StridedMemoryView view, object obj, object stream_ptr, _ProducerType info=None
+) except -1:
     """The constructor's work: the first protocol ``obj`` offers, in this order:
-    DLPack, the CAI, numpy's array interface, the buffer protocol; else BufferError."""
+    DLPack, the CAI, numpy's array interface, the buffer protocol; else BufferError.
+    ``info`` is ``_producer_type(obj)`` when the caller has it (None: looked up here)."""
     stream = _normalize_stream(stream_ptr)
-    if _has_dlpack(obj):
-        return _view_from_dlpack(view, obj, stream)
+    if info is None:
+        info = _producer_type(obj)
+    if _has_dlpack(obj, info):
+        return _view_from_dlpack(view, obj, stream, info)
     interface = getattr(obj, _CAI, None)
     if interface is not None:
         return _view_from_cai(view, obj, interface, stream)
@@ -630,8 +644,9 @@ cdef object _viewable(object value, object name):
     """``value`` as a ViewableArgument; None stays None; BufferError without a protocol."""
     if value is None:
         return None
+    info = _producer_type(value)
     if not (
-        _has_dlpack(value)
+        _has_dlpack(value, info)
         or getattr(value, _CAI, None) is not None
         or getattr(value, _ARRAY_INTERFACE, None) is not None
         or PyObject_CheckBuffer(value)
@@ -643,6 +658,7 @@ cdef object _viewable(object value, object name):
         )
     cdef ViewableArgument argument = ViewableArgument.__new__(ViewableArgument)
     argument.obj = value
+    argument._info = info
     return argument
 
 
