@@ -804,8 +804,10 @@ cdef int _derive_into(StridedMemoryView view, StridedMemoryView base) except -1:
     view.ready_stream = base.ready_stream
     view.exporting_obj = base.exporting_obj
     view._memory_owner = base if base._memory_owner is None else base._memory_owner
-    _store_c_layout(view)
-    return 0
+    # The C layout too, straight from base's C arrays (no tuple read back).
+    return _store_c_layout_from(
+        view, base._dims, base._dims + base._ndim, base._ndim, base._itemsize
+    )
 
 
 cdef int _store_c_layout(StridedMemoryView view) except -1:
