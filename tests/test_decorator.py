@@ -609,3 +609,11 @@ def test_bare_decorator_says_parentheses_are_needed():
 def test_exported_names():
     """The decorator and the proxy type are in stridedview.__all__."""
     assert {"args_viewable_as_strided_memory", "ViewableArgument"} <= set(stridedview.__all__)
+
+
+def test_proxy_view_has_a_signature():
+    """help() and IDEs see ``view(stream_ptr=None)`` on the proxy, though it is a plain
+    method descriptor (no function object between the interpreter and the C code)."""
+    parameters = inspect.signature(ViewableArgument.view).parameters
+    if list(parameters) != ["self", "stream_ptr"] or parameters["stream_ptr"].default is not None:
+        raise AssertionError(parameters)

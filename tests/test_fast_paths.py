@@ -655,3 +655,52 @@ def test_viewable_argument_follows_a_class_change_after_wrapping():
 
     with pytest.raises(BufferError, match="asked its own __dlpack__"):
         launch(array)
+
+
+def exact_byte_offsets_fit(extents, strides, itemsize):
+    """The int64 byte-offset rule in Python integers: every element's byte offset from
+    element 0 lies within [-(2**63 - 1), 2**63 - 1]."""
+    if 0 in extents:
+        return True
+    itemsize = max(itemsize, 1)
+    if strides is None:
+        size = 1
+        for extent in extents:
+            size *= extent
+        return (size - 1) * itemsize <= 2**63 - 1
+    above = sum((e - 1) * s for e, s in zip(extents, strides) if e > 1 and s > 0)
+    below = sum((e - 1) * -s for e, s in zip(extents, strides) if e > 1 and s < 0)
+    return max(above, below) * itemsize <= 2**63 - 1
+
+
+int64s = st.one_of(
+    st.integers(-(2**63) + 1, 2**63 - 1),
+    st.integers(-(2**33), 2**33),
+    st.sampled_from([0, 1, -1, 2**31, 2**32 - 1, 2**62, -(2**62), 2**63 - 1, -(2**63) + 1]),
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    layout=st.integers(1, 6).flatmap(
+        lambda ndim: st.tuples(
+            st.lists(st.one_of(st.integers(0, 4), st.integers(0, 2**63 - 1)), min_size=ndim,
+                     max_size=ndim),
+            st.one_of(st.none(), st.lists(int64s, min_size=ndim, max_size=ndim)),
+        )
+    ),
+    itemsize=st.sampled_from([0, 1, 2, 4, 8, 16, 32]),
+)
+def test_byte_offsets_check_128_bit_and_portable_agree_with_exact_integers(layout, itemsize):
+    """The int64 byte-offset check gives the exact answer in both its forms (the 128-bit one
+    every view takes here, the portable one other compilers get)."""
+    extents, strides = layout
+    size = 1
+    for extent in extents:
+        size *= extent
+    if strides is None and size > 2**63 - 1:
+        return  # no producer can describe more than int64 elements
+    expected = exact_byte_offsets_fit(extents, strides, itemsize)
+    fast, portable = _view._byte_offsets_fit_both_ways(extents, strides, itemsize)
+    if fast not in (-1, expected) or portable != expected:
+        raise AssertionError((extents, strides, itemsize, fast, portable, expected))

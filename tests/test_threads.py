@@ -409,7 +409,7 @@ def test_extension_does_not_declare_free_threading():
 #: and the driver's module globals.
 _STATE = re.compile(
     r"^(?:cdef\s+(?:dict|list|object|bint|_ProducerType)\s+(_[a-z][a-z_]*)\s*=|"
-    r"cdef\s+\w+\s+(_[a-z][a-z_]*)\[|"
+    r"cdef\s+\w+\s+\*?(_[a-z][a-z_]*)\[|"
     r"(_[a-z][a-z_]*)\s*(?::[^=\n]+)?=\s*(?:None|False|True|\{\}|\[\]|threading\.|weakref\.))",
     re.M,
 )

@@ -350,36 +350,44 @@ cdef enum:
 
 cdef int64_t _cached_values[_TUPLE_CACHE_SLOTS][_TUPLE_CACHE_MAX_NDIM]
 cdef int32_t _cached_ndim[_TUPLE_CACHE_SLOTS]
-cdef list _cached_tuples = [None] * _TUPLE_CACHE_SLOTS
+cdef PyObject *_cached_tuples[_TUPLE_CACHE_SLOTS]  # strong references (NULL: empty)
 
 
-cdef tuple _int64_tuple(const int64_t *values, int32_t ndim):
+cdef inline tuple _int64_tuple(const int64_t *values, int32_t ndim):
     """``tuple(values[:ndim])`` of Python ints, from the intern cache when it holds it."""
     cdef int32_t i
     cdef uint64_t mix = <uint64_t>ndim
-    cdef Py_ssize_t slot = 0
-    cdef object item  # a Python int: PyTuple_SET_ITEM steals the reference we add
-    cdef tuple result
+    cdef Py_ssize_t slot
     if ndim == 0:
         return ()
-    if ndim <= _TUPLE_CACHE_MAX_NDIM:
+    if ndim > _TUPLE_CACHE_MAX_NDIM:
+        return _new_int64_tuple(values, ndim, -1)
+    for i in range(ndim):
+        mix = (mix ^ <uint64_t>values[i]) * <uint64_t>0x100000001b3
+    slot = <Py_ssize_t>((mix ^ (mix >> 29)) % <uint64_t>_TUPLE_CACHE_SLOTS)
+    if _cached_ndim[slot] == ndim:
+        # A few values: compared in place, cheaper than a call to memcmp.
         for i in range(ndim):
-            mix = (mix ^ <uint64_t>values[i]) * <uint64_t>0x100000001b3
-        slot = <Py_ssize_t>((mix ^ (mix >> 29)) % <uint64_t>_TUPLE_CACHE_SLOTS)
-        if _cached_ndim[slot] == ndim:
-            # A few values: compared in place, cheaper than a call to memcmp.
-            for i in range(ndim):
-                if _cached_values[slot][i] != values[i]:
-                    break
-            else:
-                return <tuple>_cached_tuples[slot]
-    result = PyTuple_New(ndim)
+            if _cached_values[slot][i] != values[i]:
+                break
+        else:
+            return <tuple>_cached_tuples[slot]
+    return _new_int64_tuple(values, ndim, slot)
+
+
+cdef tuple _new_int64_tuple(const int64_t *values, int32_t ndim, Py_ssize_t slot):
+    """A new tuple of ``values[:ndim]``, kept in cache slot ``slot`` (-1: not kept)."""
+    cdef int32_t i
+    cdef object item  # a Python int: PyTuple_SET_ITEM steals the reference we add
+    cdef tuple result = PyTuple_New(ndim)
     for i in range(ndim):
         item = values[i]
         Py_INCREF(item)
         PyTuple_SET_ITEM(result, i, item)
-    if ndim <= _TUPLE_CACHE_MAX_NDIM:
-        _cached_tuples[slot] = result
+    if slot >= 0:
+        Py_INCREF(result)
+        Py_XDECREF(_cached_tuples[slot])
+        _cached_tuples[slot] = <PyObject *>result
         memcpy(_cached_values[slot], values, ndim * sizeof(int64_t))
         _cached_ndim[slot] = ndim
     return result

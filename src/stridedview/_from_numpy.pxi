@@ -112,6 +112,9 @@ cdef bint _numpy_owns_its_methods(object array) except -1:
     return not attributes or (_DLPACK not in attributes and _DLPACK_DEVICE not in attributes)
 
 
+# log2 of each item size the adapter takes (1, 2, 4, 8, 16 bytes).
+cdef int[17] _LOG2_ITEMSIZE = [0, 0, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4]
+
 cdef enum:
     _NUMPY_MAX_NDIM = 64  # numpy 2's limit (numpy 1's is 32)
 
@@ -156,40 +159,55 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     # Every item size taken is a power of two: an exact stride divides by a
     # shift, far cheaper than a division; only an unchecked inexact one divides.
     cdef npy_intp inexact_bits = itemsize - 1
-    cdef int shift = 0
-    while (<npy_intp>1 << shift) < itemsize:
-        shift += 1
-    cdef int64_t shape[_NUMPY_MAX_NDIM]
-    cdef int64_t element_strides[_NUMPY_MAX_NDIM]
-    cdef npy_intp size = 1
+    cdef int shift = _LOG2_ITEMSIZE[itemsize]
+    # The layout goes straight into the view's C arrays (the C-level API's), and
+    # the tuples are made from them: one pass, no DLTensor in between.  What the
+    # capsule path would check is checked here too; anything it would refuse is
+    # declined, so that the general path raises its own error.
+    cdef int64_t *shape = _c_dims_storage(view, ndim)
+    cdef int64_t *element_strides = shape + ndim
+    cdef int64_t size = 1
+    cdef bint empty = False
     cdef int i
-    for i in range(ndim):
-        size *= extents[i]
     # numpy's own rule: strides of extent-1 axes are not checked, nor are any of
     # a C-contiguous or one-element array; a stride it would refuse is declined.
-    cdef bint check = not (PyArray_FLAGS(array) & NPY_ARRAY_C_CONTIGUOUS) and size != 1
+    cdef bint c_contiguous = (PyArray_FLAGS(array) & NPY_ARRAY_C_CONTIGUOUS) != 0
     for i in range(ndim):
         shape[i] = extents[i]
+        if extents[i] == 0:
+            empty = True
+        elif not empty:
+            size *= extents[i]  # numpy keeps every element count within npy_intp
+    if empty:
+        size = 0
+    cdef bint check = not c_contiguous and size != 1
+    for i in range(ndim):
         if byte_strides[i] & inexact_bits == 0:
             element_strides[i] = byte_strides[i] >> shift
         elif check and extents[i] != 1:
             return False
         else:
             element_strides[i] = byte_strides[i] // itemsize
+    cdef void *data = PyArray_DATA(array)
+    if (size > 0 and data == NULL) or not _byte_offsets_fit(
+        ndim, shape, element_strides, size, itemsize
+    ):
+        return False
+    dtype = _dtype_slots[dl_dtype.code * 256 + dl_dtype.bits]
+    if dtype is None:
+        dtype = _dtype_from_dlpack(dl_dtype, 0)
 
-    cdef DLTensor tensor
-    tensor.data = PyArray_DATA(array)
-    tensor.device.device_type = kDLCPU
-    tensor.device.device_id = 0
-    tensor.ndim = ndim
-    tensor.dtype = dl_dtype
-    tensor.shape = shape
-    tensor.strides = element_strides
-    tensor.byte_offset = 0
-    cdef uint64_t flags = 0
-    if not (PyArray_FLAGS(array) & NPY_ARRAY_WRITEABLE):
-        flags = DLPACK_FLAG_BITMASK_READ_ONLY
-    _fill_from_dltensor(view, &tensor, flags)
+    view._ptr = <uintptr_t>data
+    view.ptr = _address_int(view._ptr)
+    view.shape = _int64_tuple(shape, ndim)
+    view.strides = _int64_tuple(element_strides, ndim)
+    view.dtype = dtype
+    view._itemsize = itemsize
+    view._size = size
+    view._device_type = kDLCPU
+    view._device_id = -1
+    view.is_device_accessible = False
+    view.readonly = not (PyArray_FLAGS(array) & NPY_ARRAY_WRITEABLE)
     view.exporting_obj = obj
     view.ready_stream = None
     return True

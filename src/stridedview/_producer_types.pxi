@@ -52,12 +52,17 @@ cdef list _type_slots = [None] * _TYPE_SLOTS
 cdef _ProducerType _last_info = None
 
 
-cdef _ProducerType _producer_type(object obj):
-    global _last_info
-    tp = type(obj)
+cdef inline _ProducerType _producer_type(object obj):
+    """What ``type(obj)`` offers: the last type's answer at once, else _look_up_type."""
     cdef _ProducerType info = _last_info
-    if info is not None and info.described_type is tp:
+    if info is not None and info.described_type is type(obj):
         return info
+    return _look_up_type(type(obj))
+
+
+cdef _ProducerType _look_up_type(object tp):
+    global _last_info
+    cdef _ProducerType info
     cdef Py_ssize_t slot = <Py_ssize_t>((<uintptr_t><PyObject *>tp >> 4) % _TYPE_SLOTS)
     found = _type_slots[slot]
     if found is not None and (<_ProducerType>found).described_type is tp:
@@ -65,7 +70,7 @@ cdef _ProducerType _producer_type(object obj):
     else:
         info = <_ProducerType>_producer_types.get(id(tp))
         if info is None or info.described_type is not tp:
-            info = _describe_type(tp)
+            info = _describe_type(<type>tp)  # a cast: a metaclass instance is no exact type
             if len(_producer_types) >= 1024:
                 _producer_types.clear()  # bound the cache where classes are made on the fly
             _producer_types[id(tp)] = info

@@ -17,6 +17,10 @@ cdef object _STREAM_TYPE_MSG = (
 )
 cdef object _UINTPTR_LIMIT = 1 << 64  # one past the largest address or handle
 cdef object CU_STREAM_LEGACY_HANDLE = 1
+# -1, the opt-out: one object in CPython (small ints are cached), so the launch
+# loop's ``view(-1)`` is recognised by identity; an equal int made otherwise
+# takes the general check below.
+cdef object _OPT_OUT = -1
 
 
 cdef object _normalize_stream(object stream_ptr):
@@ -28,8 +32,8 @@ cdef object _normalize_stream(object stream_ptr):
     """
     cdef object handle
     cdef int overflow = 0
-    if stream_ptr is None:
-        return None
+    if stream_ptr is None or stream_ptr is _OPT_OUT:
+        return stream_ptr
     if type(stream_ptr) is int:
         if _exact_int_value(stream_ptr, &overflow) >= -1 and not overflow:
             return stream_ptr  # the common case (-1 or a handle below 2**63), checked in C

@@ -11,7 +11,7 @@ from cpython.pycapsule cimport (
     PyCapsule_New,
     PyCapsule_SetName,
 )
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.string cimport memcmp, memcpy, strcmp, strncmp
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdlib cimport free, malloc
@@ -229,27 +229,6 @@ cdef class StridedMemoryView:
         cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
         _view_from_buffer_layout(view, buffer, shape, strides, itemsize, dtype, is_readonly)
         return view
-
-    def __dealloc__(self):
-        cdef DLManagedTensorVersioned *versioned_tensor
-        cdef DLManagedTensor *legacy_tensor
-        if self._dims != self._inline_dims and self._dims != NULL:
-            free(self._dims)
-        self._dims = NULL
-        if self._held_buffer != NULL:
-            _release_held_buffer(self._held_buffer)
-            self._held_buffer = NULL
-        if self._managed == NULL:
-            return
-        if self._managed_is_versioned:
-            versioned_tensor = <DLManagedTensorVersioned *>self._managed
-            if versioned_tensor.deleter != NULL:
-                versioned_tensor.deleter(versioned_tensor)
-        else:
-            legacy_tensor = <DLManagedTensor *>self._managed
-            if legacy_tensor.deleter != NULL:
-                legacy_tensor.deleter(legacy_tensor)
-        self._managed = NULL
 
     @property
     def device_id(self):
@@ -596,6 +575,10 @@ cdef class ViewableArgument:
         self.obj = obj
         self._info = None
 
+    # A plain method descriptor (the interpreter calls it without a function
+    # object in between), its signature in the docstring's clinic form.
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")
     def view(self, stream_ptr=None):
         """``StridedMemoryView(self.obj, stream_ptr)``; see StridedMemoryView for streams."""
         cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
@@ -772,6 +755,89 @@ cdef int _enable_launcher_vectorcall() except -1:
 _enable_launcher_vectorcall()
 
 
+# --- Deallocation --------------------------------------------------------
+# A view's own resources (a consumed capsule's deleter, a held buffer, a shape
+# block for views of more than _INLINE_DIMS dimensions) are released by
+# _view_dealloc, installed as the type's tp_dealloc in front of the one Cython
+# generates (which clears the object fields and recycles the object).  A
+# Cython __dealloc__ would save and restore the pending exception around every
+# deallocation; here that is done only for a view that releases something (a
+# deleter or a buffer release may run Python code), not for the views of numpy
+# arrays and exchange-API tensors a launch loop makes and drops.
+
+cdef extern from "Python.h":
+    ctypedef void (*destructor)(PyObject *)
+    ctypedef struct PyTypeObject_dealloc "PyTypeObject":
+        destructor tp_dealloc
+    void Py_SET_REFCNT(PyObject *, Py_ssize_t)
+    void PyObject_GC_UnTrack(void *)
+    void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
+    void PyErr_Restore(PyObject *, PyObject *, PyObject *)
+
+cdef destructor _generated_view_dealloc = NULL
+
+
+cdef inline bint _holds_resources(StridedMemoryView view) noexcept:
+    return (
+        view._managed != NULL
+        or view._held_buffer != NULL
+        or (view._dims != NULL and view._dims != view._inline_dims)
+    )
+
+
+cdef void _release_resources(StridedMemoryView view) noexcept:
+    """Run the capsule's deleter, release the held buffer, free the shape block: once each."""
+    cdef DLManagedTensorVersioned *versioned_tensor
+    cdef DLManagedTensor *legacy_tensor
+    if view._dims != view._inline_dims and view._dims != NULL:
+        free(view._dims)
+    view._dims = NULL
+    if view._held_buffer != NULL:
+        _release_held_buffer(view._held_buffer)
+        view._held_buffer = NULL
+    if view._managed == NULL:
+        return
+    if view._managed_is_versioned:
+        versioned_tensor = <DLManagedTensorVersioned *>view._managed
+        view._managed = NULL
+        if versioned_tensor.deleter != NULL:
+            versioned_tensor.deleter(versioned_tensor)
+    else:
+        legacy_tensor = <DLManagedTensor *>view._managed
+        view._managed = NULL
+        if legacy_tensor.deleter != NULL:
+            legacy_tensor.deleter(legacy_tensor)
+
+
+cdef void _view_dealloc(PyObject *o) noexcept:
+    """StridedMemoryView's tp_dealloc: release what the view holds, then Cython's own."""
+    cdef PyObject *error_type
+    cdef PyObject *error_value
+    cdef PyObject *error_traceback
+    # Kept at one reference while Cython code handles it (a reference taken and
+    # dropped must not bring it back to zero), as Cython's own __dealloc__ does.
+    PyObject_GC_UnTrack(o)
+    Py_SET_REFCNT(o, 1)
+    if _holds_resources(<StridedMemoryView>o):
+        PyErr_Fetch(&error_type, &error_value, &error_traceback)
+        _release_resources(<StridedMemoryView>o)
+        PyErr_Restore(error_type, error_value, error_traceback)
+    Py_SET_REFCNT(o, 0)
+    _generated_view_dealloc(o)
+
+
+cdef int _install_view_dealloc() except -1:
+    global _generated_view_dealloc
+    cdef PyTypeObject_dealloc *tp = <PyTypeObject_dealloc *>StridedMemoryView
+    if _generated_view_dealloc == NULL:
+        _generated_view_dealloc = tp.tp_dealloc
+        tp.tp_dealloc = _view_dealloc
+    return 0
+
+
+_install_view_dealloc()
+
+
 cdef StridedMemoryView _derive(StridedMemoryView base):
     """A new view of ``base``'s memory: every field copied, the memory owner shared.
 
@@ -879,17 +945,25 @@ cdef enum:
     _ADDRESS_CACHE_SLOTS = 32
 
 cdef uintptr_t _cached_addresses[_ADDRESS_CACHE_SLOTS]
-cdef list _cached_address_ints = [None] * _ADDRESS_CACHE_SLOTS
+# Strong references, owned by the cache (NULL: empty slot); C arrays rather than
+# lists, so that a hit is two loads and a compare.
+cdef PyObject *_cached_address_ints[_ADDRESS_CACHE_SLOTS]
 
 
-cdef object _address_int(uintptr_t address):
+cdef inline object _address_int(uintptr_t address):
     """``address`` as a Python int, from the intern cache when it holds it."""
     cdef Py_ssize_t slot = <Py_ssize_t>((address >> 4) % _ADDRESS_CACHE_SLOTS)
-    cdef object cached = _cached_address_ints[slot]
-    if cached is not None and _cached_addresses[slot] == address:
-        return cached
-    result = address
-    _cached_address_ints[slot] = result
+    cdef PyObject *cached = _cached_address_ints[slot]
+    if cached != NULL and _cached_addresses[slot] == address:
+        return <object>cached
+    return _intern_address(address, slot)
+
+
+cdef object _intern_address(uintptr_t address, Py_ssize_t slot):
+    cdef object result = address  # typed: an inferred C integer would be cached as a pointer
+    Py_INCREF(result)
+    Py_XDECREF(_cached_address_ints[slot])
+    _cached_address_ints[slot] = <PyObject *>result
     _cached_addresses[slot] = address
     return result
 
@@ -919,11 +993,89 @@ cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size)
     return tuple(strides)
 
 
-cdef bint _byte_offsets_fit(
+cdef extern from *:
+    """
+    /* _byte_offsets_fit in 128-bit arithmetic, where the compiler has it: the
+       spans below and above element 0 are summed in elements, stopping as soon
+       as one passes INT64_MAX (so no sum can overflow), then scaled by the item
+       size.  -1: no 128-bit integers here, use the portable check. */
+    static inline int sv_byte_offsets_fit_128(
+        Py_ssize_t ndim, const int64_t *extents, const int64_t *strides,
+        int64_t size, Py_ssize_t itemsize)
+    {
+    #if defined(__SIZEOF_INT128__)
+        const unsigned __int128 limit = (unsigned __int128)INT64_MAX;
+        unsigned __int128 above = 0, below = 0;
+        Py_ssize_t i;
+        if (size == 0) return 1;
+        if (itemsize < 1) itemsize = 1;
+        if (strides == NULL)
+            return (unsigned __int128)(uint64_t)(size - 1) * (uint64_t)itemsize <= limit;
+        for (i = 0; i < ndim; i++) {
+            int64_t stride = strides[i];
+            if (extents[i] <= 1) continue;
+            if (stride >= 0) {
+                above += (unsigned __int128)(uint64_t)(extents[i] - 1) * (uint64_t)stride;
+                if (above > limit) return 0;
+            } else {
+                below += (unsigned __int128)(uint64_t)(extents[i] - 1)
+                         * ((uint64_t)0 - (uint64_t)stride);
+                if (below > limit) return 0;
+            }
+        }
+        return above * (uint64_t)itemsize <= limit && below * (uint64_t)itemsize <= limit;
+    #else
+        (void)ndim; (void)extents; (void)strides; (void)size; (void)itemsize;
+        return -1;
+    #endif
+    }
+    """
+    int sv_byte_offsets_fit_128(
+        Py_ssize_t, const int64_t *, const int64_t *, int64_t, Py_ssize_t
+    ) noexcept
+
+
+cdef inline bint _byte_offsets_fit(
     Py_ssize_t ndim, const int64_t *extents, const int64_t *strides, int64_t size,
     Py_ssize_t itemsize
 ) noexcept:
     """Whether every element lies within int64 bytes of element 0 (both protocols' check).
+
+    ``strides`` are in elements, NULL for row-major.  In 128-bit arithmetic where
+    the compiler offers it, else by _byte_offsets_fit_portable (the same answer).
+    """
+    cdef int answer = sv_byte_offsets_fit_128(ndim, extents, strides, size, itemsize)
+    if answer >= 0:
+        return answer
+    return _byte_offsets_fit_portable(ndim, extents, strides, size, itemsize)
+
+
+def _byte_offsets_fit_both_ways(extents, strides, Py_ssize_t itemsize):
+    """(128-bit answer or -1, portable answer) for int64 ``extents`` and ``strides``
+    (None: row-major); for tests, which compare both with exact integers."""
+    cdef Py_ssize_t i, ndim = len(extents)
+    cdef int64_t c_extents[64]
+    cdef int64_t c_strides[64]
+    cdef int64_t size = 1
+    for i in range(ndim):
+        c_extents[i] = extents[i]
+        size = size * extents[i] if size * extents[i] <= INT64_MAX else INT64_MAX
+        if strides is not None:
+            c_strides[i] = strides[i]
+    if 0 in extents:
+        size = 0
+    cdef const int64_t *stride_array = NULL if strides is None else c_strides
+    return (
+        sv_byte_offsets_fit_128(ndim, c_extents, stride_array, size, itemsize),
+        _byte_offsets_fit_portable(ndim, c_extents, stride_array, size, itemsize),
+    )
+
+
+cdef bint _byte_offsets_fit_portable(
+    Py_ssize_t ndim, const int64_t *extents, const int64_t *strides, int64_t size,
+    Py_ssize_t itemsize
+) noexcept:
+    """Whether every element lies within int64 bytes of element 0, in 64-bit arithmetic.
 
     ``strides`` are in elements, NULL for row-major.  Only dimensions of extent > 1
     step, and an empty layout addresses nothing: their strides may be anything.
