@@ -38,7 +38,7 @@ cdef int _view_from_dlpack(
         return 0
     if info.is_torch:
         # Before __dlpack__, which refuses conjugate tensors with a vaguer message.
-        _check_torch_bits(obj, obj.is_complex())
+        _check_torch_bits(obj, info, obj.is_complex())
 
     cdef int32_t device_type, device_id
     cdef PyObject *args[4]
@@ -157,7 +157,7 @@ cdef int _view_from_exchange_api(
                 tensor.strides = arrays + tensor.ndim
         # The lent DLTensor is not touched again: Python code may run from here on.
         if info.is_torch:
-            _check_torch_bits(obj, tensor.dtype.code == kDLComplex)
+            _check_torch_bits(obj, info, tensor.dtype.code == kDLComplex)
         device_type = tensor.device.device_type
         _check_device_type(device_type)
         on_device = device_type == kDLCUDA or device_type == kDLCUDAManaged

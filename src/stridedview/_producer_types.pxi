@@ -1,6 +1,6 @@
 # What stridedview learns once per producer type: whether it speaks DLPack, the
 # DLPack C exchange API it offers (if any), and whether it is a torch.Tensor
-# (whose sign and conjugate bits need a check).  Looked up once per type; the
+# (whose negative and conjugate bits need a check, _torch_bits.pxi).  Looked up once per type; the
 # last type seen is kept apart so that a run of views of one type skips even
 # the dict lookup.
 
@@ -32,6 +32,7 @@ cdef class _ProducerType:
     cdef bint has_dlpack
     cdef bint host_only  # its arrays are always host memory: no need to ask the device
     cdef bint is_torch
+    cdef bint torch_bits_direct  # torch's bits are read in C (_torch_bits.pxi) when calibrated
     cdef DLTensorFromPyObject dltensor_from_py_object
     cdef CurrentWorkStream current_work_stream
     cdef object exchange_api_owner  # the capsule or object that keeps the table alive
@@ -113,6 +114,7 @@ cdef _ProducerType _describe_type(type tp):
     )
     torch = _sys.modules.get("torch")
     info.is_torch = torch is not None and issubclass(tp, torch.Tensor)
+    info.torch_bits_direct = info.is_torch and _torch_bits_readable_directly(tp)
     # A view's own table is not used on a view: a lent DLTensor cannot carry its
     # READ_ONLY flag nor its ready stream, which __dlpack__ does.
     if info.has_dlpack and tp is not StridedMemoryView:
@@ -141,44 +143,3 @@ cdef bint _has_dlpack(object obj, _ProducerType info) except -1:
     if info.has_dlpack:
         return True
     return hasattr(obj, _DLPACK) and hasattr(obj, _DLPACK_DEVICE)
-
-
-cdef str _IS_NEG = "is_neg"
-cdef object _torch_tensor_type = None  # torch.Tensor (its metaclass is torch's), once needed
-cdef object _torch_is_neg = None  # torch.Tensor.is_neg
-cdef str _IS_CONJ = "is_conj"
-
-
-cdef int _check_torch_bits(object tensor, bint is_complex) except -1:
-    """Refuse torch tensors whose memory does not hold their values.
-
-    A tensor with the negative or the conjugate bit set is a lazy view: its memory
-    holds the values before negation or conjugation.  torch's ``__dlpack__``
-    refuses the second and exports the first as if nothing were pending, and its
-    exchange API exports both; a kernel would read wrong values either way.  Only
-    complex tensors can carry the conjugate bit, so only they are asked.
-    """
-    global _torch_tensor_type, _torch_is_neg
-    cdef PyObject *args[1]
-    args[0] = <PyObject *>tensor
-    if _torch_tensor_type is None:
-        tensor_type = _sys.modules["torch"].Tensor
-        _torch_is_neg = tensor_type.is_neg  # set before the type that guards it
-        _torch_tensor_type = tensor_type
-    # An exact torch.Tensor is asked through torch's own method, found once (a
-    # lookup through the MRO and the instance dict is a sixth of the check).
-    if type(tensor) is _torch_tensor_type:
-        is_neg = PyObject_Vectorcall(_torch_is_neg, args, 1, NULL)
-    else:
-        is_neg = PyObject_VectorcallMethod(_IS_NEG, args, 1, NULL)
-    if is_neg:
-        raise BufferError(
-            "dlpack: the torch tensor has its negative bit set, so its memory does not hold "
-            "its values (call .resolve_neg() first)"
-        )
-    if is_complex and PyObject_VectorcallMethod(_IS_CONJ, args, 1, NULL):
-        raise BufferError(
-            "dlpack: the torch tensor has its conjugate bit set, so its memory does not hold "
-            "its values (call .resolve_conj() first)"
-        )
-    return 0

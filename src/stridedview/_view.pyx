@@ -1142,6 +1142,7 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 
 
 include "_producer_types.pxi"
+include "_torch_bits.pxi"
 include "_from_dlpack.pxi"
 include "_from_numpy.pxi"
 include "_from_cai.pxi"

@@ -1,0 +1,295 @@
+# torch's negative and conjugate bits, and how they are read.
+#
+# A torch tensor with either bit set is a lazy view whose memory does not hold its
+# values; stridedview refuses it.  Asking through ``Tensor.is_neg()`` costs about 700
+# instructions (argument handling, a warning handler, the GIL released and taken back),
+# a quarter of a torch view.  So, where the answer is provably the method's, the bit is
+# read in C: torch's shipped header (torch/csrc/autograd/python_variable.h) declares the
+# Python tensor object as ``{PyObject_HEAD; at::Tensor cdata; ...}``, an ``at::Tensor``
+# being one pointer to its TensorImpl, so ``(char *)tensor + offset`` is a valid
+# ``const at::Tensor &`` for torch's exported ``at::native::is_neg`` and ``is_conj``
+# (the C++ functions the methods end in).  The offset and the functions are found and
+# checked against the methods once per process (_calibrate_torch_bits); if anything
+# there fails or disagrees, the methods are used for good.
+
+# The C++ functions return a C++ bool: declared with C's _Bool so that only its low
+# byte is read (an int return would read the register's undefined upper bits).
+cdef extern from *:
+    """
+    typedef _Bool (*__pyx_sv_tensor_bit)(const void *);
+    typedef _Bool (*__pyx_sv_thread_flag)(void);
+    """
+    ctypedef bint (*_TensorBit "__pyx_sv_tensor_bit")(const void *) noexcept nogil
+    ctypedef bint (*_ThreadFlag "__pyx_sv_thread_flag")() noexcept nogil
+
+# Exported by libtorch_cpu (Itanium-mangled): at::native::is_neg(at::Tensor const&),
+# at::native::is_conj(at::Tensor const&), and at::impl::torch_function_mode_enabled(),
+# whether a TorchFunctionMode would intercept a method call in this thread.
+cdef tuple _TORCH_BIT_SYMBOLS = (
+    "_ZN2at6native6is_negERKNS_6TensorE",
+    "_ZN2at6native7is_conjERKNS_6TensorE",
+    "_ZN2at4impl27torch_function_mode_enabledEv",
+)
+
+cdef enum:
+    _BITS_UNCALIBRATED = 0
+    _BITS_DIRECT = 1  # read through _read_is_neg and _read_is_conj
+    _BITS_METHODS = 2  # asked through Tensor.is_neg() and Tensor.is_conj()
+
+cdef int _torch_bits_reader_state = _BITS_UNCALIBRATED
+cdef Py_ssize_t _tensor_cdata_offset = 0  # where a tensor object holds its at::Tensor
+cdef _TensorBit _read_is_neg = NULL
+cdef _TensorBit _read_is_conj = NULL
+cdef _ThreadFlag _torch_function_mode_enabled = NULL
+cdef bint _torch_bits_direct_enabled = True  # a test switch
+cdef object _torch_bit_symbols = _TORCH_BIT_SYMBOLS  # what the next calibration resolves
+cdef object _torch_bits_library = None  # libtorch_cpu, as ctypes opened it (kept open)
+
+cdef str _IS_NEG = "is_neg"
+cdef str _IS_CONJ = "is_conj"
+cdef object _torch_tensor_type = None  # torch.Tensor (its metaclass is torch's), once needed
+cdef object _torch_is_neg = None  # torch.Tensor.is_neg
+
+
+def _torch_bits_reader():
+    """How torch's negative and conjugate bits are read now: "direct" (in C, for the
+    types that allow it), "methods" (``is_neg()``/``is_conj()`` on every tensor) or
+    "uncalibrated" (no torch tensor checked yet); for tests."""
+    if _torch_bits_reader_state == _BITS_UNCALIBRATED:
+        return "uncalibrated"
+    if _torch_bits_reader_state == _BITS_DIRECT and _torch_bits_direct_enabled:
+        return "direct"
+    return "methods"
+
+
+def _set_torch_bits_direct_enabled(bint enabled):
+    """Allow (True) or forbid (False) the direct read of torch's bits; for tests."""
+    global _torch_bits_direct_enabled
+    _torch_bits_direct_enabled = enabled
+
+
+def _reset_torch_bits_calibration(symbols=None):
+    """Forget the calibration, so the next torch tensor checked calibrates again,
+    resolving ``symbols`` (is_neg, is_conj, torch_function_mode_enabled; torch's
+    own when None); for tests."""
+    global _torch_bits_reader_state, _torch_bit_symbols
+    _torch_bits_reader_state = _BITS_UNCALIBRATED
+    _torch_bit_symbols = _TORCH_BIT_SYMBOLS if symbols is None else tuple(symbols)
+
+
+cdef bint _torch_bits_readable_directly(object tp) except -1:
+    """Whether a torch.Tensor subclass ``tp`` (or torch.Tensor) gets from its
+    ``is_neg()`` and ``is_conj()`` exactly the bits of its TensorImpl.
+
+    True when both methods, ``__getattribute__`` (which could intercept them) and
+    ``__torch_function__`` (which handles them on a subclass) are torch.Tensor's own,
+    or ``__torch_function__`` is torch's disabled one (torch.nn.Parameter's).  A
+    TorchFunctionMode is checked on each read, not here.
+    """
+    torch = _sys.modules["torch"]
+    tensor = torch.Tensor
+    if not (
+        _same_definition(tp, tensor, _IS_NEG)
+        and _same_definition(tp, tensor, _IS_CONJ)
+        and _same_definition(tp, tensor, "__getattribute__")
+    ):
+        return False
+    handler = _defined_where(tp, "__torch_function__")[1]
+    return handler is not None and (
+        handler is _defined_where(tensor, "__torch_function__")[1]
+        or handler is getattr(torch._C, "_disabled_torch_function_impl", None)
+    )
+
+
+cdef const void *_tensor_cdata(object tensor) noexcept:
+    """The tensor object's own at::Tensor (valid once calibrated)."""
+    return <const char *><PyObject *>tensor + _tensor_cdata_offset
+
+
+cdef int _check_torch_bits(object tensor, _ProducerType info, bint is_complex) except -1:
+    """Refuse torch tensors whose memory does not hold their values.
+
+    A tensor with the negative or the conjugate bit set is a lazy view: its memory
+    holds the values before negation or conjugation.  torch's ``__dlpack__`` refuses
+    the second and exports the first as if nothing were pending, and its exchange API
+    exports both; a kernel would read wrong values either way.  Only complex tensors
+    can carry the conjugate bit, so only they are asked.  ``info`` is the tensor's
+    ``_producer_type``.  The bits are read anew on every call (they can change in place).
+    """
+    cdef bint is_neg
+    cdef bint is_conj = False
+    if info.torch_bits_direct and _torch_bits_direct_enabled:
+        if _torch_bits_reader_state == _BITS_UNCALIBRATED:
+            _calibrate_torch_bits()
+        if _torch_bits_reader_state == _BITS_DIRECT and not _torch_function_mode_enabled():
+            is_neg = _read_is_neg(_tensor_cdata(tensor))
+            if not is_neg and is_complex:
+                is_conj = _read_is_conj(_tensor_cdata(tensor))
+            return _refuse_torch_bits(is_neg, is_conj)
+    return _check_torch_bits_by_methods(tensor, is_complex)
+
+
+cdef int _check_torch_bits_by_methods(object tensor, bint is_complex) except -1:
+    """_check_torch_bits through the tensor's own ``is_neg()`` and ``is_conj()``."""
+    global _torch_tensor_type, _torch_is_neg
+    cdef PyObject *args[1]
+    args[0] = <PyObject *>tensor
+    if _torch_tensor_type is None:
+        tensor_type = _sys.modules["torch"].Tensor
+        _torch_is_neg = tensor_type.is_neg  # set before the type that guards it
+        _torch_tensor_type = tensor_type
+    # An exact torch.Tensor is asked through torch's own method, found once (a
+    # lookup through the MRO and the instance dict is a sixth of the check).
+    if type(tensor) is _torch_tensor_type:
+        is_neg = PyObject_Vectorcall(_torch_is_neg, args, 1, NULL)
+    else:
+        is_neg = PyObject_VectorcallMethod(_IS_NEG, args, 1, NULL)
+    if is_neg:
+        return _refuse_torch_bits(True, False)
+    return _refuse_torch_bits(
+        False, is_complex and PyObject_VectorcallMethod(_IS_CONJ, args, 1, NULL)
+    )
+
+
+cdef int _refuse_torch_bits(bint is_neg, bint is_conj) except -1:
+    """Raise the error for the bit that is set (the negative bit first); 0 if none."""
+    if is_neg:
+        raise BufferError(
+            "dlpack: the torch tensor has its negative bit set, so its memory does not hold "
+            "its values (call .resolve_neg() first)"
+        )
+    if is_conj:
+        raise BufferError(
+            "dlpack: the torch tensor has its conjugate bit set, so its memory does not hold "
+            "its values (call .resolve_conj() first)"
+        )
+    return 0
+
+
+cdef int _calibrate_torch_bits() except -1:
+    """Settle, once, how the bits are read: directly if every check passes, else by
+    the methods.  An error there only means the methods are used (KeyboardInterrupt
+    and the like still propagate, leaving it to the next tensor)."""
+    global _torch_bits_reader_state
+    cdef int state = _BITS_METHODS
+    try:
+        if _calibrate_direct_read():
+            state = _BITS_DIRECT
+    except Exception:
+        pass
+    _torch_bits_reader_state = state
+    return 0
+
+
+cdef bint _calibrate_direct_read() except -1:
+    """Find the at::Tensor's offset in a tensor object and torch's C functions, and
+    prove both on probe tensors against the methods; True if all agree."""
+    global _tensor_cdata_offset, _read_is_neg, _read_is_conj, _torch_function_mode_enabled
+    global _torch_bits_library
+    import ctypes
+    import os
+
+    torch = _sys.modules["torch"]
+    # The library the running torch already loaded, never a second copy (RTLD_NOLOAD
+    # fails if it is not loaded; the attribute is missing where dlopen is).
+    library = ctypes.CDLL(
+        os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"),
+        mode=os.RTLD_NOLOAD | os.RTLD_NOW,
+    )
+    addresses = [ctypes.cast(library[name], ctypes.c_void_p).value for name in _torch_bit_symbols]
+    if len(addresses) != 3 or not all(addresses):
+        return False
+    cdef _TensorBit read_neg = <_TensorBit><uintptr_t>addresses[0]
+    cdef _TensorBit read_conj = <_TensorBit><uintptr_t>addresses[1]
+    cdef _ThreadFlag mode_enabled = <_ThreadFlag><uintptr_t>addresses[2]
+    cdef Py_ssize_t offset = -1
+
+    mode_enabled_now = torch._C._is_torch_function_mode_enabled
+    # With torch functions disabled, no TorchFunctionMode of the caller's can answer
+    # for the probes' factories or methods, and torch says no mode is enabled.
+    with torch._C.DisableTorchFunction():
+        if mode_enabled() or mode_enabled_now():
+            return False
+        probes = _torch_bit_probes(torch)
+        offset = _tensor_cdata_offset_of(torch.Tensor, probes)
+        if offset < 0:
+            return False
+        seen = set()
+        for probe in probes:
+            cdata = <const char *><PyObject *>probe + <Py_ssize_t>offset
+            answers = (probe.is_neg(), probe.is_conj())
+            if (read_neg(cdata), read_conj(cdata)) != answers:
+                return False
+            seen.add(answers)
+        # Each bit seen set and clear (a function reading a constant fails here).
+        if not {(True, False), (False, True), (False, False)} <= seen:
+            return False
+    # Under a mode of this thread's own, torch functions enabled (the caller may have
+    # disabled them), torch and the function both say enabled.
+    with torch._C._EnableTorchFunction(), _probe_torch_function_mode(torch):
+        if not (mode_enabled_now() and mode_enabled()):
+            return False
+    _torch_bits_library = library
+    _tensor_cdata_offset = offset
+    _read_is_neg = read_neg
+    _read_is_conj = read_conj
+    _torch_function_mode_enabled = mode_enabled
+    return True
+
+
+def _probe_torch_function_mode(torch):
+    """A TorchFunctionMode that only passes calls on (entered to see a mode enabled)."""
+    class _ProbeMode(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+    return _ProbeMode()
+
+
+cdef list _torch_bit_probes(object torch):
+    """Tensors made in every way that matters to the layout and the bits: plain, a
+    view, 0-d, a Parameter, from numpy, with the negative bit, with the conjugate bit,
+    with both resolved."""
+    base = torch.arange(6.0).reshape(2, 3)
+    complex_base = base.to(torch.complex64)
+    probes = [
+        base,
+        base[:, 1:],
+        torch.tensor(1.5),
+        torch.nn.Parameter(torch.ones(3)),
+        torch._neg_view(base),
+        torch._neg_view(base).t(),
+        complex_base.conj(),
+        complex_base.conj().imag,  # the negative bit, on a float view
+        complex_base.conj().resolve_conj(),
+        complex_base,
+    ]
+    numpy = _sys.modules.get("numpy")
+    if numpy is not None:
+        probes.append(torch.from_numpy(numpy.arange(4.0)))
+    return probes
+
+
+cdef Py_ssize_t _tensor_cdata_offset_of(object tensor_type, list probes) except -2:
+    """The one offset, inside torch's C tensor object (PyObject_HEAD excluded), at
+    which every probe holds its own TensorImpl address (``_cdata``); -1 if none or
+    more than one."""
+    cdef Py_ssize_t limit = 0
+    for klass in tensor_type.__mro__:
+        # The C base's size: fields past it are not torch's (the instance dict).
+        if klass.__dictoffset__ == 0 and klass.__basicsize__ > limit and klass is not object:
+            limit = klass.__basicsize__
+    cdef Py_ssize_t offset, found = -1
+    cdef Py_ssize_t first = sizeof(PyObject)
+    cdef bint everywhere
+    for offset in range(first, limit - <Py_ssize_t>sizeof(void *) + 1, sizeof(void *)):
+        everywhere = True
+        for probe in probes:
+            word = <uintptr_t>(<void **>(<char *><PyObject *>probe + offset))[0]
+            if word != <uintptr_t>probe._cdata:
+                everywhere = False
+                break
+        if everywhere:
+            if found >= 0:
+                return -1
+            found = offset
+    return found
