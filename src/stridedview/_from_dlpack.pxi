@@ -19,7 +19,7 @@ cdef object _NO_COPY = False  # an object: a bare False literal would be C's 0 h
 cdef tuple _KWNAMES_STREAM_MAX_VERSION = ("stream", "max_version")
 cdef tuple _KWNAMES_STREAM = ("stream",)
 
-cdef int _view_from_dlpack(
+cdef inline int _view_from_dlpack(
     StridedMemoryView view, object obj, object stream, _ProducerType info
 ) except -1:
     """Fill ``view`` from ``obj`` through DLPack; ``stream`` is already normalised,
@@ -36,6 +36,13 @@ cdef int _view_from_dlpack(
         return _view_from_exchange_api(view, obj, stream, info)
     if info.host_only and _fast_paths_enabled and _view_from_numpy(view, obj):
         return 0
+    return _view_through_capsule(view, obj, stream, info)
+
+
+cdef int _view_through_capsule(
+    StridedMemoryView view, object obj, object stream, _ProducerType info
+) except -1:
+    """_view_from_dlpack's general path: ``__dlpack_device__``, then ``__dlpack__``."""
     if info.is_torch:
         # Before __dlpack__, which refuses conjugate tensors with a vaguer message.
         _check_torch_bits(obj, info, obj.is_complex())
@@ -137,36 +144,30 @@ cdef int _view_from_exchange_api(
     "no_sync" means the producer orders nothing: for device memory the caller's
     stream is made to wait for the producer's current work stream here.
     """
-    cdef DLTensor tensor  # the copy the rest reads; its arrays point into ours
-    cdef int64_t inline_arrays[2 * _LENT_INLINE_NDIM]
-    cdef int64_t *arrays = inline_arrays
+    cdef DLTensor tensor  # the copy the rest reads; its arrays point into the view's
+    cdef int64_t *arrays
     cdef void *producer_stream = NULL
     cdef int32_t device_type
     _borrow_dltensor(obj, info, &tensor)
-    if tensor.ndim > _LENT_INLINE_NDIM:
-        arrays = <int64_t *>malloc(2 * <size_t>tensor.ndim * sizeof(int64_t))
-        if arrays == NULL:
-            raise MemoryError()
-    try:
-        if tensor.ndim > 0:
-            if tensor.shape != NULL:
-                memcpy(arrays, tensor.shape, tensor.ndim * sizeof(int64_t))
-                tensor.shape = arrays
-            if tensor.strides != NULL:
-                memcpy(arrays + tensor.ndim, tensor.strides, tensor.ndim * sizeof(int64_t))
-                tensor.strides = arrays + tensor.ndim
-        # The lent DLTensor is not touched again: Python code may run from here on.
-        if info.is_torch:
-            _check_torch_bits(obj, info, tensor.dtype.code == kDLComplex)
-        device_type = tensor.device.device_type
-        _check_device_type(device_type)
-        on_device = device_type == kDLCUDA or device_type == kDLCUDAManaged
-        if on_device:
-            _dlpack_stream_for(device_type, stream)  # refuses stream None as ambiguous
-        _fill_from_dltensor(view, &tensor, 0)
-    finally:
-        if arrays != inline_arrays:
-            free(arrays)
+    if tensor.ndim > 0:
+        # Straight into the view's own C arrays (the C-level API's): the fill
+        # below finds them in place and copies nothing more.
+        arrays = _c_dims_storage(view, tensor.ndim)
+        if tensor.shape != NULL:
+            memcpy(arrays, tensor.shape, tensor.ndim * sizeof(int64_t))
+            tensor.shape = arrays
+        if tensor.strides != NULL:
+            memcpy(arrays + tensor.ndim, tensor.strides, tensor.ndim * sizeof(int64_t))
+            tensor.strides = arrays + tensor.ndim
+    # The lent DLTensor is not touched again: Python code may run from here on.
+    if info.is_torch:
+        _check_torch_bits(obj, info, tensor.dtype.code == kDLComplex)
+    device_type = tensor.device.device_type
+    _check_device_type(device_type)
+    on_device = device_type == kDLCUDA or device_type == kDLCUDAManaged
+    if on_device:
+        _dlpack_stream_for(device_type, stream)  # refuses stream None as ambiguous
+    _fill_from_dltensor(view, &tensor, 0)
     # Only a tensor that passed every check gets its streams ordered.
     ready = None
     if on_device and stream != -1:
@@ -187,10 +188,6 @@ cdef int _view_from_exchange_api(
     view.exporting_obj = obj
     view.ready_stream = ready
     return 0
-
-
-cdef enum:
-    _LENT_INLINE_NDIM = 16  # a lent layout of up to this many dimensions is copied on the stack
 
 
 cdef inline int _borrow_dltensor(object obj, _ProducerType info, DLTensor *out) except -1:
@@ -443,7 +440,10 @@ cdef int _fill_from_dltensor(
         )
     if tensor.device.device_type != kDLCPU and tensor.device.device_id < 0:
         raise BufferError(f"dlpack: device_id must be >= 0 (got {tensor.device.device_id})")
-    view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
+    dtype = None
+    if tensor.dtype.code < 32 and tensor.dtype.lanes == 1 and tensor.dtype.bits >= 8:
+        dtype = _dtype_slots[tensor.dtype.code * 256 + tensor.dtype.bits]  # resolved before
+    view.dtype = _dtype_from_dlpack(tensor.dtype, flags) if dtype is None else dtype
     # The dtype's item size, from the DLPack type it was checked against (lanes
     # are 1; a padded sub-byte element takes one byte).
     cdef Py_ssize_t itemsize = (tensor.dtype.bits + 7) // 8
@@ -468,6 +468,9 @@ cdef int _fill_from_dltensor(
         view.is_device_accessible = True
     if ndim != 0 and tensor.strides == NULL:
         return _store_c_layout(view)
+    if ndim != 0 and tensor.shape == view._dims and tensor.strides == view._dims + ndim:
+        view._itemsize = max(tensor.dtype.bits // 8, 1)  # the layout is in place already
+        return 0
     # Padded sub-byte elements take one byte each.
     return _store_c_layout_from(
         view, tensor.shape, tensor.strides, ndim, max(tensor.dtype.bits // 8, 1)

@@ -594,7 +594,7 @@ cdef class ViewableArgument:
         return f"ViewableArgument({self.obj!r})"
 
 
-cdef int _view_from_any(
+cdef inline int _view_from_any(
     StridedMemoryView view, object obj, object stream_ptr, _ProducerType info=None
 ) except -1:
     """The constructor's work: the first protocol ``obj`` offers, in this order:
@@ -603,6 +603,15 @@ cdef int _view_from_any(
     stream = _normalize_stream(stream_ptr)
     if info is None:
         info = _producer_type(obj)
+    if info.has_dlpack:  # the common case first, every check below left out of line
+        return _view_from_dlpack(view, obj, stream, info)
+    return _view_without_type_dlpack(view, obj, stream, info)
+
+
+cdef int _view_without_type_dlpack(
+    StridedMemoryView view, object obj, object stream, _ProducerType info
+) except -1:
+    """_view_from_any for an object whose type has no DLPack methods."""
     if _has_dlpack(obj, info):
         return _view_from_dlpack(view, obj, stream, info)
     interface = getattr(obj, _CAI, None)
@@ -623,26 +632,33 @@ cdef int _view_from_any(
     )
 
 
-cdef object _viewable(object value, object name):
+cdef inline object _viewable(object value, object name):
     """``value`` as a ViewableArgument; None stays None; BufferError without a protocol."""
     if value is None:
         return None
     info = _producer_type(value)
-    if not (
+    if not info.has_dlpack:
+        _check_viewable(value, name, info)
+    cdef ViewableArgument argument = ViewableArgument.__new__(ViewableArgument)
+    argument.obj = value
+    argument._info = info
+    return argument
+
+
+cdef int _check_viewable(object value, object name, _ProducerType info) except -1:
+    """BufferError unless ``value`` offers one of the protocols (its type has no DLPack)."""
+    if (
         _has_dlpack(value, info)
         or getattr(value, _CAI, None) is not None
         or getattr(value, _ARRAY_INTERFACE, None) is not None
         or PyObject_CheckBuffer(value)
     ):
-        raise BufferError(
-            f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
-            "object) supports none of DLPack, the CUDA Array Interface, the array "
-            "interface and the buffer protocol"
-        )
-    cdef ViewableArgument argument = ViewableArgument.__new__(ViewableArgument)
-    argument.obj = value
-    argument._info = info
-    return argument
+        return 0
+    raise BufferError(
+        f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
+        "object) supports none of DLPack, the CUDA Array Interface, the array "
+        "interface and the buffer protocol"
+    )
 
 
 cdef extern from "Python.h":
@@ -942,7 +958,8 @@ cdef tuple _last_itemsize = (None, 0)
 # buffers again and again, and an int found here spares an allocation and a
 # deallocation per view.  Direct-mapped by the address; ints are immutable.
 cdef enum:
-    _ADDRESS_CACHE_SLOTS = 32
+    _ADDRESS_CACHE_BITS = 5
+    _ADDRESS_CACHE_SLOTS = 1 << _ADDRESS_CACHE_BITS
 
 cdef uintptr_t _cached_addresses[_ADDRESS_CACHE_SLOTS]
 # Strong references, owned by the cache (NULL: empty slot); C arrays rather than
@@ -952,7 +969,11 @@ cdef PyObject *_cached_address_ints[_ADDRESS_CACHE_SLOTS]
 
 cdef inline object _address_int(uintptr_t address):
     """``address`` as a Python int, from the intern cache when it holds it."""
-    cdef Py_ssize_t slot = <Py_ssize_t>((address >> 4) % _ADDRESS_CACHE_SLOTS)
+    # Fibonacci hashing: allocators align buffers to 64 bytes and more, so the
+    # low bits alone would crowd a few slots.
+    cdef Py_ssize_t slot = <Py_ssize_t>(
+        (<uint64_t>address * <uint64_t>0x9E3779B97F4A7C15) >> (64 - _ADDRESS_CACHE_BITS)
+    )
     cdef PyObject *cached = _cached_address_ints[slot]
     if cached != NULL and _cached_addresses[slot] == address:
         return <object>cached
