@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -617,3 +618,44 @@ def test_proxy_view_has_a_signature():
     parameters = inspect.signature(ViewableArgument.view).parameters
     if list(parameters) != ["self", "stream_ptr"] or parameters["stream_ptr"].default is not None:
         raise AssertionError(parameters)
+
+
+@pytest.mark.parametrize("count", [3, 16, 17, 40])
+def test_launcher_passes_any_number_of_arguments_and_keeps_no_reference(count):
+    """Calls of up to 16 arguments go through a stack array, longer ones through a tuple:
+    either way func sees every argument in place (chosen ones wrapped, by position and by
+    keyword), and afterwards nothing holds a reference the call took."""
+    names = [f"a{i}" for i in range(count)]
+    namespace = {}
+    exec(f"def launch({', '.join(names)}):\n    return [{', '.join(names)}]", namespace)
+    launch = args_viewable_as_strided_memory((0, count - 1))(namespace["launch"])
+    arrays = [np.arange(3.0) + i for i in range(count)]
+    before = [sys.getrefcount(a) for a in arrays]
+    received = launch(*arrays[:-1], **{names[-1]: arrays[-1]})
+    if not all(isinstance(received[i], ViewableArgument) for i in (0, count - 1)):
+        raise AssertionError(received)
+    if any(received[i] is not arrays[i] for i in range(1, count - 1)):
+        raise AssertionError("an unchosen argument was not passed as it was")
+    if received[-1].view(-1).ptr != arrays[-1].ctypes.data:
+        raise AssertionError("the keyword argument was not wrapped around its array")
+    del received
+    after = [sys.getrefcount(a) for a in arrays]
+    if after != before:
+        raise AssertionError((before, after))
+
+
+@pytest.mark.parametrize("count", [3, 20])
+def test_refused_argument_midway_releases_the_arguments_taken(count):
+    """A chosen argument with no protocol, after others were taken: BufferError, and the
+    arguments already taken (wrapped or not) are released."""
+    names = [f"a{i}" for i in range(count)]
+    namespace = {}
+    exec(f"def launch({', '.join(names)}):\n    pass", namespace)
+    launch = args_viewable_as_strided_memory((0, count - 1))(namespace["launch"])
+    arrays = [np.arange(3.0) for _ in range(count - 1)]
+    before = [sys.getrefcount(a) for a in arrays]
+    with pytest.raises(BufferError, match=f"argument 'a{count - 1}'"):
+        launch(*arrays, [1, 2])
+    after = [sys.getrefcount(a) for a in arrays]
+    if after != before:
+        raise AssertionError((before, after))

@@ -23,17 +23,22 @@ cdef object CU_STREAM_LEGACY_HANDLE = 1
 cdef object _OPT_OUT = -1
 
 
-cdef object _normalize_stream(object stream_ptr):
+cdef inline object _normalize_stream(object stream_ptr):
     """Turn ``stream_ptr`` into None, -1 or a handle >= 0 (a Python int).
 
     Accepts None, an int (or an object with ``__index__``), or an object with
     ``__cuda_stream__()`` returning ``(version, handle)``.  A bool is refused:
     ``True`` as a stream is a slip, not a handle.
     """
-    cdef object handle
-    cdef int overflow = 0
     if stream_ptr is None or stream_ptr is _OPT_OUT:
         return stream_ptr
+    return _normalize_other_stream(stream_ptr)
+
+
+cdef object _normalize_other_stream(object stream_ptr):
+    """_normalize_stream for anything but None and -1."""
+    cdef object handle
+    cdef int overflow = 0
     if type(stream_ptr) is int:
         if _exact_int_value(stream_ptr, &overflow) >= -1 and not overflow:
             return stream_ptr  # the common case (-1 or a handle below 2**63), checked in C

@@ -676,6 +676,7 @@ cdef extern from "Python.h":
     )
     object PyVectorcall_Call(object callable, object args, object kwargs)
     PyObject **PySequence_Fast_ITEMS(object)
+    void Py_DECREF_ptr "Py_DECREF"(PyObject *)
 
 
 @cython.final
@@ -694,6 +695,10 @@ cdef class _ViewableLauncher:
     cdef object func
     cdef tuple by_position
     cdef tuple by_keyword
+    # by_position as the launch loop reads it: _name_at[i] is the name of the
+    # argument at position i if it is chosen, else None (positions past the
+    # tuple's end are not chosen).
+    cdef tuple _name_at
     cdef dict __dict__
 
     def __cinit__(self):
@@ -703,6 +708,10 @@ cdef class _ViewableLauncher:
         self.func = func
         self.by_position = by_position
         self.by_keyword = by_keyword
+        name_at = [None] * (by_position[-1][0] + 1 if by_position else 0)
+        for position, name in by_position:
+            name_at[position] = name
+        self._name_at = tuple(name_at)
 
     def __call__(self, *args, **kwargs):
         # Only callers that hold a tuple and a dict come here (PyObject_Call's
@@ -718,40 +727,54 @@ cdef class _ViewableLauncher:
         return f"<viewable-arguments launcher {self.func!r}>"
 
 
+cdef enum:
+    _LAUNCH_STACK_ARGS = 16  # a call with up to this many arguments builds no tuple
+
+
 cdef object _launch(
     _ViewableLauncher self, PyObject *const *args, size_t nargsf, PyObject *kwnames
 ):
-    """The launcher's vectorcall: ``self.func(*args)``, the chosen arguments wrapped."""
+    """The launcher's vectorcall: ``self.func(*args)``, the chosen arguments wrapped.
+
+    One pass over the arguments in C; func gets them as a vectorcall, from an
+    array on the stack that holds a reference to each while func runs.
+    """
     cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
     cdef Py_ssize_t keyword_count = 0 if kwnames == NULL else PyTuple_GET_SIZE(<tuple>kwnames)
-    cdef Py_ssize_t i, chosen = 0, chosen_count = PyTuple_GET_SIZE(self.by_position)
-    cdef Py_ssize_t next_position = -1
+    cdef Py_ssize_t total = count + keyword_count
+    cdef Py_ssize_t i, filled = 0
+    cdef Py_ssize_t chosen_end = PyTuple_GET_SIZE(self._name_at)
+    cdef PyObject *stack[_LAUNCH_STACK_ARGS]
+    cdef PyObject **items = stack
+    cdef PyObject *name
+    cdef tuple spill = None  # more arguments than the stack holds: a tuple holds them
     cdef object item
-    cdef tuple pair
-    if chosen_count:
-        pair = <tuple>self.by_position[0]
-        next_position = pair[0]
-    # Every argument, the chosen ones wrapped; the tuple only holds them while
-    # func runs, func sees them as a vectorcall.
-    cdef tuple items = PyTuple_New(count + keyword_count)
-    for i in range(count):
-        item = <object>args[i]
-        if i == next_position:
-            item = _viewable(item, pair[1])
-            chosen += 1
-            if chosen < chosen_count:
-                pair = <tuple>self.by_position[chosen]
-                next_position = pair[0]
-        Py_INCREF(item)
-        PyTuple_SET_ITEM(items, i, item)
-    for i in range(keyword_count):
-        item = <object>args[count + i]
-        name = (<tuple>kwnames)[i]
-        if name in self.by_keyword:
-            item = _viewable(item, name)
-        Py_INCREF(item)
-        PyTuple_SET_ITEM(items, count + i, item)
-    return PyObject_Vectorcall(self.func, PySequence_Fast_ITEMS(items), count, kwnames)
+    if total > _LAUNCH_STACK_ARGS:
+        spill = PyTuple_New(total)
+        items = PySequence_Fast_ITEMS(spill)
+    try:
+        for i in range(count):
+            item = <object>args[i]
+            if i < chosen_end:
+                name = PyTuple_GET_ITEM(self._name_at, i)
+                if name != <PyObject *>None:
+                    item = _viewable(item, <object>name)
+            Py_INCREF(item)
+            items[i] = <PyObject *>item
+            filled += 1
+        for i in range(keyword_count):
+            item = <object>args[count + i]
+            keyword = <object>PyTuple_GET_ITEM(<tuple>kwnames, i)
+            if keyword in self.by_keyword:
+                item = _viewable(item, keyword)
+            Py_INCREF(item)
+            items[count + i] = <PyObject *>item
+            filled += 1
+        return PyObject_Vectorcall(self.func, items, count, kwnames)
+    finally:
+        if spill is None:  # the spill tuple drops its own items
+            for i in range(filled):
+                Py_DECREF_ptr(stack[i])
 
 
 cdef int _enable_launcher_vectorcall() except -1:
