@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import functools
 import gc
+import itertools
 import os
 import subprocess
 import sys
@@ -433,8 +434,11 @@ def _outcome(make_view):
             repr(view), exported)
 
 
-def assert_numpy_both_ways(array):
-    """The adapter and numpy's own capsule give the same view (or the same refusal)."""
+def assert_numpy_both_ways(layout):
+    """The adapter and numpy's own capsule give the same view of ``layout.array`` (or the
+    same refusal)."""
+    array = layout.array  # never an argument: a failure's traceback shows those, and an
+    # as_strided array's repr reads memory far past its buffer
     fast = _outcome(lambda: StridedMemoryView(array))
     with general_path():
         general = _outcome(lambda: StridedMemoryView(array))
@@ -498,7 +502,7 @@ def strided_arrays(draw):
 def test_numpy_adapter_matches_general_path_at_any_ndim_and_stride(layout):
     """Any as_strided layout of up to 64 dimensions: the adapter's view, byte strides,
     density, C layout and re-export equal the capsule path's, or both refuse alike."""
-    assert_numpy_both_ways(layout.array)
+    assert_numpy_both_ways(layout)
 
 
 @pytest.mark.parametrize("ndim", [8, 9, 32, 64])
@@ -511,8 +515,7 @@ def test_numpy_adapter_byte_offsets_at_the_int64_edge(ndim, stride):
         shape[ndim // 2] = extent
         strides = [8] * ndim
         strides[ndim // 2] = stride
-        array = as_strided(np.zeros(1), shape=shape, strides=strides)
-        assert_numpy_both_ways(array)
+        assert_numpy_both_ways(Layout(as_strided(np.zeros(1), shape=shape, strides=strides)))
 
 
 # --- the exchange-API copy into the view's own C arrays ------------------------------------
@@ -973,14 +976,18 @@ def test_torch_bits_follow_in_place_changes_and_class_changes():
     class Sub(torch.Tensor):
         pass
 
+    _view._reset_torch_bits_calibration()  # calibrated afresh with torch's own symbols
     plain = torch.arange(3.0)
     assert StridedMemoryView(plain).shape == (3,)
     complex_tensor = torch.arange(3.0).to(torch.complex64)
     StridedMemoryView(complex_tensor)
+    assert _view._torch_bits_reader() == "direct"  # torch 2.13 on x86-64 Linux: calibrated
     torch._C._set_neg(plain, True)
     torch._C._set_conj(complex_tensor, True)
-    for path in (contextlib.nullcontext, general_path):
-        with path():
+    for path, direct in itertools.product((contextlib.nullcontext, general_path), (True, False)):
+        _view._set_torch_bits_direct_enabled(direct)
+        with path(), contextlib.ExitStack() as stack:
+            stack.callback(_view._set_torch_bits_direct_enabled, True)
             for tensor, bit in ((plain, "negative"), (complex_tensor, "conjugate")):
                 for each in (tensor, tensor.as_subclass(Sub), torch.nn.Parameter(tensor, requires_grad=False)):
                     with pytest.raises(BufferError, match=f"has its {bit} bit set"):
