@@ -31,21 +31,13 @@ from hypothesis import strategies as st
 from numpy.lib.stride_tricks import as_strided
 
 import producers
+import test_fuzz
 from producers import DLManagedTensor, DLManagedTensorVersioned, DLTensor
 from stridedview import StridedMemoryView, _view, args_viewable_as_strided_memory
 from stridedview._view import ViewableArgument
+from test_fast_paths import general_path
 
 pytestmark = pytest.mark.usefixtures("forbidden_driver")
-
-
-@contextlib.contextmanager
-def general_path():
-    """Within the block every view takes the general path."""
-    _view._set_fast_paths_enabled(False)
-    try:
-        yield
-    finally:
-        _view._set_fast_paths_enabled(True)
 
 
 # --- reading a view's C layout back -----------------------------------------------------
@@ -556,43 +548,27 @@ def test_torch_exchange_api_at_any_ndim_matches_dlpack():
             assert_c_layout_matches(view)
 
 
-_LENT_TENSORS = {}  # id(producer) -> (DLTensor, arrays it points into)
+_LENT_BUFFER = (ctypes.c_double * 8)()  # the memory every lent tensor points into
 
 
-@producers.DLTensorFromPyObject
-def _lend(address, out):
-    out[0] = _LENT_TENSORS[address][0]
-    return 0
+@pytest.fixture
+def lend():
+    """``lend(ndim, shape, strides, data=None)``: an exchange-API-only producer (test_fuzz's)
+    lending a float64 DLTensor of that layout, NULL arrays included; closed at teardown."""
+    made = []
 
+    def make(ndim, shape, strides, data=None):
+        producer = test_fuzz.ExchangeProducer({
+            "data": ctypes.addressof(_LENT_BUFFER) if data is None else data,
+            "device": (1, 0), "ndim": ndim, "dtype": (2, 64, 1), "shape": shape,
+            "strides": strides, "byte_offset": 0,
+        })
+        made.append(producer)
+        return producer
 
-class LendingProducer:
-    """An exchange-API-only producer lending a hand-made DLTensor (any ndim, NULL arrays)."""
-
-    _table, __dlpack_c_exchange_api__ = producers.exchange_api(_lend)
-
-    def __init__(self, ndim, shape, strides, data=None):
-        self.buffer = (ctypes.c_double * 8)()
-        tensor = DLTensor()
-        tensor.data = ctypes.addressof(self.buffer) if data is None else data
-        tensor.device = producers.DLDevice(1, 0)
-        tensor.ndim = ndim
-        tensor.dtype = producers.DLDataType(2, 64, 1)
-        arrays = []
-        for name, values in (("shape", shape), ("strides", strides)):
-            if values is not None:
-                array = (ctypes.c_int64 * len(values))(*values)
-                setattr(tensor, name, array)
-                arrays.append(array)
-        _LENT_TENSORS[id(self)] = (tensor, arrays)
-
-    def __del__(self):
-        _LENT_TENSORS.pop(id(self), None)
-
-    def __dlpack__(self, **kwargs):
-        raise AssertionError("__dlpack__ called: the exchange API was not used")
-
-    def __dlpack_device__(self):
-        raise AssertionError("__dlpack_device__ called: the exchange API was not used")
+    yield make
+    for producer in made:
+        producer.close()
 
 
 @pytest.mark.parametrize(
@@ -609,16 +585,16 @@ class LendingProducer:
     ids=["ndim-1", "ndim-min", "null-shape-3", "null-shape-12", "negative-extent",
          "negative-extent-12", "ndim-max-null-shape"],
 )
-def test_lent_tensor_with_a_bad_layout_is_a_clean_error(ndim, shape, strides, error, says):
+def test_lent_tensor_with_a_bad_layout_is_a_clean_error(lend, ndim, shape, strides, error, says):
     """A lent DLTensor with negative or huge ndim, a NULL shape or a negative extent is
     refused with a BufferError (or MemoryError), never a crash."""
     with pytest.raises(error, match=says):
-        StridedMemoryView(LendingProducer(ndim, shape, strides))
+        StridedMemoryView(lend(ndim, shape, strides))
 
 
 @pytest.mark.parametrize("ndim", [1, 8, 9, 16, 1000])
 @pytest.mark.parametrize("with_strides", [True, False], ids=["strides", "null-strides"])
-def test_lent_tensor_of_any_ndim_is_copied_into_the_view(ndim, with_strides):
+def test_lent_tensor_of_any_ndim_is_copied_into_the_view(lend, ndim, with_strides):
     """A lent layout of 1..1000 dimensions, with or without strides, ends up in the view's
     tuples and C arrays alike (row-major for NULL strides)."""
     shape = [1] * ndim
@@ -627,16 +603,16 @@ def test_lent_tensor_of_any_ndim_is_copied_into_the_view(ndim, with_strides):
     row_major = [1] * ndim
     for axis in range(ndim - 2, -1, -1):
         row_major[axis] = row_major[axis + 1] * shape[axis + 1]
-    view = StridedMemoryView(LendingProducer(ndim, shape, row_major if with_strides else None))
+    view = StridedMemoryView(lend(ndim, shape, row_major if with_strides else None))
     assert view.shape == tuple(shape)
     assert view.strides == tuple(row_major)
     assert_c_layout_matches(view)
 
 
-def test_failing_lent_tensors_leak_no_shape_blocks():
+def test_failing_lent_tensors_leak_no_shape_blocks(lend):
     """A 12-dimension lent layout refused after its copy into the view (NULL data) frees the
     view's block each time."""
-    producer = LendingProducer(12, (2,) + (1,) * 11, (1,) * 12, data=0)
+    producer = lend(12, (2,) + (1,) * 11, (1,) * 12, data=0)
 
     def churn(n):
         for _ in range(n):
@@ -830,7 +806,7 @@ def test_dlpack_byte_offsets_at_the_int64_boundary(kind, shape, strides, itemsiz
 
 
 @pytest.mark.parametrize("shape, strides, itemsize, accepted", BYTE_OFFSET_EDGES, ids=_EDGE_IDS)
-def test_numpy_and_lent_byte_offsets_at_the_int64_boundary(shape, strides, itemsize, accepted):
+def test_numpy_and_lent_byte_offsets_at_the_int64_boundary(lend, shape, strides, itemsize, accepted):
     """The numpy adapter (and numpy's capsule) and a lent exchange-API tensor draw the int64
     line where the other protocols do."""
     dtype = np.dtype(_UNSIGNED[itemsize])
@@ -840,7 +816,7 @@ def test_numpy_and_lent_byte_offsets_at_the_int64_boundary(shape, strides, items
             got = StridedMemoryView(array).byte_strides
             assert got == strides  # (never the array itself in an assertion: its repr reads it)
     if itemsize == 8:  # the lent tensors are float64
-        lent = LendingProducer(len(shape), shape, [s // 8 for s in strides])
+        lent = lend(len(shape), shape, [s // 8 for s in strides])
         with _expect(accepted, "dlpack"):
             assert_c_layout_matches(StridedMemoryView(lent))
 
