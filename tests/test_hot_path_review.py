@@ -989,3 +989,35 @@ def test_torch_subclass_redefining_is_neg_after_its_first_view_is_still_refused(
     lazy = torch._neg_view(torch.arange(3.0)).as_subclass(Late)
     with pytest.raises(BufferError, match="has its negative bit set"):
         StridedMemoryView(lazy)
+
+
+def test_byte_offsets_hook_takes_layouts_of_any_ndim():
+    """The 128-bit check's test hook answers exactly for layouts past 64 dimensions (it once
+    wrote them into 64-entry stack arrays and crashed)."""
+    code = textwrap.dedent(
+        """
+        from stridedview import _view
+        from test_fast_paths import exact_byte_offsets_fit
+
+        layouts = [
+            ([1] * 100, [1] * 100, 1),
+            ([2] * 65, [2**57] * 65, 1),
+            ([2] * 65, [2**56] * 65, 2),
+            ([2] * 65, [-(2**56)] * 65, 1),
+            ([3] * 200, None, 8),
+        ]
+        for extents, strides, itemsize in layouts:
+            expected = exact_byte_offsets_fit(extents, strides, itemsize)
+            got = _view._byte_offsets_fit_both_ways(extents, strides, itemsize)
+            if strides is None:
+                continue  # more than int64 elements: only "no crash" is asked
+            if not (got[0] in (-1, expected) and got[1] == expected):
+                raise SystemExit(f"{extents[:2]} {strides[:2]} {itemsize}: {got} != {expected}")
+        print("ok")
+        """
+    )
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert (result.returncode, result.stdout.strip()) == (0, "ok"), result.stderr[-2000:]
