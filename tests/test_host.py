@@ -646,7 +646,7 @@ def test_from_buffer_holds_and_releases_the_buffer():
 
 # --- from_buffer against numpy on random layouts ----------------------------------------------
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 
@@ -663,12 +663,17 @@ def buffer_layouts(draw):
 
 @settings(max_examples=400, deadline=None)
 @given(buffer_layouts())
+@example((0, (4, 5, 5), (6, 6, 6), 8))  # found by hypothesis: past a 512-byte margin
+@example((0, (5, 5, 5, 5), (6, 6, 6, 6), 8))  # the widest spans above and below
+@example((0, (5, 5, 5, 5), (-6, -6, -6, -6), 8))
 def test_from_buffer_accepts_exactly_the_layouts_inside_the_buffer(layout):
     """from_buffer accepts a layout iff numpy's byte bounds of it lie in the buffer, then reads numpy's elements."""
     nbytes, shape, strides, itemsize = layout
     dtype = np.dtype(f"u{itemsize}")
     byte_strides = tuple(s * itemsize for s in strides)
-    margin = 512  # room on both sides, so that numpy can build any of these layouts
+    # Room on both sides, so that numpy can build any of these layouts: up to 4 axes of
+    # 4 steps of 6 elements of 8 bytes (768 bytes) and an element, each way.
+    margin = 1024
     base = np.arange(nbytes + 2 * margin, dtype=np.uint8)
     probe = np.ndarray(shape, dtype, buffer=base, offset=margin, strides=byte_strides)
     low, high = np.lib.array_utils.byte_bounds(probe)

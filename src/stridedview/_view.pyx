@@ -1098,8 +1098,10 @@ def _byte_offsets_fit_both_ways(extents, strides, Py_ssize_t itemsize):
     """(128-bit answer or -1, portable answer) for int64 ``extents`` and ``strides``
     (None: row-major); for tests, which compare both with exact integers."""
     cdef Py_ssize_t i, ndim = len(extents)
-    cdef int64_t c_extents[64]
-    cdef int64_t c_strides[64]
+    # Room for any ndim (fixed arrays would overflow), freed with the bytearray.
+    cdef bytearray room = bytearray(2 * max(ndim, 1) * sizeof(int64_t))
+    cdef int64_t *c_extents = <int64_t *><char *>room
+    cdef int64_t *c_strides = c_extents + ndim
     cdef int64_t size = 1
     for i in range(ndim):
         c_extents[i] = extents[i]
