@@ -149,13 +149,13 @@ cdef int _view_from_exchange_api(
     cdef void *producer_stream = NULL
     cdef int32_t device_type
     _borrow_dltensor(obj, info, &tensor)
-    if tensor.ndim > 0:
+    if tensor.ndim > 0 and tensor.shape != NULL:
         # Straight into the view's own C arrays (the C-level API's): the fill
-        # below finds them in place and copies nothing more.
+        # below finds them in place and copies nothing more.  (A NULL shape is
+        # refused there, before anything is allocated for it.)
         arrays = _c_dims_storage(view, tensor.ndim)
-        if tensor.shape != NULL:
-            memcpy(arrays, tensor.shape, tensor.ndim * sizeof(int64_t))
-            tensor.shape = arrays
+        memcpy(arrays, tensor.shape, tensor.ndim * sizeof(int64_t))
+        tensor.shape = arrays
         if tensor.strides != NULL:
             memcpy(arrays + tensor.ndim, tensor.strides, tensor.ndim * sizeof(int64_t))
             tensor.strides = arrays + tensor.ndim
