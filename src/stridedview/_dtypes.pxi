@@ -30,8 +30,22 @@ cdef dict _DLPACK_DTYPES = {
 cdef list _dtype_slots = [None] * (32 * 256)
 
 
-cdef object _dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags):
-    """The numpy dtype of one DLPack element type, or BufferError."""
+cdef inline object _dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags):
+    """The numpy dtype of one DLPack element type, or BufferError.
+
+    A whole-byte, one-lane type resolved before is one slot read here; everything
+    else (the checks, the first lookup) is _checked_dtype_from_dlpack's.
+    """
+    cdef object dtype
+    if dl_dtype.code < 32 and dl_dtype.lanes == 1 and dl_dtype.bits >= 8:
+        dtype = _dtype_slots[dl_dtype.code * 256 + dl_dtype.bits]
+        if dtype is not None:
+            return dtype
+    return _checked_dtype_from_dlpack(dl_dtype, flags)
+
+
+cdef object _checked_dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags):
+    """_dtype_from_dlpack's checks and slow path."""
     cdef object dtype
     if dl_dtype.lanes != 1:
         raise BufferError(f"dlpack: dtype lanes must be 1 (got {dl_dtype.lanes})")

@@ -440,10 +440,7 @@ cdef int _fill_from_dltensor(
         )
     if tensor.device.device_type != kDLCPU and tensor.device.device_id < 0:
         raise BufferError(f"dlpack: device_id must be >= 0 (got {tensor.device.device_id})")
-    dtype = None
-    if tensor.dtype.code < 32 and tensor.dtype.lanes == 1 and tensor.dtype.bits >= 8:
-        dtype = _dtype_slots[tensor.dtype.code * 256 + tensor.dtype.bits]  # resolved before
-    view.dtype = _dtype_from_dlpack(tensor.dtype, flags) if dtype is None else dtype
+    view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
     # The dtype's item size, from the DLPack type it was checked against (lanes
     # are 1; a padded sub-byte element takes one byte).
     cdef Py_ssize_t itemsize = (tensor.dtype.bits + 7) // 8
@@ -468,9 +465,6 @@ cdef int _fill_from_dltensor(
         view.is_device_accessible = True
     if ndim != 0 and tensor.strides == NULL:
         return _store_c_layout(view)
-    if ndim != 0 and tensor.shape == view._dims and tensor.strides == view._dims + ndim:
-        view._itemsize = max(tensor.dtype.bits // 8, 1)  # the layout is in place already
-        return 0
     # Padded sub-byte elements take one byte each.
     return _store_c_layout_from(
         view, tensor.shape, tensor.strides, ndim, max(tensor.dtype.bits // 8, 1)

@@ -193,9 +193,7 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
         ndim, shape, element_strides, size, itemsize
     ):
         return False
-    dtype = _dtype_slots[dl_dtype.code * 256 + dl_dtype.bits]
-    if dtype is None:
-        dtype = _dtype_from_dlpack(dl_dtype, 0)
+    dtype = _dtype_from_dlpack(dl_dtype, 0)
 
     view._ptr = <uintptr_t>data
     view.ptr = _address_int(view._ptr)

@@ -684,20 +684,19 @@ cdef extern from "Python.h":
 cdef class _ViewableLauncher:
     """What ``args_viewable_as_strided_memory`` returns: ``func`` with chosen arguments wrapped.
 
-    ``by_position`` holds ``(position, name)`` pairs in increasing position and
-    ``by_keyword`` the names that may come as keywords; both were resolved from
-    the signature once.  A call is a vectorcall: one pass over the arguments in
+    ``by_position`` (given to the constructor) holds ``(position, name)`` pairs in
+    increasing position and ``by_keyword`` the names that may come as keywords;
+    both were resolved from the signature once.  A call is a vectorcall: one pass over the arguments in
     C, the chosen ones wrapped, then ``func`` called with them (no argument
     tuple or keyword dict is built).  Binds like a function when used as a method.
     """
 
     cdef vectorcallfunc _vectorcall  # read by the interpreter: tp_vectorcall_offset
     cdef object func
-    cdef tuple by_position
     cdef tuple by_keyword
-    # by_position as the launch loop reads it: _name_at[i] is the name of the
-    # argument at position i if it is chosen, else None (positions past the
-    # tuple's end are not chosen).
+    # by_position as the launch loop reads it (kept in no other form): _name_at[i]
+    # is the name of the argument at position i if it is chosen, else None
+    # (positions past the tuple's end are not chosen).
     cdef tuple _name_at
     cdef dict __dict__
 
@@ -706,7 +705,6 @@ cdef class _ViewableLauncher:
 
     def __init__(self, func, tuple by_position, tuple by_keyword):
         self.func = func
-        self.by_position = by_position
         self.by_keyword = by_keyword
         name_at = [None] * (by_position[-1][0] + 1 if by_position else 0)
         for position, name in by_position:
@@ -941,13 +939,19 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
     return 0
 
 
-cdef int _store_c_layout_from(
+cdef inline int _store_c_layout_from(
     StridedMemoryView view, const int64_t *shape, const int64_t *strides, int32_t ndim,
     int64_t itemsize,
 ) except -1:
-    """_store_c_layout from C arrays already at hand (a DLTensor's): two copies."""
-    cdef int64_t *dims = _c_dims_storage(view, ndim)
+    """_store_c_layout from C arrays already at hand (a DLTensor's): two copies, or
+    none when they are the view's own already (the exchange API copies a lent
+    layout straight into them)."""
+    cdef int64_t *dims
     cdef int32_t i
+    if ndim != 0 and view._ndim == ndim and shape == view._dims and strides == view._dims + ndim:
+        view._itemsize = itemsize
+        return 0
+    dims = _c_dims_storage(view, ndim)
     for i in range(ndim):  # a few values: a loop beats two memcpy calls
         dims[i] = shape[i]
         dims[ndim + i] = strides[i]
