@@ -8,7 +8,9 @@ extensions = [
     # include/: stridedview.h, the C API header shipped for extensions (get_include()).
     Extension(
         "stridedview._view",
-        ["src/stridedview/_view.pyx"],
+        # _cxx_guard.cpp: the one C++ file, catching what torch's C++ functions
+        # throw (_torch_bits.pxi); the extension is linked as C++ for its runtime.
+        ["src/stridedview/_view.pyx", "src/stridedview/_cxx_guard.cpp"],
         # numpy's headers give the array struct's layout to the numpy adapter
         # (_from_numpy.pxi); numpy's C API table is never imported, so the
         # extension links nothing of numpy's and loads no numpy at import.  Built

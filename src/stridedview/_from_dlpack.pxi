@@ -1,7 +1,7 @@
 # DLPack -> the view's fields: negotiate with the producer, validate the capsule,
 # take ownership, and leave the deleter to the view's deallocation.
 
-from cpython.exc cimport PyErr_Occurred
+from cpython.exc cimport PyErr_Clear, PyErr_Occurred
 from libc.stdlib cimport free, malloc
 
 cdef extern from "Python.h":
@@ -191,7 +191,20 @@ cdef int _view_from_exchange_api(
 
 
 cdef inline int _borrow_dltensor(object obj, _ProducerType info, DLTensor *out) except -1:
-    """Fill ``out`` through the exchange API; a failure is a one-line BufferError."""
+    """Fill ``out`` through the exchange API; a failure is a one-line BufferError.
+
+    For a torch tensor whose type allows it, the C++ function torch's exchange API
+    ends in is called directly once calibrated (_torch_bits.pxi); if it fails, the
+    exchange API is asked, and reports the failure.
+    """
+    if info.torch_layout_direct and _torch_layout_direct_enabled:
+        if _torch_bits_reader_state == _BITS_UNCALIBRATED:
+            _calibrate_torch_bits()
+        if (
+            _fill_torch_dltensor != NULL
+            and _cxx_fill_guarded(_fill_torch_dltensor, _tensor_cdata(obj), out) == 0
+        ):
+            return 0
     if info.dltensor_from_py_object(<void *>obj, out) == 0:
         return 0
     return _exchange_failed(obj)

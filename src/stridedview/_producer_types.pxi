@@ -33,6 +33,8 @@ cdef class _ProducerType:
     cdef bint host_only  # its arrays are always host memory: no need to ask the device
     cdef bint is_torch
     cdef bint torch_bits_direct  # torch's bits are read in C (_torch_bits.pxi) when calibrated
+    # Its DLTensor may come from torch's C++ function, not its exchange API (_torch_bits.pxi).
+    cdef bint torch_layout_direct
     cdef DLTensorFromPyObject dltensor_from_py_object
     cdef CurrentWorkStream current_work_stream
     cdef object exchange_api_owner  # the capsule or object that keeps the table alive
@@ -134,6 +136,18 @@ cdef _ProducerType _describe_type(type tp):
             info.dltensor_from_py_object = api.dltensor_from_py_object_no_sync
             info.current_work_stream = api.current_work_stream
             info.exchange_api_owner = owner
+    # A real torch tensor object (the C layout the calibrated offset is valid in)
+    # whose table is torch.Tensor's own.
+    tensor_base = getattr(getattr(torch, "_C", None), "TensorBase", None) if info.is_torch else None
+    info.torch_layout_direct = (
+        isinstance(tensor_base, type)
+        and info.dltensor_from_py_object != NULL
+        and PyType_IsSubtype(tp, <type>tensor_base)
+        and (
+            tp is torch.Tensor
+            or info.dltensor_from_py_object == _look_up_type(torch.Tensor).dltensor_from_py_object
+        )
+    )
     return info
 
 

@@ -12,15 +12,29 @@
 # checked against the methods once per process (_calibrate_torch_bits); if anything
 # there fails or disagrees, the methods are used for good.
 
+# The same calibrated offset gives torch's exported ``at::toDLPackNonOwning``, the
+# C++ function its exchange API's ``dltensor_from_py_object_no_sync`` ends in: called
+# on the tensor object's own at::Tensor, it lends the same DLTensor without the
+# pybind11 conversion around it (an at::Tensor copied and dropped, two Python
+# reference counts taken and given back under a GIL guard: about 390 of the exchange
+# API's 550 instructions).  It reports a failure by throwing, caught in C++
+# (_cxx_guard.cpp); a failed call goes to the exchange API, which raises its error.
+
 # The C++ functions return a C++ bool: declared with C's _Bool so that only its low
 # byte is read (an int return would read the register's undefined upper bits).
 cdef extern from *:
     """
+    typedef void (*sv_cxx_fill)(const void *source, void *out);
+    int sv_cxx_fill_guarded(sv_cxx_fill f, const void *source, void *out);
     typedef _Bool (*__pyx_sv_tensor_bit)(const void *);
     typedef _Bool (*__pyx_sv_thread_flag)(void);
     """
     ctypedef bint (*_TensorBit "__pyx_sv_tensor_bit")(const void *) noexcept nogil
     ctypedef bint (*_ThreadFlag "__pyx_sv_thread_flag")() noexcept nogil
+    ctypedef void (*_CxxFill "sv_cxx_fill")(const void *source, void *out) noexcept nogil
+    int _cxx_fill_guarded "sv_cxx_fill_guarded"(
+        _CxxFill fill, const void *source, void *out
+    ) noexcept nogil
 
 # Exported by libtorch_cpu (Itanium-mangled): at::native::is_neg(at::Tensor const&),
 # at::native::is_conj(at::Tensor const&), and at::impl::torch_function_mode_enabled(),
@@ -30,6 +44,9 @@ cdef tuple _TORCH_BIT_SYMBOLS = (
     "_ZN2at6native7is_conjERKNS_6TensorE",
     "_ZN2at4impl27torch_function_mode_enabledEv",
 )
+
+# at::toDLPackNonOwning(at::Tensor const&, DLTensor*), exported by libtorch_cpu.
+cdef str _TORCH_LAYOUT_SYMBOL = "_ZN2at17toDLPackNonOwningERKNS_6TensorEP8DLTensor"
 
 cdef enum:
     _BITS_UNCALIBRATED = 0
@@ -44,6 +61,11 @@ cdef _ThreadFlag _torch_function_mode_enabled = NULL
 cdef bint _torch_bits_direct_enabled = True  # a test switch
 cdef object _torch_bit_symbols = _TORCH_BIT_SYMBOLS  # what the next calibration resolves
 cdef object _torch_bits_library = None  # libtorch_cpu, as ctypes opened it (kept open)
+# at::toDLPackNonOwning once calibrated and proven against the exchange API; NULL
+# (the exchange API is called) before, or if anything there failed or disagreed.
+cdef _CxxFill _fill_torch_dltensor = NULL
+cdef bint _torch_layout_direct_enabled = True  # a test switch
+cdef object _torch_layout_symbol = _TORCH_LAYOUT_SYMBOL  # what the next calibration resolves
 
 cdef str _IS_NEG = "is_neg"
 cdef str _IS_CONJ = "is_conj"
@@ -68,13 +90,34 @@ def _set_torch_bits_direct_enabled(bint enabled):
     _torch_bits_direct_enabled = enabled
 
 
-def _reset_torch_bits_calibration(symbols=None):
+def _torch_layout_reader():
+    """How a torch tensor's DLTensor is taken now: "direct" (``at::toDLPackNonOwning``
+    on the tensor's at::Tensor, for the types that allow it), "exchange api" (torch's
+    ``dltensor_from_py_object_no_sync``) or "uncalibrated"; for tests."""
+    if _torch_bits_reader_state == _BITS_UNCALIBRATED:
+        return "uncalibrated"
+    if _fill_torch_dltensor != NULL and _torch_layout_direct_enabled:
+        return "direct"
+    return "exchange api"
+
+
+def _set_torch_layout_direct_enabled(bint enabled):
+    """Allow (True) or forbid (False) the direct read of a torch tensor's DLTensor;
+    for tests."""
+    global _torch_layout_direct_enabled
+    _torch_layout_direct_enabled = enabled
+
+
+def _reset_torch_bits_calibration(symbols=None, layout_symbol=None):
     """Forget the calibration, so the next torch tensor checked calibrates again,
     resolving ``symbols`` (is_neg, is_conj, torch_function_mode_enabled; torch's
-    own when None); for tests."""
-    global _torch_bits_reader_state, _torch_bit_symbols
+    own when None) and ``layout_symbol`` (toDLPackNonOwning when None); for tests."""
+    global _torch_bits_reader_state, _torch_bit_symbols, _torch_layout_symbol
+    global _fill_torch_dltensor
     _torch_bits_reader_state = _BITS_UNCALIBRATED
+    _fill_torch_dltensor = NULL
     _torch_bit_symbols = _TORCH_BIT_SYMBOLS if symbols is None else tuple(symbols)
+    _torch_layout_symbol = _TORCH_LAYOUT_SYMBOL if layout_symbol is None else layout_symbol
 
 
 cdef bint _torch_bits_readable_directly(object tp) except -1:
@@ -125,7 +168,9 @@ cdef int _check_torch_bits(object tensor, _ProducerType info, bint is_complex) e
             is_neg = _read_is_neg(_tensor_cdata(tensor))
             if not is_neg and is_complex:
                 is_conj = _read_is_conj(_tensor_cdata(tensor))
-            return _refuse_torch_bits(is_neg, is_conj)
+            if is_neg or is_conj:
+                return _refuse_torch_bits(is_neg, is_conj)
+            return 0
     return _check_torch_bits_by_methods(tensor, is_complex)
 
 
@@ -234,7 +279,107 @@ cdef bint _calibrate_direct_read() except -1:
     _read_is_neg = read_neg
     _read_is_conj = read_conj
     _torch_function_mode_enabled = mode_enabled
+    _calibrate_direct_layout(library, torch)
     return True
+
+
+cdef int _calibrate_direct_layout(object library, object torch) except -1:
+    """Use ``at::toDLPackNonOwning`` (at the calibrated offset) if, on every layout
+    probe, it lends exactly the DLTensor torch's exchange API lends, and fails where
+    that fails; else leave the exchange API in use.  Needs the bits' calibration."""
+    global _fill_torch_dltensor
+    import ctypes
+
+    cdef _ProducerType tensor_info = _look_up_type(torch.Tensor)
+    cdef DLTensorFromPyObject lend = tensor_info.dltensor_from_py_object
+    if lend == NULL:
+        return 0
+    try:
+        address = ctypes.cast(library[_torch_layout_symbol], ctypes.c_void_p).value
+        if not address:
+            return 0
+        with torch._C.DisableTorchFunction():
+            probes = _torch_layout_probes(torch)
+    except Exception:
+        return 0  # no such function, or no probes: the exchange API stays
+    cdef _CxxFill fill = <_CxxFill><uintptr_t>address
+    cdef DLTensor direct, lent
+    cdef int direct_failed, lent_failed
+    failures = 0
+    for probe in probes:
+        if type(probe) is not tensor_info.described_type:
+            return 0
+        memset(&direct, 0, sizeof(DLTensor))
+        memset(&lent, 0, sizeof(DLTensor))
+        # Both read before any Python runs: the lent arrays are compared in place.
+        direct_failed = _cxx_fill_guarded(fill, _tensor_cdata(probe), &direct)
+        lent_failed = lend(<void *><PyObject *>probe, &lent)
+        if lent_failed:
+            PyErr_Clear()
+        if direct_failed != lent_failed:
+            return 0
+        if lent_failed:
+            failures += 1
+        elif not _same_dltensor(&direct, &lent):
+            return 0
+    if failures != 1:  # exactly the sparse probe: a thrown error was caught
+        return 0
+    _fill_torch_dltensor = fill
+    return 0
+
+
+cdef bint _same_dltensor(const DLTensor *a, const DLTensor *b) noexcept:
+    """Whether two DLTensors describe the same memory alike, field by field."""
+    cdef int32_t ndim = a.ndim
+    if not (
+        a.data == b.data
+        and a.device.device_type == b.device.device_type
+        and a.device.device_id == b.device.device_id
+        and ndim == b.ndim
+        and a.dtype.code == b.dtype.code
+        and a.dtype.bits == b.dtype.bits
+        and a.dtype.lanes == b.dtype.lanes
+        and a.byte_offset == b.byte_offset
+        and (a.strides == NULL) == (b.strides == NULL)
+    ):
+        return False
+    if ndim <= 0:
+        return True
+    if a.shape == NULL or b.shape == NULL:
+        return False
+    if memcmp(a.shape, b.shape, ndim * sizeof(int64_t)) != 0:
+        return False
+    return a.strides == NULL or memcmp(a.strides, b.strides, ndim * sizeof(int64_t)) == 0
+
+
+cdef list _torch_layout_probes(object torch):
+    """Tensors of every layout, dtype and origin a view meets (each of torch.Tensor's
+    own type), and one that both ways must refuse (a sparse tensor)."""
+    base = torch.arange(24.0).reshape(2, 3, 4)
+    probes = [
+        base,
+        base[1:, ::2, 1:3],
+        base.transpose(0, 2),
+        base[:, :1].expand(2, 5, 4),  # stride 0
+        base[0, 0, 1:2],
+        torch.tensor(1.5),
+        torch.empty(0, 3),
+        torch.ones(2, 2, requires_grad=True),
+        torch._neg_view(base),
+        base.to(torch.complex64).conj(),
+        torch.zeros(3, dtype=torch.bool),
+        torch.zeros(3, dtype=torch.int8),
+        torch.zeros(3, dtype=torch.uint8),
+        torch.zeros(3, dtype=torch.int64),
+        torch.zeros(3, dtype=torch.float16),
+        torch.zeros(3, dtype=torch.bfloat16),
+        torch.zeros(3, dtype=torch.complex128),
+        torch.zeros(4).to_sparse(),  # refused by both: torch throws
+    ]
+    numpy = _sys.modules.get("numpy")
+    if numpy is not None:
+        probes.append(torch.from_numpy(numpy.arange(4.0)[::2]))
+    return probes
 
 
 def _probe_torch_function_mode(torch):

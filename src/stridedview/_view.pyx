@@ -12,7 +12,8 @@ from cpython.pycapsule cimport (
     PyCapsule_SetName,
 )
 from cpython.ref cimport Py_INCREF, Py_XDECREF
-from libc.string cimport memcmp, memcpy, strcmp, strncmp
+from libc.string cimport memcmp, memcpy, memset, strcmp, strncmp
+from cpython.type cimport PyType_IsSubtype
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdlib cimport free, malloc
 from libc.stdint cimport INT64_MAX, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint64_t, uintptr_t

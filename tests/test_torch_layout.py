@@ -1,0 +1,244 @@
+"""A torch tensor's DLTensor, taken from ``at::toDLPackNonOwning`` or torch's exchange API alike.
+
+Once calibrated (src/stridedview/_torch_bits.pxi), the C++ function torch's exchange
+API ends in is called directly on the tensor object's own at::Tensor; its C++
+exceptions are caught (_cxx_guard.cpp) and the exchange API then reports the error.
+``_view._set_torch_layout_direct_enabled(False)`` makes every torch view go through the
+exchange API, so each test compares the two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stridedview import StridedMemoryView, _view, args_viewable_as_strided_memory
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("forbidden_driver")]
+
+FIELDS = ("ptr", "shape", "strides", "dtype", "device_id", "is_device_accessible", "readonly")
+IS_NEG = "_ZN2at6native6is_negERKNS_6TensorE"
+# torch's wheels for Linux ship libtorch_cpu.so, which the calibration opens.
+DIRECT_EXPECTED = sys.platform.startswith("linux")
+
+
+@contextlib.contextmanager
+def layout(kind):
+    """Within the block torch tensors' DLTensors come from ``kind`` ("direct" or "exchange api")."""
+    _view._set_torch_layout_direct_enabled(kind == "direct")
+    try:
+        yield
+    finally:
+        _view._set_torch_layout_direct_enabled(True)
+
+
+@contextlib.contextmanager
+def calibration(layout_symbol):
+    """Within the block the calibration is made afresh, resolving ``layout_symbol`` for the
+    layout; afterwards it is made afresh with torch's own symbols."""
+    _view._reset_torch_bits_calibration(layout_symbol=layout_symbol)
+    try:
+        yield
+    finally:
+        _view._reset_torch_bits_calibration()
+
+
+def outcome(tensor, entry="constructor"):
+    """The fields of ``tensor``'s view, or the type and message of the error it raises."""
+    try:
+        if entry == "constructor":
+            view = StridedMemoryView(tensor, -1)
+        else:
+            view = args_viewable_as_strided_memory((0,))(lambda arg: arg.view(-1))(tensor)
+    except Exception as exc:  # noqa: BLE001 - any refusal is compared
+        return ("raised", type(exc), str(exc))
+    assert view.exporting_obj is tensor
+    return ("view", {name: getattr(view, name) for name in FIELDS}, repr(view))
+
+
+def assert_same_both_ways(tensor, entry="constructor"):
+    """The direct read and the exchange API give the same view, or the same error."""
+    with layout("direct"):
+        direct = outcome(tensor, entry)
+    with layout("exchange api"):
+        lent = outcome(tensor, entry)
+    assert direct == lent
+    return direct
+
+
+class Plain(torch.Tensor):
+    """A subclass keeping torch.Tensor's exchange table (read directly)."""
+
+
+def test_direct_read_in_use_after_the_first_torch_view():
+    """On Linux the calibration approves at::toDLPackNonOwning and views use it."""
+    with calibration(None):
+        assert _view._torch_layout_reader() == "uncalibrated"
+        StridedMemoryView(torch.ones(2), -1)
+        expected = "direct" if DIRECT_EXPECTED else "exchange api"
+        assert _view._torch_layout_reader() == expected
+        with layout("exchange api"):
+            assert _view._torch_layout_reader() == "exchange api"
+
+
+LAYOUTS = {
+    "contiguous": lambda: torch.arange(12.0).reshape(3, 4),
+    "transposed": lambda: torch.arange(12.0).reshape(3, 4).T,
+    "sliced": lambda: torch.arange(60.0).reshape(3, 4, 5)[1:, ::2, 3:],
+    "storage-offset": lambda: torch.arange(10, dtype=torch.int32)[7:],
+    "expanded": lambda: torch.arange(4.0).expand(3, 4),
+    "0-d": lambda: torch.tensor(2.5),
+    "empty": lambda: torch.zeros(0, 3),
+    "size-1-dims": lambda: torch.zeros(1, 5, 1)[:, ::2],
+    "requires-grad": lambda: torch.ones(3, requires_grad=True),
+    "parameter": lambda: torch.nn.Parameter(torch.ones(2, 2)),
+    "subclass": lambda: torch.arange(6.0).reshape(2, 3).as_subclass(Plain)[:, 1:],
+    "bool": lambda: torch.tensor([True, False]),
+    "int16": lambda: torch.arange(5, dtype=torch.int16),
+    "uint64": lambda: torch.zeros(5, dtype=torch.uint64),
+    "float16": lambda: torch.arange(5, dtype=torch.float16),
+    "bfloat16": lambda: torch.arange(5, dtype=torch.bfloat16),
+    "float8_e5m2": lambda: torch.zeros(4, dtype=torch.float8_e5m2),
+    "complex128": lambda: torch.arange(4.0, dtype=torch.float64).to(torch.complex128),
+    "from-numpy": lambda: torch.from_numpy(__import__("numpy").arange(8.0)[::3]),
+    "9-d": lambda: torch.zeros((2,) * 9)[..., ::2],
+    "channels-last": lambda: torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last),
+}
+
+
+@pytest.mark.parametrize("entry", ["constructor", "launcher"])
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_direct_read_gives_the_exchange_api_view(name, entry):
+    """Every layout, dtype and origin gives the same view read directly as through the exchange API."""
+    kind, *_ = assert_same_both_ways(LAYOUTS[name](), entry)
+    assert kind == "view"
+
+
+REFUSED = {
+    "sparse": lambda: torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (3,)),
+    "sparse-csr": lambda: torch.eye(3).to_sparse_csr(),
+    "quantized": lambda: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8),
+    "meta": lambda: torch.ones(3, device="meta"),
+    "nested": lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]),
+    "negative-bit": lambda: torch._neg_view(torch.arange(3.0)),
+    "conjugate-bit": lambda: torch.arange(3.0).to(torch.complex64).conj(),
+}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("entry", ["constructor", "launcher"])
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_tensors_torch_cannot_export_are_refused_alike(name, entry):
+    """A tensor torch's C++ code throws on (or that carries a lazy bit) gives the same BufferError both ways."""
+    kind, error_type, message = assert_same_both_ways(REFUSED[name](), entry)
+    assert (kind, error_type) == ("raised", BufferError)
+    assert message.startswith("dlpack: ")
+    assert "\n" not in message
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_thrown_errors_are_caught_every_time():
+    """A thousand refusals thrown in C++ on the direct read each end in the exchange API's BufferError."""
+    sparse = REFUSED["sparse"]()
+    for _ in range(1000):
+        with pytest.raises(BufferError, match="^dlpack: the exchange API of 'Tensor' cannot export"):
+            StridedMemoryView(sparse, -1)
+    assert _view._torch_layout_reader() == ("direct" if DIRECT_EXPECTED else "exchange api")
+
+
+MUTATIONS = {
+    "data-assigned": lambda t: setattr(t, "data", torch.arange(24.0).reshape(4, 6)[:, 1::2]),
+    "resized": lambda t: t.resize_(2, 2),
+    "as-strided": lambda t: t.as_strided_((2, 3), (1, 2), 1),
+    "set-storage": lambda t: t.set_(torch.arange(5.0)),
+    "transposed-in-place": lambda t: t.t_(),
+    "unsqueezed-in-place": lambda t: t.unsqueeze_(0),
+}
+
+
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_layout_changed_in_place_is_read_anew(name):
+    """A tensor whose layout or storage changes in place is viewed with its new layout both ways."""
+    tensor = torch.arange(12.0).reshape(3, 4)
+    before = StridedMemoryView(tensor, -1)
+    MUTATIONS[name](tensor)
+    kind, fields, _ = assert_same_both_ways(tensor)
+    assert kind == "view"
+    assert (fields["ptr"], fields["shape"], fields["strides"]) == (
+        tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride())
+    )
+    assert (fields["ptr"], fields["shape"], fields["strides"]) != (
+        before.ptr, before.shape, before.strides
+    )
+
+
+@pytest.mark.parametrize(
+    "symbol",
+    [IS_NEG, "_ZN2at17noSuchFunctionEv"],
+    ids=["disagreeing-function", "missing-symbol"],
+)
+def test_calibration_refuses_a_function_that_is_not_proven(symbol):
+    """A layout function that does not lend the exchange API's DLTensor, or is absent, is not used; the bits still are read directly."""
+    with calibration(symbol):
+        kind, fields, _ = outcome(LAYOUTS["sliced"]())
+        assert kind == "view"
+        assert _view._torch_layout_reader() == "exchange api"
+        assert _view._torch_bits_reader() == ("direct" if DIRECT_EXPECTED else "methods")
+        tensor = LAYOUTS["sliced"]()
+        assert outcome(tensor) == assert_same_both_ways(tensor)
+
+
+def test_subclass_with_its_own_exchange_table_has_it_called():
+    """A torch subclass whose exchange table is not torch.Tensor's own is never read directly."""
+    table = StridedMemoryView.__dict__["__dlpack_c_exchange_api__"]
+
+    class OwnTable(torch.Tensor):
+        __dlpack_c_exchange_api__ = table
+        __dlpack__ = torch.Tensor.__dlpack__
+        __dlpack_device__ = torch.Tensor.__dlpack_device__
+
+    tensor = torch.arange(4.0).as_subclass(OwnTable)
+    StridedMemoryView(torch.ones(1), -1)  # calibrated: the direct read is available
+    # The view's own table refuses anything but a view: proof that it was the one asked.
+    with pytest.raises(BufferError, match="StridedMemoryView's exchange API takes a StridedMemoryView"):
+        StridedMemoryView(tensor, -1)
+
+
+DTYPES = [
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+    torch.int32, torch.int64, torch.bool, torch.complex64,
+]
+
+
+@st.composite
+def strided_tensors(draw):
+    """A tensor of 0 to 5 dims, sliced with steps and offsets, maybe permuted or expanded."""
+    ndim = draw(st.integers(0, 5))
+    shape = draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim))
+    dtype = draw(st.sampled_from(DTYPES))
+    tensor = torch.zeros(shape, dtype=dtype)
+    index = tuple(
+        slice(draw(st.integers(0, 2)), None, draw(st.integers(1, 3))) for _ in range(ndim)
+    )
+    tensor = tensor[index]
+    if ndim > 1 and draw(st.booleans()):
+        tensor = tensor.permute(*draw(st.permutations(range(ndim))))
+    if draw(st.booleans()):
+        tensor = tensor.unsqueeze(0).expand(draw(st.integers(1, 3)), *tensor.shape)
+    return tensor
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tensor=strided_tensors())
+def test_direct_read_and_exchange_api_agree(tensor):
+    """For any strided tensor the direct read and the exchange API give the same view."""
+    kind, fields, _ = assert_same_both_ways(tensor)
+    assert kind == "view"
+    assert fields["shape"] == tuple(tensor.shape)
+    assert fields["strides"] == tuple(tensor.stride())
