@@ -1,8 +1,29 @@
 """Build the Cython core. Everything else lives in pyproject.toml."""
 
+import shutil
+
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+CXX_GUARD = "src/stridedview/_cxx_guard.cpp"
+
+
+class BuildExt(build_ext):
+    """Build without _cxx_guard.cpp where there is no C++ compiler: the extension then
+    defines SV_WITHOUT_CXX_GUARD and never calls torch's C++ functions that can throw
+    (torch tensors' layouts come from torch's exchange API instead)."""
+
+    def build_extensions(self):
+        compiler_cxx = getattr(self.compiler, "compiler_cxx", None)
+        if compiler_cxx and shutil.which(compiler_cxx[0]) is None:
+            for extension in self.extensions:
+                if CXX_GUARD in extension.sources:
+                    extension.sources.remove(CXX_GUARD)
+                    extension.define_macros.append(("SV_WITHOUT_CXX_GUARD", "1"))
+        super().build_extensions()
+
 
 extensions = [
     # include/: stridedview.h, the C API header shipped for extensions (get_include()).
@@ -10,7 +31,7 @@ extensions = [
         "stridedview._view",
         # _cxx_guard.cpp: the one C++ file, catching what torch's C++ functions
         # throw (_torch_bits.pxi); the extension is linked as C++ for its runtime.
-        ["src/stridedview/_view.pyx", "src/stridedview/_cxx_guard.cpp"],
+        ["src/stridedview/_view.pyx", CXX_GUARD],
         # numpy's headers give the array struct's layout to the numpy adapter
         # (_from_numpy.pxi); numpy's C API table is never imported, so the
         # extension links nothing of numpy's and loads no numpy at import.  Built
@@ -21,6 +42,7 @@ extensions = [
 ]
 
 setup(
+    cmdclass={"build_ext": BuildExt},
     ext_modules=cythonize(
         extensions,
         compiler_directives={

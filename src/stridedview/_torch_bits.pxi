@@ -25,7 +25,14 @@
 cdef extern from *:
     """
     typedef void (*sv_cxx_fill)(const void *source, void *out);
+    #ifdef SV_WITHOUT_CXX_GUARD  /* built with no C++ compiler (setup.py) */
+    #define SV_HAVE_CXX_GUARD 0
+    static int sv_cxx_fill_guarded(sv_cxx_fill f, const void *source, void *out)
+    { (void)f; (void)source; (void)out; return -1; }
+    #else
+    #define SV_HAVE_CXX_GUARD 1
     int sv_cxx_fill_guarded(sv_cxx_fill f, const void *source, void *out);
+    #endif
     typedef _Bool (*__pyx_sv_tensor_bit)(const void *);
     typedef _Bool (*__pyx_sv_thread_flag)(void);
     """
@@ -35,6 +42,8 @@ cdef extern from *:
     int _cxx_fill_guarded "sv_cxx_fill_guarded"(
         _CxxFill fill, const void *source, void *out
     ) noexcept nogil
+    # Whether _cxx_fill_guarded catches C++ exceptions (else it calls nothing).
+    bint _HAVE_CXX_GUARD "SV_HAVE_CXX_GUARD"
 
 # Exported by libtorch_cpu (Itanium-mangled): at::native::is_neg(at::Tensor const&),
 # at::native::is_conj(at::Tensor const&), and at::impl::torch_function_mode_enabled(),
@@ -292,7 +301,7 @@ cdef int _calibrate_direct_layout(object library, object torch) except -1:
 
     cdef _ProducerType tensor_info = _look_up_type(torch.Tensor)
     cdef DLTensorFromPyObject lend = tensor_info.dltensor_from_py_object
-    if lend == NULL:
+    if lend == NULL or not _HAVE_CXX_GUARD:
         return 0
     try:
         address = ctypes.cast(library[_torch_layout_symbol], ctypes.c_void_p).value
