@@ -242,3 +242,33 @@ def test_direct_read_and_exchange_api_agree(tensor):
     assert kind == "view"
     assert fields["shape"] == tuple(tensor.shape)
     assert fields["strides"] == tuple(tensor.stride())
+
+
+def _fake_tensor_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode()
+
+
+@pytest.mark.parametrize(
+    "context",
+    [_fake_tensor_mode, lambda: torch.device("meta"), torch.inference_mode],
+    ids=["fake-tensor-mode", "meta-default-device", "inference-mode"],
+)
+def test_calibration_in_the_callers_torch_context_still_proves_the_direct_read(context):
+    """A first torch view made under a dispatch mode, a default device or inference mode calibrates on real CPU probes."""
+    real = torch.arange(6.0).reshape(2, 3)
+    with calibration(None):
+        with context():
+            view = StridedMemoryView(real, -1)
+        assert (view.ptr, view.shape, view.strides) == (real.data_ptr(), (2, 3), (3, 1))
+        assert _view._torch_layout_reader() == ("direct" if DIRECT_EXPECTED else "exchange api")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_fake_tensor_is_refused_alike():
+    """A FakeTensor (no real memory) gives the same outcome read directly as through the exchange API."""
+    with _fake_tensor_mode():
+        fake = torch.ones(3)
+    kind, error_type, _ = assert_same_both_ways(fake)
+    assert (kind, error_type) == ("raised", BufferError)

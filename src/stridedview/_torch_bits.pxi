@@ -307,7 +307,10 @@ cdef int _calibrate_direct_layout(object library, object torch) except -1:
         address = ctypes.cast(library[_torch_layout_symbol], ctypes.c_void_p).value
         if not address:
             return 0
-        with torch._C.DisableTorchFunction():
+        # Real CPU tensors whatever the caller's context: torch functions (the
+        # default device among them) and dispatch modes (FakeTensorMode) are off.
+        from torch.utils._python_dispatch import _disable_current_modes
+        with torch._C.DisableTorchFunction(), _disable_current_modes():
             probes = _torch_layout_probes(torch)
     except Exception:
         return 0  # no such function, or no probes: the exchange API stays
