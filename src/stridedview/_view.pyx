@@ -15,7 +15,9 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from libc.string cimport memcmp, memcpy, strcmp, strncmp
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdlib cimport free, malloc
-from libc.stdint cimport INT64_MAX, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
+from libc.stdint cimport (
+    INT64_MAX, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t,
+)
 
 from stridedview._dlpack cimport *
 
@@ -632,17 +634,77 @@ cdef int _view_without_type_dlpack(
     )
 
 
-cdef inline object _viewable(object value, object name):
-    """``value`` as a ViewableArgument; None stays None; BufferError without a protocol."""
-    if value is None:
-        return None
+cdef inline ViewableArgument _viewable(object value, object name):
+    """``value`` (not None: the launcher passes None on as it is) as a ViewableArgument;
+    BufferError without a protocol."""
     info = _producer_type(value)
     if not info.has_dlpack:
         _check_viewable(value, name, info)
-    cdef ViewableArgument argument = ViewableArgument.__new__(ViewableArgument)
+    cdef ViewableArgument argument = _new_proxy()
     argument.obj = value
     argument._info = info
     return argument
+
+
+# --- Spare proxies -------------------------------------------------------
+# A launch wraps its chosen arguments in ViewableArgument proxies, which the
+# function nearly always drops before it returns.  A proxy that only the
+# launcher still holds then (reference count 1) is emptied (obj and _info None,
+# as a new one starts) and kept here; a later launch, or one nested in this
+# one, takes it instead of making a new one.  A proxy the function kept is
+# never touched again.  A spare is handed out only while this list holds its
+# only reference (a tracked object can be reached through gc.get_objects()).
+# The list is read and changed only while the GIL is held, and no Python code
+# runs between a check of a reference count and the use that relies on it.
+cdef enum:
+    _SPARE_PROXY_SLOTS = 16
+
+cdef PyObject *_spare_proxies[_SPARE_PROXY_SLOTS]  # strong references
+cdef Py_ssize_t _spare_proxy_count = 0
+
+cdef extern from *:
+    """
+    /* The reference passed in becomes the caller's (Cython takes an object
+       returned by a function as a new reference). */
+    static CYTHON_INLINE PyObject *sv_take_reference(PyObject *o) { return o; }
+    """
+    object _take_reference "sv_take_reference"(PyObject *)
+    Py_ssize_t Py_REFCNT_ptr "Py_REFCNT"(PyObject *)
+
+
+cdef inline ViewableArgument _new_proxy():
+    """An empty proxy (obj and _info None): a spare if one is free, else a new one."""
+    global _spare_proxy_count
+    cdef PyObject *spare
+    while _spare_proxy_count != 0:
+        _spare_proxy_count -= 1
+        spare = _spare_proxies[_spare_proxy_count]
+        if Py_REFCNT_ptr(spare) == 1:
+            return <ViewableArgument>_take_reference(spare)
+        Py_DECREF_ptr(spare)  # another holder found it: it is theirs now
+    return ViewableArgument.__new__(ViewableArgument)
+
+
+cdef inline void _drop_proxy(PyObject *proxy) noexcept:
+    """Drop the launcher's reference to a proxy it made: kept as a spare when that
+    reference is the only one and there is room, else released."""
+    if Py_REFCNT_ptr(proxy) != 1 or _spare_proxy_count == _SPARE_PROXY_SLOTS:
+        Py_DECREF_ptr(proxy)
+        return
+    _park_proxy(proxy)
+
+
+cdef void _park_proxy(PyObject *proxy) noexcept:
+    global _spare_proxy_count
+    cdef ViewableArgument argument = <ViewableArgument>proxy
+    # Emptied and listed before obj and _info are released: releasing them may
+    # run Python code (a __del__), which may launch and take this spare.
+    cdef object obj = argument.obj
+    cdef object info = argument._info
+    argument.obj = None
+    argument._info = None
+    _spare_proxies[_spare_proxy_count] = proxy  # the launcher's reference, handed over
+    _spare_proxy_count += 1
 
 
 cdef int _check_viewable(object value, object name, _ProducerType info) except -1:
@@ -747,6 +809,7 @@ cdef object _launch(
     cdef PyObject *name
     cdef tuple spill = None  # more arguments than the stack holds: a tuple holds them
     cdef object item
+    cdef uint32_t proxies = 0  # bit i: stack[i] is a proxy made here (see _drop_proxy)
     if total > _LAUNCH_STACK_ARGS:
         spill = PyTuple_New(total)
         items = PySequence_Fast_ITEMS(spill)
@@ -755,24 +818,30 @@ cdef object _launch(
             item = <object>args[i]
             if i < chosen_end:
                 name = PyTuple_GET_ITEM(self._name_at, i)
-                if name != <PyObject *>None:
+                if name != <PyObject *>None and item is not None:
                     item = _viewable(item, <object>name)
+                    proxies |= <uint32_t>1 << i
             Py_INCREF(item)
             items[i] = <PyObject *>item
             filled += 1
         for i in range(keyword_count):
             item = <object>args[count + i]
             keyword = <object>PyTuple_GET_ITEM(<tuple>kwnames, i)
-            if keyword in self.by_keyword:
+            if item is not None and keyword in self.by_keyword:
                 item = _viewable(item, keyword)
+                proxies |= <uint32_t>1 << (count + i)
             Py_INCREF(item)
             items[count + i] = <PyObject *>item
             filled += 1
+        item = None  # the stack's references are the launcher's only ones (see _drop_proxy)
         return PyObject_Vectorcall(self.func, items, count, kwnames)
     finally:
-        if spill is None:  # the spill tuple drops its own items
+        if spill is None:  # the spill tuple drops its own items (no spares from it)
             for i in range(filled):
-                Py_DECREF_ptr(stack[i])
+                if proxies >> i & 1:
+                    _drop_proxy(stack[i])
+                else:
+                    Py_DECREF_ptr(stack[i])
 
 
 cdef int _enable_launcher_vectorcall() except -1:
