@@ -290,3 +290,80 @@ def test_views_of_any_rank_after_reuse(ndim):
         _check((view.shape, view.strides, view.ptr) == expected, (view.shape, expected))
         _check(take(array) == expected, (take(array), expected))
         del view
+
+
+class _HostCAI:
+    """A CUDA Array Interface producer over a numpy array's memory (stream_ptr None refused)."""
+
+    def __init__(self, array):
+        self.array = array
+        host = array.__array_interface__
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": array.shape,
+            "typestr": host["typestr"],
+            "data": (host["data"][0], False),
+            "strides": host["strides"],
+        }
+
+
+def _init_outcome(args, kwargs):
+    """What __init__ on a fresh view does with these arguments: the fields or the error."""
+    view = StridedMemoryView.__new__(StridedMemoryView)
+    try:
+        view.__init__(*args, **kwargs)
+    except (TypeError, BufferError) as exc:
+        return type(exc), str(exc)
+    return view.ptr, view.shape, view.strides, view.dtype, view.readonly, view.exporting_obj
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((), {}),
+        (("cai",), {}),
+        (("cai", -1), {}),
+        (("cai", None), {}),
+        (("cai",), {"stream_ptr": -1}),
+        ((), {"obj": "cai", "stream_ptr": -1}),
+        (("cai", -1, 3), {}),
+        (("cai",), {"stream": -1}),
+        (("numpy",), {}),
+        (("numpy", 7), {}),
+        (("numpy", -1, None), {}),
+    ],
+)
+def test_constructor_call_does_what_init_does(args, kwargs):
+    """StridedMemoryView(...) (its own vectorcall for one or two positional arguments,
+    Cython's for the rest) gives the view or the error that __init__ gives for the same
+    arguments: the stream is passed on, counts and keywords are checked."""
+    array = np.arange(12.0).reshape(3, 4)[:, ::2]
+    named = {"cai": _HostCAI(array), "numpy": array}
+    args = tuple(named.get(a, a) if isinstance(a, str) else a for a in args)
+    kwargs = {k: named.get(v, v) if isinstance(v, str) else v for k, v in kwargs.items()}
+    expected = _init_outcome(args, kwargs)
+    try:
+        view = StridedMemoryView(*args, **kwargs)
+    except (TypeError, BufferError) as exc:
+        got = (type(exc), str(exc))
+    else:
+        got = (view.ptr, view.shape, view.strides, view.dtype, view.readonly, view.exporting_obj)
+    _check(got == expected, (got, expected))
+
+
+def test_a_view_made_from_a_reused_object_starts_empty():
+    """A view allocated where a view of many dimensions, a held buffer and a read-only
+    flag were (the freelist) starts as a new one: C layout of its own, no owner, and
+    views keep their own layout through the C-level fields (via _asdict and export)."""
+    big = np.zeros((1,) * 12, dtype=np.int8)
+    readonly = np.frombuffer(b"abcdefgh", dtype=np.uint8)
+    for _ in range(20):
+        views = [StridedMemoryView(big, -1), StridedMemoryView(memoryview(readonly), -1)]
+        del views
+        small = StridedMemoryView(np.arange(3.0), -1)
+        _check(small.shape == (3,) and small.strides == (1,), small)
+        _check(not small.readonly, "readonly carried over from a freed view")
+        exported = np.from_dlpack(small)
+        _check(exported.shape == (3,) and exported.strides == (8,), exported.strides)
+        zero_d = StridedMemoryView(np.float32(2.0), -1)
+        _check(zero_d.shape == () and np.from_dlpack(zero_d).shape == (), zero_d)

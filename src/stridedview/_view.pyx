@@ -583,7 +583,7 @@ cdef class ViewableArgument:
     @cython.embedsignature.format("clinic")
     def view(self, stream_ptr=None):
         """``StridedMemoryView(self.obj, stream_ptr)``; see StridedMemoryView for streams."""
-        cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+        cdef StridedMemoryView view = _new_view()
         info = self._info
         # Kept only while obj is still of the type it describes (__class__ can be assigned).
         if info is None or info.described_type is not type(self.obj):
@@ -944,6 +944,101 @@ cdef int _install_view_dealloc() except -1:
 _install_view_dealloc()
 
 
+# --- Allocation ----------------------------------------------------------
+# A launch makes a view per array argument and drops it at once.  Cython's
+# tp_new takes a view from the type's freelist (filled by its tp_dealloc) and
+# clears all of it, the inline shape/stride arrays too (16 int64, the bulk of
+# the object), before the C fields are written.  _new_view takes from the same
+# freelist and clears everything but those arrays: they are only read where
+# _dims points into them, and _c_dims_storage writes them before it points
+# there (_dims starts NULL, _ndim 0).
+
+cdef extern from *:
+    """
+    #define SV_VIEW_STRUCT struct __pyx_obj_11stridedview_5_view_StridedMemoryView
+    #if CYTHON_USE_FREELISTS && !CYTHON_USE_TYPE_SPECS && !CYTHON_COMPILING_IN_LIMITED_API
+    #define SV_VIEW_FREE_COUNT \
+        (__pyx_mstate_global->__pyx_freecount_11stridedview_5_view_StridedMemoryView)
+    #define SV_VIEW_FREE_POP() ((PyObject *) \
+        __pyx_mstate_global->__pyx_freelist_11stridedview_5_view_StridedMemoryView[ \
+            --SV_VIEW_FREE_COUNT])
+    #else
+    #define SV_VIEW_FREE_COUNT 0
+    #define SV_VIEW_FREE_POP() ((PyObject *)NULL)
+    #endif
+    /* A freed view made as Cython's tp_new makes one, but for the inline
+       arrays: every byte before and after them zeroed, then the header, the
+       vtable and the object fields (None), then tracked by the collector. */
+    #define SV_VIEW_PREPARE(o) do { \
+        SV_VIEW_STRUCT *sv_view = (SV_VIEW_STRUCT *)(o); \
+        const size_t sv_from = offsetof(SV_VIEW_STRUCT, _inline_dims); \
+        const size_t sv_to = sv_from + sizeof(sv_view->_inline_dims); \
+        memset((char *)sv_view, 0, sv_from); \
+        memset((char *)sv_view + sv_to, 0, sizeof(SV_VIEW_STRUCT) - sv_to); \
+        (void)PyObject_INIT((PyObject *)sv_view, \
+            __pyx_mstate_global->__pyx_ptype_11stridedview_5_view_StridedMemoryView); \
+        sv_view->__pyx_vtab = __pyx_vtabptr_11stridedview_5_view_StridedMemoryView; \
+        Py_INCREF(Py_None); sv_view->ptr = Py_None; \
+        Py_INCREF(Py_None); sv_view->shape = Py_None; \
+        Py_INCREF(Py_None); sv_view->strides = Py_None; \
+        Py_INCREF(Py_None); sv_view->dtype = Py_None; \
+        Py_INCREF(Py_None); sv_view->exporting_obj = Py_None; \
+        Py_INCREF(Py_None); sv_view->ready_stream = Py_None; \
+        Py_INCREF(Py_None); \
+        sv_view->_memory_owner = (struct __pyx_obj_11stridedview_5_view_StridedMemoryView *)Py_None; \
+        PyObject_GC_Track(sv_view); \
+    } while (0)
+    """
+    Py_ssize_t SV_VIEW_FREE_COUNT
+    PyObject *SV_VIEW_FREE_POP() noexcept
+    void SV_VIEW_PREPARE(PyObject *) noexcept
+
+
+cdef inline StridedMemoryView _new_view():
+    """A new empty view, as ``StridedMemoryView.__new__(StridedMemoryView)`` makes it
+    (object fields None, C fields zero), sooner when the freelist has one."""
+    cdef PyObject *view
+    if SV_VIEW_FREE_COUNT > 0:
+        view = SV_VIEW_FREE_POP()
+        SV_VIEW_PREPARE(view)
+        return <StridedMemoryView>_take_reference(view)
+    return StridedMemoryView.__new__(StridedMemoryView)
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject_new "PyTypeObject":
+        vectorcallfunc tp_vectorcall
+
+cdef vectorcallfunc _generated_view_vectorcall = NULL
+
+
+cdef object _construct_view(
+    PyObject *cls, PyObject *const *args, size_t nargsf, PyObject *kwnames
+):
+    """StridedMemoryView's vectorcall: ``StridedMemoryView(obj)`` and
+    ``StridedMemoryView(obj, stream_ptr)`` do __init__'s work on a view from
+    _new_view; any other call (keywords, another number of arguments) goes to
+    the one Cython generated, which parses and raises as __init__ does."""
+    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
+    if kwnames != NULL or count < 1 or count > 2:
+        return _take_reference(_generated_view_vectorcall(cls, args, nargsf, kwnames))
+    cdef StridedMemoryView view = _new_view()
+    _view_from_any(view, <object>args[0], <object>args[1] if count == 2 else None)
+    return view
+
+
+cdef int _install_view_constructor() except -1:
+    global _generated_view_vectorcall
+    cdef PyTypeObject_new *tp = <PyTypeObject_new *>StridedMemoryView
+    if _generated_view_vectorcall == NULL and tp.tp_vectorcall != NULL:
+        _generated_view_vectorcall = tp.tp_vectorcall
+        tp.tp_vectorcall = <vectorcallfunc><void *>_construct_view
+    return 0
+
+
+_install_view_constructor()
+
+
 cdef StridedMemoryView _derive(StridedMemoryView base):
     """A new view of ``base``'s memory: every field copied, the memory owner shared.
 
@@ -956,7 +1051,7 @@ cdef StridedMemoryView _derive(StridedMemoryView base):
     forms however often views are derived from views; it takes no capsule of its
     own, so its deallocation calls no deleter.
     """
-    cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+    cdef StridedMemoryView view = _new_view()
     _derive_into(view, base)
     return view
 
