@@ -916,19 +916,24 @@ cdef void _release_resources(StridedMemoryView view) noexcept:
 
 
 cdef void _view_dealloc(PyObject *o) noexcept:
-    """StridedMemoryView's tp_dealloc: release what the view holds, then Cython's own."""
+    """StridedMemoryView's tp_dealloc: release what the view holds, then Cython's own.
+
+    A view that holds nothing (the views of numpy arrays and exchange-API
+    tensors a launch makes) goes straight to Cython's, which untracks it.
+    """
     cdef PyObject *error_type
     cdef PyObject *error_value
     cdef PyObject *error_traceback
-    # Kept at one reference while Cython code handles it (a reference taken and
-    # dropped must not bring it back to zero), as Cython's own __dealloc__ does.
-    PyObject_GC_UnTrack(o)
-    Py_SET_REFCNT(o, 1)
-    if _holds_resources(<StridedMemoryView>o):
+    if _holds_resources(<StridedMemoryView>o):  # a cast: no reference taken
+        # Untracked before Python code (a deleter) can run a collection, and kept
+        # at one reference while Cython code handles it (a reference taken and
+        # dropped must not bring it back to zero), as Cython's own __dealloc__ does.
+        PyObject_GC_UnTrack(o)
+        Py_SET_REFCNT(o, 1)
         PyErr_Fetch(&error_type, &error_value, &error_traceback)
         _release_resources(<StridedMemoryView>o)
         PyErr_Restore(error_type, error_value, error_traceback)
-    Py_SET_REFCNT(o, 0)
+        Py_SET_REFCNT(o, 0)
     _generated_view_dealloc(o)
 
 
