@@ -115,36 +115,6 @@ def test_another_thread_launching_inside_the_function_shares_no_proxy():
     _check(holder["ptrs"] == tuple(a.ctypes.data for a in mine), holder["ptrs"])
 
 
-def test_many_threads_launching_at_once():
-    """Threads launching one launcher at once (switching inside the function) each
-    view their own arrays."""
-    errors = []
-
-    @args_viewable_as_strided_memory((0, 1))
-    def launch(a, b, expected):
-        for _ in range(3):
-            sys._getframe()  # some bytecode between the reads, where a switch can happen
-            if (a.obj, b.obj) != expected or a.view(-1).ptr != expected[0].ctypes.data:
-                errors.append("a proxy changed hands while in use")
-
-    def worker(start):
-        arrays = _arrays(2, start=start)
-        for _ in range(300):
-            launch(*arrays, tuple(arrays))
-
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=worker, args=(10 * i,)) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(previous)
-    _check(not errors, errors[:3])
-
-
 def test_a_raising_function_keeps_its_proxies_in_the_traceback():
     """An exception from the function: its frame, kept by the traceback, keeps its
     proxies and their arrays through later launches; once the exception is dropped

@@ -579,21 +579,87 @@ cdef class ViewableArgument:
 
     # A plain method descriptor (the interpreter calls it without a function
     # object in between), its signature in the docstring's clinic form.
+    # (_install_proxy_view puts a faster entry in front of it).
     @cython.binding(False)
     @cython.embedsignature.format("clinic")
     def view(self, stream_ptr=None):
         """``StridedMemoryView(self.obj, stream_ptr)``; see StridedMemoryView for streams."""
-        cdef StridedMemoryView view = _new_view()
-        info = self._info
-        # Kept only while obj is still of the type it describes (__class__ can be assigned).
-        if info is None or info.described_type is not type(self.obj):
-            info = _producer_type(self.obj)
-            self._info = info
-        _view_from_any(view, self.obj, stream_ptr, info)
-        return view
+        return _proxy_view(self, stream_ptr)
 
     def __repr__(self):
         return f"ViewableArgument({self.obj!r})"
+
+
+cdef StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
+    """``proxy.view(stream_ptr)``."""
+    cdef StridedMemoryView view = _new_view()
+    info = proxy._info
+    # Kept only while obj is still of the type it describes (__class__ can be assigned).
+    if info is None or info.described_type is not type(proxy.obj):
+        info = _producer_type(proxy.obj)
+        proxy._info = info
+    _view_from_any(view, proxy.obj, stream_ptr, info)
+    return view
+
+
+# ViewableArgument.view is called once per array argument of every launch.
+# Cython's wrapper parses its arguments for keywords first; the entry below
+# takes view() and view(stream_ptr) straight to _proxy_view and hands any other
+# call (a keyword, too many arguments) to that wrapper, which parses and raises.
+# It is the same method: name, flags, docstring (so signature) are the wrapper's.
+
+ctypedef PyObject *(*_FastcallKeywords)(
+    PyObject *, PyObject *const *, Py_ssize_t, PyObject *
+) noexcept
+
+cdef extern from "Python.h":
+    ctypedef struct PyMethodDef_entry "PyMethodDef":
+        const char *ml_name
+        void *ml_meth
+        int ml_flags
+        const char *ml_doc
+    ctypedef struct PyTypeObject_methods "PyTypeObject":
+        PyMethodDef_entry *tp_methods
+        PyObject *tp_dict
+    object PyDescr_NewMethod(PyTypeObject_methods *, PyMethodDef_entry *)
+    enum:
+        METH_FASTCALL
+        METH_KEYWORDS
+
+cdef _FastcallKeywords _generated_proxy_view = NULL
+cdef PyMethodDef_entry _proxy_view_entry  # static: as long-lived as the type
+
+
+cdef object _proxy_view_call(
+    PyObject *proxy, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+):
+    # The method descriptor has checked that proxy is a ViewableArgument.
+    if kwnames == NULL and nargs <= 1:
+        return _proxy_view(<ViewableArgument>proxy, <object>args[0] if nargs else None)
+    return _take_reference(_generated_proxy_view(proxy, args, nargs, kwnames))
+
+
+cdef int _install_proxy_view() except -1:
+    global _generated_proxy_view, _proxy_view_entry
+    cdef PyTypeObject_methods *tp = <PyTypeObject_methods *>ViewableArgument
+    cdef PyMethodDef_entry *entry = tp.tp_methods
+    while entry != NULL and entry.ml_name != NULL and strcmp(entry.ml_name, "view") != 0:
+        entry += 1
+    if (
+        _generated_proxy_view != NULL or entry == NULL or entry.ml_name == NULL
+        or entry.ml_flags != METH_FASTCALL | METH_KEYWORDS
+    ):
+        return 0  # not the wrapper expected: Cython's own entry stays
+    _proxy_view_entry = entry[0]
+    _proxy_view_entry.ml_meth = <void *>_proxy_view_call
+    descriptor = PyDescr_NewMethod(tp, &_proxy_view_entry)
+    _generated_proxy_view = <_FastcallKeywords>entry.ml_meth
+    (<dict><object>tp.tp_dict)["view"] = descriptor
+    PyType_Modified(<PyTypeObject_dict *>tp)
+    return 0
+
+
+_install_proxy_view()
 
 
 cdef inline int _view_from_any(
