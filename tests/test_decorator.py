@@ -659,3 +659,32 @@ def test_refused_argument_midway_releases_the_arguments_taken(count):
     after = [sys.getrefcount(a) for a in arrays]
     if after != before:
         raise AssertionError((before, after))
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [((), {}), ((-1,), {}), ((None,), {}), ((), {"stream_ptr": -1}), ((-1, 2), {}),
+     ((), {"stream": -1}), ((-1,), {"stream_ptr": -1})],
+)
+def test_proxy_view_takes_its_arguments_as_its_signature_says(args, kwargs):
+    """``proxy.view(...)`` (a fast entry for zero or one positional argument, Cython's
+    parser for the rest) gives ``StridedMemoryView(proxy.obj, ...)``'s view or error,
+    the stream passed on; a wrong count or keyword is a TypeError naming view()."""
+    proxy = ViewableArgument(HostCAI())
+    try:
+        expected = StridedMemoryView(proxy.obj, *args, **kwargs)
+    except TypeError:
+        with pytest.raises(TypeError, match=r"^view\(\) "):
+            proxy.view(*args, **kwargs)
+        return
+    except BufferError as exc:
+        with pytest.raises(BufferError) as caught:
+            proxy.view(*args, **kwargs)
+        if str(caught.value) != str(exc):
+            raise AssertionError((str(caught.value), str(exc)))
+        return
+    view = proxy.view(*args, **kwargs)
+    got = (view.ptr, view.shape, view.strides, view.dtype, view.ready_stream)
+    want = (expected.ptr, expected.shape, expected.strides, expected.dtype, expected.ready_stream)
+    if got != want:
+        raise AssertionError((got, want))

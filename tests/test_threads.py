@@ -217,6 +217,26 @@ def test_threads_with_many_producer_types():
 
 # --- the event cache, against the fake driver ----------------------------------------------------
 
+def test_threads_launching_one_launcher_keep_their_own_proxies():
+    """Threads launching one decorated launcher at once (switching inside the function,
+    while other threads return proxies to the spares) each see their own arrays."""
+    from stridedview import args_viewable_as_strided_memory
+
+    @args_viewable_as_strided_memory((0, 1))
+    def launch(a, b, expected):
+        for _ in range(3):
+            sys._getframe()  # bytecode between the reads, where a switch can happen
+            assert (a.obj, b.obj) == expected, "a proxy changed hands while in use"
+            assert a.view(-1).ptr == expected[0].ctypes.data
+
+    def worker(index):
+        arrays = (np.arange(4.0) + index, np.arange(4.0) - index)
+        for _ in range(300):
+            launch(*arrays, arrays)
+
+    run_threads([worker] * THREADS)
+
+
 def test_event_cache_per_thread_and_context(fake):
     """Eight threads order views after shared and own producer streams in two contexts: one event per (context, thread), none shared."""
     ctx0, ctx1 = fake.primary_contexts

@@ -16,7 +16,9 @@ from libc.string cimport memcmp, memcpy, memset, strcmp, strncmp
 from cpython.type cimport PyType_IsSubtype
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdlib cimport free, malloc
-from libc.stdint cimport INT64_MAX, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint64_t, uintptr_t
+from libc.stdint cimport (
+    INT64_MAX, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t,
+)
 
 from stridedview._dlpack cimport *
 
@@ -578,21 +580,87 @@ cdef class ViewableArgument:
 
     # A plain method descriptor (the interpreter calls it without a function
     # object in between), its signature in the docstring's clinic form.
+    # (_install_proxy_view puts a faster entry in front of it).
     @cython.binding(False)
     @cython.embedsignature.format("clinic")
     def view(self, stream_ptr=None):
         """``StridedMemoryView(self.obj, stream_ptr)``; see StridedMemoryView for streams."""
-        cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
-        info = self._info
-        # Kept only while obj is still of the type it describes (__class__ can be assigned).
-        if info is None or info.described_type is not type(self.obj):
-            info = _producer_type(self.obj)
-            self._info = info
-        _view_from_any(view, self.obj, stream_ptr, info)
-        return view
+        return _proxy_view(self, stream_ptr)
 
     def __repr__(self):
         return f"ViewableArgument({self.obj!r})"
+
+
+cdef StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
+    """``proxy.view(stream_ptr)``."""
+    cdef StridedMemoryView view = _new_view()
+    info = proxy._info
+    # Kept only while obj is still of the type it describes (__class__ can be assigned).
+    if info is None or info.described_type is not type(proxy.obj):
+        info = _producer_type(proxy.obj)
+        proxy._info = info
+    _view_from_any(view, proxy.obj, stream_ptr, info)
+    return view
+
+
+# ViewableArgument.view is called once per array argument of every launch.
+# Cython's wrapper parses its arguments for keywords first; the entry below
+# takes view() and view(stream_ptr) straight to _proxy_view and hands any other
+# call (a keyword, too many arguments) to that wrapper, which parses and raises.
+# It is the same method: name, flags, docstring (so signature) are the wrapper's.
+
+ctypedef PyObject *(*_FastcallKeywords)(
+    PyObject *, PyObject *const *, Py_ssize_t, PyObject *
+) noexcept
+
+cdef extern from "Python.h":
+    ctypedef struct PyMethodDef_entry "PyMethodDef":
+        const char *ml_name
+        void *ml_meth
+        int ml_flags
+        const char *ml_doc
+    ctypedef struct PyTypeObject_methods "PyTypeObject":
+        PyMethodDef_entry *tp_methods
+        PyObject *tp_dict
+    object PyDescr_NewMethod(PyTypeObject_methods *, PyMethodDef_entry *)
+    enum:
+        METH_FASTCALL
+        METH_KEYWORDS
+
+cdef _FastcallKeywords _generated_proxy_view = NULL
+cdef PyMethodDef_entry _proxy_view_entry  # static: as long-lived as the type
+
+
+cdef object _proxy_view_call(
+    PyObject *proxy, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+):
+    # The method descriptor has checked that proxy is a ViewableArgument.
+    if kwnames == NULL and nargs <= 1:
+        return _proxy_view(<ViewableArgument>proxy, <object>args[0] if nargs else None)
+    return _take_reference(_generated_proxy_view(proxy, args, nargs, kwnames))
+
+
+cdef int _install_proxy_view() except -1:
+    global _generated_proxy_view, _proxy_view_entry
+    cdef PyTypeObject_methods *tp = <PyTypeObject_methods *>ViewableArgument
+    cdef PyMethodDef_entry *entry = tp.tp_methods
+    while entry != NULL and entry.ml_name != NULL and strcmp(entry.ml_name, "view") != 0:
+        entry += 1
+    if (
+        _generated_proxy_view != NULL or entry == NULL or entry.ml_name == NULL
+        or entry.ml_flags != METH_FASTCALL | METH_KEYWORDS
+    ):
+        return 0  # not the wrapper expected: Cython's own entry stays
+    _proxy_view_entry = entry[0]
+    _proxy_view_entry.ml_meth = <void *>_proxy_view_call
+    descriptor = PyDescr_NewMethod(tp, &_proxy_view_entry)
+    _generated_proxy_view = <_FastcallKeywords>entry.ml_meth
+    (<dict><object>tp.tp_dict)["view"] = descriptor
+    PyType_Modified(<PyTypeObject_dict *>tp)
+    return 0
+
+
+_install_proxy_view()
 
 
 cdef inline int _view_from_any(
@@ -633,17 +701,77 @@ cdef int _view_without_type_dlpack(
     )
 
 
-cdef inline object _viewable(object value, object name):
-    """``value`` as a ViewableArgument; None stays None; BufferError without a protocol."""
-    if value is None:
-        return None
+cdef inline ViewableArgument _viewable(object value, object name):
+    """``value`` (not None: the launcher passes None on as it is) as a ViewableArgument;
+    BufferError without a protocol."""
     info = _producer_type(value)
     if not info.has_dlpack:
         _check_viewable(value, name, info)
-    cdef ViewableArgument argument = ViewableArgument.__new__(ViewableArgument)
+    cdef ViewableArgument argument = _new_proxy()
     argument.obj = value
     argument._info = info
     return argument
+
+
+# --- Spare proxies -------------------------------------------------------
+# A launch wraps its chosen arguments in ViewableArgument proxies, which the
+# function nearly always drops before it returns.  A proxy that only the
+# launcher still holds then (reference count 1) is emptied (obj and _info None,
+# as a new one starts) and kept here; a later launch, or one nested in this
+# one, takes it instead of making a new one.  A proxy the function kept is
+# never touched again.  A spare is handed out only while this list holds its
+# only reference (a tracked object can be reached through gc.get_objects()).
+# The list is read and changed only while the GIL is held, and no Python code
+# runs between a check of a reference count and the use that relies on it.
+cdef enum:
+    _SPARE_PROXY_SLOTS = 16
+
+cdef PyObject *_spare_proxies[_SPARE_PROXY_SLOTS]  # strong references
+cdef Py_ssize_t _spare_proxy_count = 0
+
+cdef extern from *:
+    """
+    /* The reference passed in becomes the caller's (Cython takes an object
+       returned by a function as a new reference). */
+    static CYTHON_INLINE PyObject *sv_take_reference(PyObject *o) { return o; }
+    """
+    object _take_reference "sv_take_reference"(PyObject *)
+    Py_ssize_t Py_REFCNT_ptr "Py_REFCNT"(PyObject *)
+
+
+cdef inline ViewableArgument _new_proxy():
+    """An empty proxy (obj and _info None): a spare if one is free, else a new one."""
+    global _spare_proxy_count
+    cdef PyObject *spare
+    while _spare_proxy_count != 0:
+        _spare_proxy_count -= 1
+        spare = _spare_proxies[_spare_proxy_count]
+        if Py_REFCNT_ptr(spare) == 1:
+            return <ViewableArgument>_take_reference(spare)
+        Py_DECREF_ptr(spare)  # another holder found it: it is theirs now
+    return ViewableArgument.__new__(ViewableArgument)
+
+
+cdef inline void _drop_proxy(PyObject *proxy) noexcept:
+    """Drop the launcher's reference to a proxy it made: kept as a spare when that
+    reference is the only one and there is room, else released."""
+    if Py_REFCNT_ptr(proxy) != 1 or _spare_proxy_count == _SPARE_PROXY_SLOTS:
+        Py_DECREF_ptr(proxy)
+        return
+    _park_proxy(proxy)
+
+
+cdef void _park_proxy(PyObject *proxy) noexcept:
+    global _spare_proxy_count
+    cdef ViewableArgument argument = <ViewableArgument>proxy
+    # Emptied and listed before obj and _info are released: releasing them may
+    # run Python code (a __del__), which may launch and take this spare.
+    cdef object obj = argument.obj
+    cdef object info = argument._info
+    argument.obj = None
+    argument._info = None
+    _spare_proxies[_spare_proxy_count] = proxy  # the launcher's reference, handed over
+    _spare_proxy_count += 1
 
 
 cdef int _check_viewable(object value, object name, _ProducerType info) except -1:
@@ -748,6 +876,7 @@ cdef object _launch(
     cdef PyObject *name
     cdef tuple spill = None  # more arguments than the stack holds: a tuple holds them
     cdef object item
+    cdef uint32_t proxies = 0  # bit i: stack[i] is a proxy made here (see _drop_proxy)
     if total > _LAUNCH_STACK_ARGS:
         spill = PyTuple_New(total)
         items = PySequence_Fast_ITEMS(spill)
@@ -756,24 +885,30 @@ cdef object _launch(
             item = <object>args[i]
             if i < chosen_end:
                 name = PyTuple_GET_ITEM(self._name_at, i)
-                if name != <PyObject *>None:
+                if name != <PyObject *>None and item is not None:
                     item = _viewable(item, <object>name)
+                    proxies |= <uint32_t>1 << i
             Py_INCREF(item)
             items[i] = <PyObject *>item
             filled += 1
         for i in range(keyword_count):
             item = <object>args[count + i]
             keyword = <object>PyTuple_GET_ITEM(<tuple>kwnames, i)
-            if keyword in self.by_keyword:
+            if item is not None and keyword in self.by_keyword:
                 item = _viewable(item, keyword)
+                proxies |= <uint32_t>1 << (count + i)
             Py_INCREF(item)
             items[count + i] = <PyObject *>item
             filled += 1
+        item = None  # the stack's references are the launcher's only ones (see _drop_proxy)
         return PyObject_Vectorcall(self.func, items, count, kwnames)
     finally:
-        if spill is None:  # the spill tuple drops its own items
+        if spill is None:  # the spill tuple drops its own items (no spares from it)
             for i in range(filled):
-                Py_DECREF_ptr(stack[i])
+                if proxies >> i & 1:
+                    _drop_proxy(stack[i])
+                else:
+                    Py_DECREF_ptr(stack[i])
 
 
 cdef int _enable_launcher_vectorcall() except -1:
@@ -848,19 +983,24 @@ cdef void _release_resources(StridedMemoryView view) noexcept:
 
 
 cdef void _view_dealloc(PyObject *o) noexcept:
-    """StridedMemoryView's tp_dealloc: release what the view holds, then Cython's own."""
+    """StridedMemoryView's tp_dealloc: release what the view holds, then Cython's own.
+
+    A view that holds nothing (the views of numpy arrays and exchange-API
+    tensors a launch makes) goes straight to Cython's, which untracks it.
+    """
     cdef PyObject *error_type
     cdef PyObject *error_value
     cdef PyObject *error_traceback
-    # Kept at one reference while Cython code handles it (a reference taken and
-    # dropped must not bring it back to zero), as Cython's own __dealloc__ does.
-    PyObject_GC_UnTrack(o)
-    Py_SET_REFCNT(o, 1)
-    if _holds_resources(<StridedMemoryView>o):
+    if _holds_resources(<StridedMemoryView>o):  # a cast: no reference taken
+        # Untracked before Python code (a deleter) can run a collection, and kept
+        # at one reference while Cython code handles it (a reference taken and
+        # dropped must not bring it back to zero), as Cython's own __dealloc__ does.
+        PyObject_GC_UnTrack(o)
+        Py_SET_REFCNT(o, 1)
         PyErr_Fetch(&error_type, &error_value, &error_traceback)
         _release_resources(<StridedMemoryView>o)
         PyErr_Restore(error_type, error_value, error_traceback)
-    Py_SET_REFCNT(o, 0)
+        Py_SET_REFCNT(o, 0)
     _generated_view_dealloc(o)
 
 
@@ -876,6 +1016,101 @@ cdef int _install_view_dealloc() except -1:
 _install_view_dealloc()
 
 
+# --- Allocation ----------------------------------------------------------
+# A launch makes a view per array argument and drops it at once.  Cython's
+# tp_new takes a view from the type's freelist (filled by its tp_dealloc) and
+# clears all of it, the inline shape/stride arrays too (16 int64, the bulk of
+# the object), before the C fields are written.  _new_view takes from the same
+# freelist and clears everything but those arrays: they are only read where
+# _dims points into them, and _c_dims_storage writes them before it points
+# there (_dims starts NULL, _ndim 0).
+
+cdef extern from *:
+    """
+    #define SV_VIEW_STRUCT struct __pyx_obj_11stridedview_5_view_StridedMemoryView
+    #if CYTHON_USE_FREELISTS && !CYTHON_USE_TYPE_SPECS && !CYTHON_COMPILING_IN_LIMITED_API
+    #define SV_VIEW_FREE_COUNT \
+        (__pyx_mstate_global->__pyx_freecount_11stridedview_5_view_StridedMemoryView)
+    #define SV_VIEW_FREE_POP() ((PyObject *) \
+        __pyx_mstate_global->__pyx_freelist_11stridedview_5_view_StridedMemoryView[ \
+            --SV_VIEW_FREE_COUNT])
+    #else
+    #define SV_VIEW_FREE_COUNT 0
+    #define SV_VIEW_FREE_POP() ((PyObject *)NULL)
+    #endif
+    /* A freed view made as Cython's tp_new makes one, but for the inline
+       arrays: every byte before and after them zeroed, then the header, the
+       vtable and the object fields (None), then tracked by the collector. */
+    #define SV_VIEW_PREPARE(o) do { \
+        SV_VIEW_STRUCT *sv_view = (SV_VIEW_STRUCT *)(o); \
+        const size_t sv_from = offsetof(SV_VIEW_STRUCT, _inline_dims); \
+        const size_t sv_to = sv_from + sizeof(sv_view->_inline_dims); \
+        memset((char *)sv_view, 0, sv_from); \
+        memset((char *)sv_view + sv_to, 0, sizeof(SV_VIEW_STRUCT) - sv_to); \
+        (void)PyObject_INIT((PyObject *)sv_view, \
+            __pyx_mstate_global->__pyx_ptype_11stridedview_5_view_StridedMemoryView); \
+        sv_view->__pyx_vtab = __pyx_vtabptr_11stridedview_5_view_StridedMemoryView; \
+        Py_INCREF(Py_None); sv_view->ptr = Py_None; \
+        Py_INCREF(Py_None); sv_view->shape = Py_None; \
+        Py_INCREF(Py_None); sv_view->strides = Py_None; \
+        Py_INCREF(Py_None); sv_view->dtype = Py_None; \
+        Py_INCREF(Py_None); sv_view->exporting_obj = Py_None; \
+        Py_INCREF(Py_None); sv_view->ready_stream = Py_None; \
+        Py_INCREF(Py_None); \
+        sv_view->_memory_owner = (struct __pyx_obj_11stridedview_5_view_StridedMemoryView *)Py_None; \
+        PyObject_GC_Track(sv_view); \
+    } while (0)
+    """
+    Py_ssize_t SV_VIEW_FREE_COUNT
+    PyObject *SV_VIEW_FREE_POP() noexcept
+    void SV_VIEW_PREPARE(PyObject *) noexcept
+
+
+cdef inline StridedMemoryView _new_view():
+    """A new empty view, as ``StridedMemoryView.__new__(StridedMemoryView)`` makes it
+    (object fields None, C fields zero), sooner when the freelist has one."""
+    cdef PyObject *view
+    if SV_VIEW_FREE_COUNT > 0:
+        view = SV_VIEW_FREE_POP()
+        SV_VIEW_PREPARE(view)
+        return <StridedMemoryView>_take_reference(view)
+    return StridedMemoryView.__new__(StridedMemoryView)
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject_new "PyTypeObject":
+        vectorcallfunc tp_vectorcall
+
+cdef vectorcallfunc _generated_view_vectorcall = NULL
+
+
+cdef object _construct_view(
+    PyObject *cls, PyObject *const *args, size_t nargsf, PyObject *kwnames
+):
+    """StridedMemoryView's vectorcall: ``StridedMemoryView(obj)`` and
+    ``StridedMemoryView(obj, stream_ptr)`` do __init__'s work on a view from
+    _new_view; any other call (keywords, another number of arguments) goes to
+    the one Cython generated, which parses and raises as __init__ does."""
+    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
+    if kwnames != NULL or count < 1 or count > 2:
+        return _take_reference(_generated_view_vectorcall(cls, args, nargsf, kwnames))
+    cdef StridedMemoryView view = _new_view()
+    _view_from_any(view, <object>args[0], <object>args[1] if count == 2 else None)
+    return view
+
+
+cdef int _install_view_constructor() except -1:
+    global _generated_view_vectorcall
+    cdef PyTypeObject_new *tp = <PyTypeObject_new *>StridedMemoryView
+    if _generated_view_vectorcall == NULL and tp.tp_vectorcall != NULL:
+        _generated_view_vectorcall = tp.tp_vectorcall
+        tp.tp_vectorcall = <vectorcallfunc><void *>_construct_view
+    return 0
+
+
+_install_view_constructor()
+
+
 cdef StridedMemoryView _derive(StridedMemoryView base):
     """A new view of ``base``'s memory: every field copied, the memory owner shared.
 
@@ -888,7 +1123,7 @@ cdef StridedMemoryView _derive(StridedMemoryView base):
     forms however often views are derived from views; it takes no capsule of its
     own, so its deallocation calls no deleter.
     """
-    cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
+    cdef StridedMemoryView view = _new_view()
     _derive_into(view, base)
     return view
 

@@ -1,0 +1,339 @@
+"""A launcher's proxies are reused between launches, never while anyone else can see them.
+
+The launcher keeps a proxy that only it still holds once the function returns
+(emptied: obj None, nothing referenced) and hands it out again on a later launch.
+These tests pin what that must never change: a proxy the function keeps (in a
+list, a traceback, a suspended generator) keeps its object for good; nested
+launches, launches from another thread while the function runs, and a proxy found
+through the garbage collector each see proxies of their own; no argument is held
+once a launch returns; and a reused proxy behaves as a new one.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from stridedview import StridedMemoryView, ViewableArgument, args_viewable_as_strided_memory
+
+pytestmark = pytest.mark.usefixtures("forbidden_driver")
+
+
+def _check(condition, what):
+    """Raise AssertionError(what) unless condition (plain asserts vanish under python -O)."""
+    if not condition:
+        raise AssertionError(what)
+
+
+def _arrays(count, start=0):
+    return [np.arange(4.0) + start + i for i in range(count)]
+
+
+@args_viewable_as_strided_memory((0, 1, 2))
+def _views(a, b, c):
+    return [a.view(-1).ptr, b.view(-1).ptr, c.view(-1).ptr]
+
+
+def test_a_kept_proxy_keeps_its_object_through_later_launches():
+    """Proxies the function stores in a list keep their obj (and view it) however many
+    launches follow, and are never handed to a later launch."""
+    kept = []
+
+    @args_viewable_as_strided_memory((0, 1))
+    def keep(a, b):
+        kept.append((a, b))
+
+    first = _arrays(2)
+    keep(*first)
+    for round_ in range(20):
+        keep(*_arrays(2, start=10 * (round_ + 1)))
+        _views(*_arrays(3, start=500))
+    _check(kept[0][0].obj is first[0] and kept[0][1].obj is first[1], kept[0])
+    _check(kept[0][0].view(-1).ptr == first[0].ctypes.data, "the kept proxy views another array")
+    proxies = [proxy for pair in kept for proxy in pair]
+    _check(len({id(proxy) for proxy in proxies}) == len(proxies), "a kept proxy was handed out again")
+
+
+def test_nested_launches_get_distinct_proxies():
+    """A function that launches itself (and another launcher) gets, at every depth,
+    proxies of its own: after the nested launches return, each depth's proxies still
+    hold that depth's arrays."""
+    seen = {}
+
+    @args_viewable_as_strided_memory((0, 1))
+    def nested(a, b, depth):
+        if depth:
+            nested(*_arrays(2, start=100 * depth), depth - 1)
+            _views(*_arrays(3, start=1000 + depth))
+        seen[depth] = (a, a.obj, b, b.obj)
+        return a.obj, b.obj
+
+    top = _arrays(2)
+    got = nested(*top, 4)
+    _check(got[0] is top[0] and got[1] is top[1], "the outer proxies lost their arrays")
+    for depth, (a, a_obj, b, b_obj) in seen.items():
+        _check(a.obj is a_obj and b.obj is b_obj, f"depth {depth}'s proxies were reused")
+    proxies = [item for entry in seen.values() for item in (entry[0], entry[2])]
+    _check(len({id(p) for p in proxies}) == len(proxies), "two depths shared a proxy")
+
+
+def test_another_thread_launching_inside_the_function_shares_no_proxy():
+    """While the function runs (here: waits for another thread), launches of the same
+    launcher from another thread never get its proxies."""
+    holder = {}
+
+    @args_viewable_as_strided_memory((0, 1, 2))
+    def launch(a, b, c, wait_for=None):
+        if wait_for is not None:
+            worker = threading.Thread(target=wait_for)
+            worker.start()
+            worker.join()
+            holder["after"] = (a.obj, b.obj, c.obj)
+            holder["ptrs"] = (a.view(-1).ptr, b.view(-1).ptr, c.view(-1).ptr)
+        return a, b, c
+
+    other = _arrays(3, start=50)
+    errors = []
+
+    def hammer():
+        try:
+            for _ in range(200):
+                got = launch(*other)
+                if [proxy.obj for proxy in got] != other:
+                    errors.append("the other thread's proxies lost their arrays")
+        except Exception as exc:  # reported below, from the main thread
+            errors.append(repr(exc))
+
+    mine = _arrays(3)
+    launch(*mine, wait_for=hammer)
+    _check(not errors, errors)
+    _check(all(x is y for x, y in zip(holder["after"], mine)), "a proxy changed while in use")
+    _check(holder["ptrs"] == tuple(a.ctypes.data for a in mine), holder["ptrs"])
+
+
+def test_a_raising_function_keeps_its_proxies_in_the_traceback():
+    """An exception from the function: its frame, kept by the traceback, keeps its
+    proxies and their arrays through later launches; once the exception is dropped
+    the arrays' reference counts are back where they started."""
+
+    @args_viewable_as_strided_memory((0, 1))
+    def fail(a, b):
+        raise ValueError("kernel failed")
+
+    arrays = _arrays(2)
+    before = [sys.getrefcount(a) for a in arrays]
+    try:
+        fail(*arrays)
+    except ValueError as exc:
+        caught = exc
+    tb = caught.__traceback__
+    while tb.tb_frame.f_code is not fail.__wrapped__.__code__:
+        tb = tb.tb_next
+    frame = tb.tb_frame
+    proxies = (frame.f_locals["a"], frame.f_locals["b"])
+    for _ in range(20):
+        _views(*_arrays(3, start=7))
+        with pytest.raises(ValueError):
+            fail(*_arrays(2, start=3))
+    _check(proxies[0].obj is arrays[0] and proxies[1].obj is arrays[1], "a proxy was reused")
+    del caught, tb, frame, proxies
+    after = [sys.getrefcount(a) for a in arrays]
+    _check(after == before, (before, after))
+
+
+def test_no_argument_is_held_after_launches():
+    """After launches that drop their proxies, no argument is referenced by the
+    launcher or by a spare proxy (reference counts back to their start)."""
+    arrays = _arrays(3)
+    before = [sys.getrefcount(a) for a in arrays]
+    for _ in range(50):
+        _views(*arrays)
+    after = [sys.getrefcount(a) for a in arrays]
+    _check(after == before, (before, after))
+
+
+def test_a_proxy_found_through_the_collector_is_never_handed_out():
+    """A spare proxy reached through gc.get_objects() and held is not handed to a
+    later launch: what the holder sees does not change."""
+    _views(*_arrays(3))  # leaves spares
+    gc.collect()
+    found = [
+        o for o in gc.get_objects()
+        if type(o) is ViewableArgument and o.obj is None
+    ]
+    _check(found, "no spare proxy was found to hold (none kept?)")
+    for _ in range(20):
+        _views(*_arrays(3, start=9))
+    _check(all(o.obj is None for o in found), "a proxy held elsewhere was handed out")
+
+
+def test_garbage_collection_inside_the_function():
+    """gc.collect() inside the function (between views, after nested launches) leaves
+    the proxies and their views intact."""
+    arrays = _arrays(3)
+
+    @args_viewable_as_strided_memory((0, 1, 2))
+    def launch(a, b, c):
+        _views(*_arrays(3, start=30))
+        gc.collect()
+        first = a.view(-1)
+        gc.collect()
+        return (a.obj, b.obj, c.obj), (first.ptr, b.view(-1).ptr, c.view(-1).ptr)
+
+    for _ in range(5):
+        objs, ptrs = launch(*arrays)
+        _check(all(x is y for x, y in zip(objs, arrays)), objs)
+        _check(ptrs == tuple(a.ctypes.data for a in arrays), ptrs)
+
+
+def test_a_reused_proxy_behaves_as_a_new_one():
+    """A proxy handed out after launches of other types gives the same obj, repr and
+    view as a ViewableArgument made for the same argument."""
+    got = {}
+
+    @args_viewable_as_strided_memory((0,))
+    def take(a):
+        got["repr"] = repr(a)
+        got["obj"] = a.obj
+        view = a.view(-1)
+        got["view"] = (view.ptr, view.shape, view.strides, view.dtype, view.readonly)
+
+    samples = [
+        np.arange(6.0).reshape(2, 3),
+        bytearray(b"abcdef"),
+        np.arange(10, dtype=np.int16)[::3],
+        memoryview(b"xyz"),
+    ]
+    for _ in range(3):
+        for sample in samples:
+            take(sample)
+            fresh = ViewableArgument(sample)
+            view = fresh.view(-1)
+            _check(got["obj"] is sample, got["obj"])
+            _check(got["repr"] == repr(fresh), (got["repr"], repr(fresh)))
+            expected = (view.ptr, view.shape, view.strides, view.dtype, view.readonly)
+            _check(got["view"] == expected, (got["view"], expected))
+
+
+def test_a_suspended_generator_keeps_its_proxy():
+    """A generator function as launcher: the generator's frame holds its proxy, which
+    keeps its array while later launches run."""
+
+    @args_viewable_as_strided_memory((0,))
+    def gen(a):
+        yield a.obj
+        yield a.obj
+
+    arrays = _arrays(1)
+    suspended = gen(arrays[0])
+    _check(next(suspended) is arrays[0], "first yield")
+    for _ in range(20):
+        _views(*_arrays(3, start=40))
+    _check(next(suspended) is arrays[0], "the suspended generator's proxy was reused")
+
+
+@pytest.mark.parametrize("ndim", [0, 1, 8, 9, 12, 32])
+def test_views_of_any_rank_after_reuse(ndim):
+    """Views of up to and past 8 dimensions, made one after another (each reusing the
+    memory of the ones before), give their array's layout, by the constructor and by
+    a proxy."""
+
+    @args_viewable_as_strided_memory((0,))
+    def take(a):
+        view = a.view(-1)
+        return view.shape, view.strides, view.ptr
+
+    for rank in (ndim, 12, ndim, 2, ndim):
+        array = np.zeros((1, 2) * (rank // 2) + (3,) * (rank % 2), dtype=np.float32)
+        if rank > 1:
+            array = array.swapaxes(0, rank - 1)
+        expected = (
+            array.shape,
+            tuple(s // array.itemsize for s in array.strides),
+            array.ctypes.data,
+        )
+        view = StridedMemoryView(array, -1)
+        _check((view.shape, view.strides, view.ptr) == expected, (view.shape, expected))
+        _check(take(array) == expected, (take(array), expected))
+        del view
+
+
+class _HostCAI:
+    """A CUDA Array Interface producer over a numpy array's memory (stream_ptr None refused)."""
+
+    def __init__(self, array):
+        self.array = array
+        host = array.__array_interface__
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": array.shape,
+            "typestr": host["typestr"],
+            "data": (host["data"][0], False),
+            "strides": host["strides"],
+        }
+
+
+def _init_outcome(args, kwargs):
+    """What __init__ on a fresh view does with these arguments: the fields or the error."""
+    view = StridedMemoryView.__new__(StridedMemoryView)
+    try:
+        view.__init__(*args, **kwargs)
+    except (TypeError, BufferError) as exc:
+        return type(exc), str(exc)
+    return view.ptr, view.shape, view.strides, view.dtype, view.readonly, view.exporting_obj
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        ((), {}),
+        (("cai",), {}),
+        (("cai", -1), {}),
+        (("cai", None), {}),
+        (("cai",), {"stream_ptr": -1}),
+        ((), {"obj": "cai", "stream_ptr": -1}),
+        (("cai", -1, 3), {}),
+        (("cai",), {"stream": -1}),
+        (("numpy",), {}),
+        (("numpy", 7), {}),
+        (("numpy", -1, None), {}),
+    ],
+)
+def test_constructor_call_does_what_init_does(args, kwargs):
+    """StridedMemoryView(...) (its own vectorcall for one or two positional arguments,
+    Cython's for the rest) gives the view or the error that __init__ gives for the same
+    arguments: the stream is passed on, counts and keywords are checked."""
+    array = np.arange(12.0).reshape(3, 4)[:, ::2]
+    named = {"cai": _HostCAI(array), "numpy": array}
+    args = tuple(named.get(a, a) if isinstance(a, str) else a for a in args)
+    kwargs = {k: named.get(v, v) if isinstance(v, str) else v for k, v in kwargs.items()}
+    expected = _init_outcome(args, kwargs)
+    try:
+        view = StridedMemoryView(*args, **kwargs)
+    except (TypeError, BufferError) as exc:
+        got = (type(exc), str(exc))
+    else:
+        got = (view.ptr, view.shape, view.strides, view.dtype, view.readonly, view.exporting_obj)
+    _check(got == expected, (got, expected))
+
+
+def test_a_view_made_from_a_reused_object_starts_empty():
+    """A view allocated where a view of many dimensions, a held buffer and a read-only
+    flag were (the freelist) starts as a new one: C layout of its own, no owner, and
+    views keep their own layout through the C-level fields (via _asdict and export)."""
+    big = np.zeros((1,) * 12, dtype=np.int8)
+    readonly = np.frombuffer(b"abcdefgh", dtype=np.uint8)
+    for _ in range(20):
+        views = [StridedMemoryView(big, -1), StridedMemoryView(memoryview(readonly), -1)]
+        del views
+        small = StridedMemoryView(np.arange(3.0), -1)
+        _check(small.shape == (3,) and small.strides == (1,), small)
+        _check(not small.readonly, "readonly carried over from a freed view")
+        exported = np.from_dlpack(small)
+        _check(exported.shape == (3,) and exported.strides == (8,), exported.strides)
+        zero_d = StridedMemoryView(np.float32(2.0), -1)
+        _check(zero_d.shape == () and np.from_dlpack(zero_d).shape == (), zero_d)
