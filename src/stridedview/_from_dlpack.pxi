@@ -352,36 +352,56 @@ cdef int _view_from_capsule(
 
 # Shape and stride tuples, interned: a launch loop views arrays of the same
 # layout again and again, and a tuple found here costs a compare instead of an
-# allocation and a deallocation.  Direct-mapped by a hash of the values; tuples
-# are immutable, so sharing one between views is safe.
+# allocation and a deallocation.  Two-way set-associative by a hash of the
+# values (a miss replaces the slot of the set used less recently), so that the
+# few layouts of one launch do not evict each other; tuples are immutable, so
+# sharing one between views is safe.
 cdef enum:
-    _TUPLE_CACHE_SLOTS = 64
+    _TUPLE_CACHE_SET_BITS = 5
+    _TUPLE_CACHE_SETS = 1 << _TUPLE_CACHE_SET_BITS
+    _TUPLE_CACHE_SLOTS = 2 * _TUPLE_CACHE_SETS  # set s: slots 2s and 2s + 1
     _TUPLE_CACHE_MAX_NDIM = 8
 
 cdef int64_t _cached_values[_TUPLE_CACHE_SLOTS][_TUPLE_CACHE_MAX_NDIM]
 cdef int32_t _cached_ndim[_TUPLE_CACHE_SLOTS]
 cdef PyObject *_cached_tuples[_TUPLE_CACHE_SLOTS]  # strong references (NULL: empty)
+# Per set, the way (0 or 1) a miss replaces: the one not used last.
+cdef uint8_t _tuple_victims[_TUPLE_CACHE_SETS]
+
+
+cdef inline bint _tuple_slot_holds(Py_ssize_t slot, const int64_t *values, int32_t ndim) noexcept:
+    """Whether cache slot ``slot`` holds the tuple of ``values[:ndim]``."""
+    cdef int32_t i
+    if _cached_ndim[slot] != ndim:
+        return False
+    # A few values: compared in place, cheaper than a call to memcmp.
+    for i in range(ndim):
+        if _cached_values[slot][i] != values[i]:
+            return False
+    return True
 
 
 cdef inline tuple _int64_tuple(const int64_t *values, int32_t ndim):
     """``tuple(values[:ndim])`` of Python ints, from the intern cache when it holds it."""
     cdef int32_t i
     cdef uint64_t mix = <uint64_t>ndim
-    cdef Py_ssize_t slot
+    cdef Py_ssize_t set_index, slot
     if ndim == 0:
         return ()
     if ndim > _TUPLE_CACHE_MAX_NDIM:
         return _new_int64_tuple(values, ndim, -1)
     for i in range(ndim):
         mix = (mix ^ <uint64_t>values[i]) * <uint64_t>0x100000001b3
-    slot = <Py_ssize_t>((mix ^ (mix >> 29)) % <uint64_t>_TUPLE_CACHE_SLOTS)
-    if _cached_ndim[slot] == ndim:
-        # A few values: compared in place, cheaper than a call to memcmp.
-        for i in range(ndim):
-            if _cached_values[slot][i] != values[i]:
-                break
-        else:
-            return <tuple>_cached_tuples[slot]
+    set_index = <Py_ssize_t>((mix ^ (mix >> 29)) % <uint64_t>_TUPLE_CACHE_SETS)
+    slot = 2 * set_index
+    if _tuple_slot_holds(slot, values, ndim):
+        _tuple_victims[set_index] = 1
+        return <tuple>_cached_tuples[slot]
+    if _tuple_slot_holds(slot + 1, values, ndim):
+        _tuple_victims[set_index] = 0
+        return <tuple>_cached_tuples[slot + 1]
+    slot += _tuple_victims[set_index]
+    _tuple_victims[set_index] ^= 1
     return _new_int64_tuple(values, ndim, slot)
 
 

@@ -1219,36 +1219,52 @@ cdef tuple _last_itemsize = (None, 0)
 
 # Address ints, interned like the shape tuples: a launch loop views the same
 # buffers again and again, and an int found here spares an allocation and a
-# deallocation per view.  Direct-mapped by the address; ints are immutable.
+# deallocation per view.  Two-way set-associative: each address may sit in
+# either slot of its set, and a miss replaces the one used less recently, so
+# the few buffers of a launch never evict each other (direct-mapped, three
+# buffers shared a slot in one process of ten, and two of them missed on every
+# launch).  Ints are immutable.
 cdef enum:
-    _ADDRESS_CACHE_BITS = 5
-    _ADDRESS_CACHE_SLOTS = 1 << _ADDRESS_CACHE_BITS
+    _ADDRESS_CACHE_SET_BITS = 4
+    _ADDRESS_CACHE_SETS = 1 << _ADDRESS_CACHE_SET_BITS
+    _ADDRESS_CACHE_SLOTS = 2 * _ADDRESS_CACHE_SETS  # set s: slots 2s and 2s + 1
 
 cdef uintptr_t _cached_addresses[_ADDRESS_CACHE_SLOTS]
 # Strong references, owned by the cache (NULL: empty slot); C arrays rather than
 # lists, so that a hit is two loads and a compare.
 cdef PyObject *_cached_address_ints[_ADDRESS_CACHE_SLOTS]
+# Per set, the way (0 or 1) a miss replaces: the one not used last.
+cdef uint8_t _address_victims[_ADDRESS_CACHE_SETS]
 
 
 cdef inline object _address_int(uintptr_t address):
     """``address`` as a Python int, from the intern cache when it holds it."""
     # Fibonacci hashing: allocators align buffers to 64 bytes and more, so the
-    # low bits alone would crowd a few slots.
-    cdef Py_ssize_t slot = <Py_ssize_t>(
-        (<uint64_t>address * <uint64_t>0x9E3779B97F4A7C15) >> (64 - _ADDRESS_CACHE_BITS)
+    # low bits alone would crowd a few sets.
+    cdef Py_ssize_t set_index = <Py_ssize_t>(
+        (<uint64_t>address * <uint64_t>0x9E3779B97F4A7C15) >> (64 - _ADDRESS_CACHE_SET_BITS)
     )
+    cdef Py_ssize_t slot = 2 * set_index
     cdef PyObject *cached = _cached_address_ints[slot]
     if cached != NULL and _cached_addresses[slot] == address:
+        _address_victims[set_index] = 1
         return <object>cached
-    return _intern_address(address, slot)
+    cached = _cached_address_ints[slot + 1]
+    if cached != NULL and _cached_addresses[slot + 1] == address:
+        _address_victims[set_index] = 0
+        return <object>cached
+    return _intern_address(address, set_index)
 
 
-cdef object _intern_address(uintptr_t address, Py_ssize_t slot):
+cdef object _intern_address(uintptr_t address, Py_ssize_t set_index):
     cdef object result = address  # typed: an inferred C integer would be cached as a pointer
+    cdef Py_ssize_t way = _address_victims[set_index]
+    cdef Py_ssize_t slot = 2 * set_index + way
     Py_INCREF(result)
     Py_XDECREF(_cached_address_ints[slot])
     _cached_address_ints[slot] = <PyObject *>result
     _cached_addresses[slot] = address
+    _address_victims[set_index] = 1 - way
     return result
 
 
