@@ -876,7 +876,8 @@ cdef object _launch(
     cdef PyObject *name
     cdef tuple spill = None  # more arguments than the stack holds: a tuple holds them
     cdef object item
-    cdef uint32_t proxies = 0  # bit i: stack[i] is a proxy made here (see _drop_proxy)
+    # Bit i: stack[i] is a proxy made here (see _drop_proxy); the stack only.
+    cdef uint32_t proxies = 0
     if total > _LAUNCH_STACK_ARGS:
         spill = PyTuple_New(total)
         items = PySequence_Fast_ITEMS(spill)
@@ -887,7 +888,8 @@ cdef object _launch(
                 name = PyTuple_GET_ITEM(self._name_at, i)
                 if name != <PyObject *>None and item is not None:
                     item = _viewable(item, <object>name)
-                    proxies |= <uint32_t>1 << i
+                    if spill is None:  # (a shift past 31 would be undefined)
+                        proxies |= <uint32_t>1 << i
             Py_INCREF(item)
             items[i] = <PyObject *>item
             filled += 1
@@ -896,7 +898,8 @@ cdef object _launch(
             keyword = <object>PyTuple_GET_ITEM(<tuple>kwnames, i)
             if item is not None and keyword in self.by_keyword:
                 item = _viewable(item, keyword)
-                proxies |= <uint32_t>1 << (count + i)
+                if spill is None:
+                    proxies |= <uint32_t>1 << (count + i)
             Py_INCREF(item)
             items[count + i] = <PyObject *>item
             filled += 1
