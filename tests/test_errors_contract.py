@@ -425,6 +425,14 @@ def _launch_with_list():
     return launch([1, 2])
 
 
+def _call_uninitialised_launcher():
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        return x
+
+    return type(launch).__new__(type(launch))(np.zeros(2))
+
+
 def _driver_failure(fake):
     fake.fail("cuEventRecord", CUresult.CUDA_ERROR_INVALID_HANDLE, times=2)
     producer_stream = fake.new_stream()
@@ -680,6 +688,7 @@ TRIGGERS = [
     ("decorator-index", lambda f, m: _decorate(5), ValueError, "args_viewable_as_strided_memory: "),
     ("decorator-name", lambda f, m: _decorate("nope"), ValueError, "args_viewable_as_strided_memory: "),
     ("decorator-argument", lambda f, m: _launch_with_list(), BufferError, "args_viewable_as_strided_memory: argument 'x' ('list' object) supports none of DLPack, the CUDA Array Interface, the array interface and the buffer protocol"),
+    ("decorator-uninitialised", lambda f, m: _call_uninitialised_launcher(), TypeError, "args_viewable_as_strided_memory: this launcher was never initialised"),
     # driver
     ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),
     ("driver-unloadable", lambda f, m: _no_driver_library(), CUDAError, "the CUDA driver could not be used for cuInit ("),

@@ -977,19 +977,33 @@ def test_torch_bits_follow_in_place_changes_and_class_changes():
 
 
 @pytest.mark.interop
-def test_torch_subclass_redefining_is_neg_after_its_first_view_is_still_refused():
-    """A subclass first viewed with torch's own methods, then given an is_neg that hides the
-    bit, still has its negative-bit tensors refused (the bit in memory is what counts)."""
+def test_torch_subclass_redefining_is_neg_after_its_first_view_is_described_anew():
+    """A subclass first viewed with torch's own methods, then given an is_neg, is treated as
+    a subclass defined with that is_neg from the start: its type changed, so its first
+    description is not used again (issue 18: the per-type cache was never refreshed)."""
     torch = pytest.importorskip("torch")
+
+    def lying_is_neg(self):
+        return False
 
     class Late(torch.Tensor):
         pass
 
+    class Early(torch.Tensor):
+        is_neg = lying_is_neg
+
     StridedMemoryView(torch.zeros(2).as_subclass(Late))
-    Late.is_neg = lambda self: False
-    lazy = torch._neg_view(torch.arange(3.0)).as_subclass(Late)
+    Late.is_neg = lying_is_neg
+    base = torch._neg_view(torch.arange(3.0))
+    late = StridedMemoryView(base.as_subclass(Late))
+    early = StridedMemoryView(base.as_subclass(Early))
+    assert (late.ptr, late.shape, late.strides, late.dtype) == (
+        early.ptr, early.shape, early.strides, early.dtype
+    )
+    # The class asked is the one that answers: torch's own is_neg back, the bit is refused.
+    del Late.is_neg
     with pytest.raises(BufferError, match="has its negative bit set"):
-        StridedMemoryView(lazy)
+        StridedMemoryView(base.as_subclass(Late))
 
 
 def test_byte_offsets_hook_takes_layouts_of_any_ndim():

@@ -3,6 +3,19 @@
 # (whose negative and conjugate bits need a check, _torch_bits.pxi).  Looked up once per type; the
 # last type seen is kept apart so that a run of views of one type skips even
 # the dict lookup.
+#
+# A description holds only while its type is unchanged: assigning or deleting a
+# class attribute (``Cls.__dlpack__ = ...``, on the class or any base) may
+# change every answer.  CPython gives each type a version tag that it clears on
+# every such change (PyType_Modified, run for the type and all its subclasses)
+# and never hands out twice; a description records the tag it was made under and
+# is used only while the type still carries that tag.  A type the interpreter
+# cannot tag (tag 0) is described anew on every view: slower, never stale.
+#
+# Invariants of the caches: the last-type global and the direct-mapped slots are
+# read and replaced under the GIL (a reader takes its reference before another
+# thread can drop the entry); in a free-threaded build (SV_GIL_FAST_PATHS 0) only
+# the dict is used, whose operations are atomic there.
 
 import sys as _sys
 
@@ -29,6 +42,8 @@ cdef class _ProducerType:
     """What one producer type offers; built once by _producer_type()."""
 
     cdef object described_type  # the type this describes
+    # described_type's version tag when described (0: none; never trusted again)
+    cdef unsigned int type_version
     cdef bint has_dlpack
     cdef bint host_only  # its arrays are always host memory: no need to ask the device
     cdef bint is_torch
@@ -47,6 +62,36 @@ cdef dict _producer_types = {}
 # In front of the dict, descriptions direct-mapped by the type's address (no
 # int to allocate); a slot is used only if the description it holds is of
 # this very type.
+cdef extern from *:
+    """
+    /* The type's version tag (0: none valid), read as the interpreter reads it. */
+    static CYTHON_INLINE unsigned int sv_type_version(PyTypeObject *tp) {
+    #ifdef Py_GIL_DISABLED
+        unsigned int tag = _Py_atomic_load_uint_relaxed(&tp->tp_version_tag);
+    #else
+        unsigned int tag = tp->tp_version_tag;
+    #endif
+    #if PY_VERSION_HEX < 0x030C0000
+        /* Before 3.12 a modified type keeps its old number and loses the flag. */
+        if (!PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) return 0;
+    #endif
+        return tag;
+    }
+    /* Give the type a version tag where the interpreter can; its tag, or 0. */
+    static unsigned int sv_assign_type_version(PyTypeObject *tp, PyObject *any_name) {
+    #if PY_VERSION_HEX >= 0x030C0000
+        (void)any_name;
+        if (!PyUnstable_Type_AssignVersionTag(tp)) return 0;
+    #else
+        /* A method-cache lookup assigns one (3.10, 3.11). */
+        (void)_PyType_Lookup(tp, any_name);
+    #endif
+        return sv_type_version(tp);
+    }
+    """
+    unsigned int _type_version "sv_type_version"(PyObject *) noexcept
+    unsigned int _assign_type_version "sv_assign_type_version"(PyObject *, object) noexcept
+
 cdef enum:
     _TYPE_SLOTS = 64
 cdef list _type_slots = [None] * _TYPE_SLOTS
@@ -55,11 +100,22 @@ cdef list _type_slots = [None] * _TYPE_SLOTS
 cdef _ProducerType _last_info = None
 
 
+cdef inline bint _describes(_ProducerType info, object tp) noexcept:
+    """Whether ``info`` is the current description of ``tp`` (same type, unchanged since)."""
+    return (
+        info.described_type is tp
+        and info.type_version != 0
+        and info.type_version == _type_version(<PyObject *>tp)
+    )
+
+
 cdef inline _ProducerType _producer_type(object obj):
     """What ``type(obj)`` offers: the last type's answer at once, else _look_up_type."""
-    cdef _ProducerType info = _last_info
-    if info is not None and info.described_type is type(obj):
-        return info
+    cdef _ProducerType info
+    if SV_GIL_FAST_PATHS:
+        info = _last_info
+        if info is not None and _describes(info, type(obj)):
+            return info
     return _look_up_type(type(obj))
 
 
@@ -67,18 +123,20 @@ cdef _ProducerType _look_up_type(object tp):
     global _last_info
     cdef _ProducerType info
     cdef Py_ssize_t slot = <Py_ssize_t>((<uintptr_t><PyObject *>tp >> 4) % _TYPE_SLOTS)
-    found = _type_slots[slot]
-    if found is not None and (<_ProducerType>found).described_type is tp:
-        info = <_ProducerType>found
-    else:
-        info = <_ProducerType>_producer_types.get(id(tp))
-        if info is None or info.described_type is not tp:
-            info = _describe_type(<type>tp)  # a cast: a metaclass instance is no exact type
-            if len(_producer_types) >= 1024:
-                _producer_types.clear()  # bound the cache where classes are made on the fly
-            _producer_types[id(tp)] = info
+    if SV_GIL_FAST_PATHS:
+        found = _type_slots[slot]
+        if found is not None and _describes(<_ProducerType>found, tp):
+            _last_info = <_ProducerType>found
+            return <_ProducerType>found
+    info = <_ProducerType>_producer_types.get(id(tp))
+    if info is None or not _describes(info, tp):
+        info = _describe_type(<type>tp)  # a cast: a metaclass instance is no exact type
+        if len(_producer_types) >= 1024:
+            _producer_types.clear()  # bound the cache where classes are made on the fly
+        _producer_types[id(tp)] = info
+    if SV_GIL_FAST_PATHS:
         _type_slots[slot] = info
-    _last_info = info
+        _last_info = info
     return info
 
 
@@ -102,6 +160,9 @@ cdef _ProducerType _describe_type(type tp):
     cdef _ProducerType info = _ProducerType.__new__(_ProducerType)
     cdef const DLPackExchangeAPI *api = NULL
     info.described_type = tp
+    # Tagged before anything is read: a change made while describing (a
+    # descriptor's code) clears the tag, and the description is made anew.
+    info.type_version = _assign_type_version(<PyObject *>tp, _DLPACK)
     info.has_dlpack = hasattr(tp, _DLPACK) and hasattr(tp, _DLPACK_DEVICE)
     # numpy keeps every array in host memory: ndarray's __dlpack_device__ always
     # answers (kDLCPU, 0), so a subclass that keeps numpy's methods need not be

@@ -22,6 +22,60 @@ from libc.stdint cimport (
 
 from stridedview._dlpack cimport *
 
+# The fast paths whose shared state only the GIL protects (the view freelist,
+# spare proxies, interned ints and tuples, the last-type and last-itemsize
+# caches): compiled in only where the GIL exists.  A free-threaded build
+# (Py_GIL_DISABLED) leaves them out, and so does a build with
+# -DSV_NO_GIL_FAST_PATHS, which the tests use to prove the general path alone
+# gives the same views.  docs/internals.md lists each.
+cdef extern from *:
+    """
+    #if defined(Py_GIL_DISABLED) || defined(SV_NO_GIL_FAST_PATHS)
+    #define SV_GIL_FAST_PATHS 0
+    #else
+    #define SV_GIL_FAST_PATHS 1
+    #endif
+    """
+    bint SV_GIL_FAST_PATHS
+
+# Whether this build has the fast paths above; for tests and the report.
+gil_fast_paths = bool(SV_GIL_FAST_PATHS)
+
+
+# The C API the hot-path modules share (_view_lifecycle.pxi, _launcher.pxi).
+cdef extern from "Python.h":
+    ctypedef PyObject *(*vectorcallfunc)(
+        PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames
+    )
+    ctypedef struct PyTypeObject_vectorcall "PyTypeObject":
+        Py_ssize_t tp_vectorcall_offset
+        unsigned long tp_flags
+    enum:
+        Py_TPFLAGS_HAVE_VECTORCALL
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    object PyObject_Vectorcall(
+        object callable, PyObject *const *args, size_t nargsf, PyObject *kwnames
+    )
+    object PyVectorcall_Call(object callable, object args, object kwargs)
+    PyObject **PySequence_Fast_ITEMS(object)
+    void Py_DECREF_ptr "Py_DECREF"(PyObject *)
+
+cdef extern from *:
+    """
+    /* The reference passed in becomes the caller's (Cython takes an object
+       returned by a function as a new reference). */
+    static CYTHON_INLINE PyObject *sv_take_reference(PyObject *o) { return o; }
+    """
+    object _take_reference "sv_take_reference"(PyObject *)
+    Py_ssize_t Py_REFCNT_ptr "Py_REFCNT"(PyObject *)
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject_dict "PyTypeObject":
+        PyObject *tp_dict
+    void PyType_Modified(PyTypeObject_dict *)
+    object PyDescr_NewMember(PyTypeObject_dict *, PyMemberDef *)
+
+
 include "_streams.pxi"
 include "_dtypes.pxi"
 
@@ -486,183 +540,6 @@ cdef class StridedMemoryView:
         return _is_dense(self.shape, self.strides)
 
 
-cdef extern from *:
-    # Offsets of the object fields in the instance struct Cython generates for
-    # StridedMemoryView (a wrong name fails the build, never silently).
-    """
-    #include <stddef.h>
-    #define SV_VIEW_OFFSET(field) \
-        offsetof(struct __pyx_obj_11stridedview_5_view_StridedMemoryView, field)
-    """
-    const Py_ssize_t _OFFSET_PTR "SV_VIEW_OFFSET(ptr)"
-    const Py_ssize_t _OFFSET_SHAPE "SV_VIEW_OFFSET(shape)"
-    const Py_ssize_t _OFFSET_STRIDES "SV_VIEW_OFFSET(strides)"
-    const Py_ssize_t _OFFSET_DTYPE "SV_VIEW_OFFSET(dtype)"
-    const Py_ssize_t _OFFSET_EXPORTING_OBJ "SV_VIEW_OFFSET(exporting_obj)"
-
-cdef extern from "Python.h":
-    ctypedef struct PyTypeObject_dict "PyTypeObject":
-        PyObject *tp_dict
-    void PyType_Modified(PyTypeObject_dict *)
-    object PyDescr_NewMember(PyTypeObject_dict *, PyMemberDef *)
-
-cdef extern from "structmember.h":
-    ctypedef struct PyMemberDef:
-        const char *name
-        int type
-        Py_ssize_t offset
-        int flags
-        const char *doc
-    enum:
-        T_OBJECT_EX
-        READONLY
-
-cdef PyMemberDef _member_defs[5]
-
-
-cdef int _expose_as_members() except -1:
-    """Publish the object fields as read-only member descriptors.
-
-    Cython exposes ``cdef`` object fields through getset descriptors, which the
-    interpreter cannot specialise; a member descriptor is read by LOAD_ATTR_SLOT,
-    about twice as fast.  Every array argument of every launch reads these.
-    """
-    cdef PyTypeObject_dict *tp = <PyTypeObject_dict *>StridedMemoryView
-    cdef Py_ssize_t[5] offsets
-    offsets[0] = _OFFSET_PTR
-    offsets[1] = _OFFSET_SHAPE
-    offsets[2] = _OFFSET_STRIDES
-    offsets[3] = _OFFSET_DTYPE
-    offsets[4] = _OFFSET_EXPORTING_OBJ
-    # String literals: static storage, as long-lived as the type.
-    _member_defs[0].name = "ptr"
-    _member_defs[0].doc = "Address of element [0, ..., 0] (an int), byte offset included."
-    _member_defs[1].name = "shape"
-    _member_defs[1].doc = "Tuple of extents."
-    _member_defs[2].name = "strides"
-    _member_defs[2].doc = "Tuple of strides in elements, not bytes; always explicit, () at 0-d."
-    _member_defs[3].name = "dtype"
-    _member_defs[3].doc = "The element type, a numpy.dtype (ml_dtypes' for bfloat16 and float8/6/4)."
-    _member_defs[4].name = "exporting_obj"
-    _member_defs[4].doc = "The object viewed, kept alive as long as the view lives."
-    cdef int i
-    for i in range(5):
-        _member_defs[i].type = T_OBJECT_EX
-        _member_defs[i].offset = offsets[i]
-        _member_defs[i].flags = READONLY
-        descriptor = PyDescr_NewMember(tp, &_member_defs[i])
-        (<dict><object>tp.tp_dict)[descriptor.__name__] = descriptor
-    PyType_Modified(tp)
-    return 0
-
-
-_expose_as_members()
-
-
-@cython.final
-@cython.freelist(16)
-@cython.auto_pickle(False)
-cdef class ViewableArgument:
-    """A launch argument chosen by ``args_viewable_as_strided_memory``.
-
-    ``obj`` is the argument as the caller passed it; ``view(stream_ptr)`` makes
-    its ``StridedMemoryView`` (one per call: the stream is only known there).
-    """
-
-    cdef readonly object obj
-    """The argument exactly as the caller passed it."""
-    # What obj's type offers, kept from wrapping (None: not looked up yet).
-    cdef _ProducerType _info
-
-    def __init__(self, obj):
-        self.obj = obj
-        self._info = None
-
-    # A plain method descriptor (the interpreter calls it without a function
-    # object in between), its signature in the docstring's clinic form.
-    # (_install_proxy_view puts a faster entry in front of it).
-    @cython.binding(False)
-    @cython.embedsignature.format("clinic")
-    def view(self, stream_ptr=None):
-        """``StridedMemoryView(self.obj, stream_ptr)``; see StridedMemoryView for streams."""
-        return _proxy_view(self, stream_ptr)
-
-    def __repr__(self):
-        return f"ViewableArgument({self.obj!r})"
-
-
-cdef StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
-    """``proxy.view(stream_ptr)``."""
-    cdef StridedMemoryView view = _new_view()
-    info = proxy._info
-    # Kept only while obj is still of the type it describes (__class__ can be assigned).
-    if info is None or info.described_type is not type(proxy.obj):
-        info = _producer_type(proxy.obj)
-        proxy._info = info
-    _view_from_any(view, proxy.obj, stream_ptr, info)
-    return view
-
-
-# ViewableArgument.view is called once per array argument of every launch.
-# Cython's wrapper parses its arguments for keywords first; the entry below
-# takes view() and view(stream_ptr) straight to _proxy_view and hands any other
-# call (a keyword, too many arguments) to that wrapper, which parses and raises.
-# It is the same method: name, flags, docstring (so signature) are the wrapper's.
-
-ctypedef PyObject *(*_FastcallKeywords)(
-    PyObject *, PyObject *const *, Py_ssize_t, PyObject *
-) noexcept
-
-cdef extern from "Python.h":
-    ctypedef struct PyMethodDef_entry "PyMethodDef":
-        const char *ml_name
-        void *ml_meth
-        int ml_flags
-        const char *ml_doc
-    ctypedef struct PyTypeObject_methods "PyTypeObject":
-        PyMethodDef_entry *tp_methods
-        PyObject *tp_dict
-    object PyDescr_NewMethod(PyTypeObject_methods *, PyMethodDef_entry *)
-    enum:
-        METH_FASTCALL
-        METH_KEYWORDS
-
-cdef _FastcallKeywords _generated_proxy_view = NULL
-cdef PyMethodDef_entry _proxy_view_entry  # static: as long-lived as the type
-
-
-cdef object _proxy_view_call(
-    PyObject *proxy, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
-):
-    # The method descriptor has checked that proxy is a ViewableArgument.
-    if kwnames == NULL and nargs <= 1:
-        return _proxy_view(<ViewableArgument>proxy, <object>args[0] if nargs else None)
-    return _take_reference(_generated_proxy_view(proxy, args, nargs, kwnames))
-
-
-cdef int _install_proxy_view() except -1:
-    global _generated_proxy_view, _proxy_view_entry
-    cdef PyTypeObject_methods *tp = <PyTypeObject_methods *>ViewableArgument
-    cdef PyMethodDef_entry *entry = tp.tp_methods
-    while entry != NULL and entry.ml_name != NULL and strcmp(entry.ml_name, "view") != 0:
-        entry += 1
-    if (
-        _generated_proxy_view != NULL or entry == NULL or entry.ml_name == NULL
-        or entry.ml_flags != METH_FASTCALL | METH_KEYWORDS
-    ):
-        return 0  # not the wrapper expected: Cython's own entry stays
-    _proxy_view_entry = entry[0]
-    _proxy_view_entry.ml_meth = <void *>_proxy_view_call
-    descriptor = PyDescr_NewMethod(tp, &_proxy_view_entry)
-    _generated_proxy_view = <_FastcallKeywords>entry.ml_meth
-    (<dict><object>tp.tp_dict)["view"] = descriptor
-    PyType_Modified(<PyTypeObject_dict *>tp)
-    return 0
-
-
-_install_proxy_view()
-
-
 cdef inline int _view_from_any(
     StridedMemoryView view, object obj, object stream_ptr, _ProducerType info=None
 ) except -1:
@@ -699,419 +576,6 @@ cdef int _view_without_type_dlpack(
         "(numpy, CuPy, PyTorch, JAX, Numba device arrays, ...), or convert it "
         "first, e.g. numpy.asarray(obj) for host data"
     )
-
-
-cdef inline ViewableArgument _viewable(object value, object name):
-    """``value`` (not None: the launcher passes None on as it is) as a ViewableArgument;
-    BufferError without a protocol."""
-    info = _producer_type(value)
-    if not info.has_dlpack:
-        _check_viewable(value, name, info)
-    cdef ViewableArgument argument = _new_proxy()
-    argument.obj = value
-    argument._info = info
-    return argument
-
-
-# --- Spare proxies -------------------------------------------------------
-# A launch wraps its chosen arguments in ViewableArgument proxies, which the
-# function nearly always drops before it returns.  A proxy that only the
-# launcher still holds then (reference count 1) is emptied (obj and _info None,
-# as a new one starts) and kept here; a later launch, or one nested in this
-# one, takes it instead of making a new one.  A proxy the function kept is
-# never touched again.  A spare is handed out only while this list holds its
-# only reference (a tracked object can be reached through gc.get_objects()).
-# The list is read and changed only while the GIL is held, and no Python code
-# runs between a check of a reference count and the use that relies on it.
-cdef enum:
-    _SPARE_PROXY_SLOTS = 16
-
-cdef PyObject *_spare_proxies[_SPARE_PROXY_SLOTS]  # strong references
-cdef Py_ssize_t _spare_proxy_count = 0
-
-cdef extern from *:
-    """
-    /* The reference passed in becomes the caller's (Cython takes an object
-       returned by a function as a new reference). */
-    static CYTHON_INLINE PyObject *sv_take_reference(PyObject *o) { return o; }
-    """
-    object _take_reference "sv_take_reference"(PyObject *)
-    Py_ssize_t Py_REFCNT_ptr "Py_REFCNT"(PyObject *)
-
-
-cdef inline ViewableArgument _new_proxy():
-    """An empty proxy (obj and _info None): a spare if one is free, else a new one."""
-    global _spare_proxy_count
-    cdef PyObject *spare
-    while _spare_proxy_count != 0:
-        _spare_proxy_count -= 1
-        spare = _spare_proxies[_spare_proxy_count]
-        if Py_REFCNT_ptr(spare) == 1:
-            return <ViewableArgument>_take_reference(spare)
-        Py_DECREF_ptr(spare)  # another holder found it: it is theirs now
-    return ViewableArgument.__new__(ViewableArgument)
-
-
-cdef inline void _drop_proxy(PyObject *proxy) noexcept:
-    """Drop the launcher's reference to a proxy it made: kept as a spare when that
-    reference is the only one and there is room, else released."""
-    if Py_REFCNT_ptr(proxy) != 1 or _spare_proxy_count == _SPARE_PROXY_SLOTS:
-        Py_DECREF_ptr(proxy)
-        return
-    _park_proxy(proxy)
-
-
-cdef void _park_proxy(PyObject *proxy) noexcept:
-    global _spare_proxy_count
-    cdef ViewableArgument argument = <ViewableArgument>proxy
-    # Emptied and listed before obj and _info are released: releasing them may
-    # run Python code (a __del__), which may launch and take this spare.
-    cdef object obj = argument.obj
-    cdef object info = argument._info
-    argument.obj = None
-    argument._info = None
-    _spare_proxies[_spare_proxy_count] = proxy  # the launcher's reference, handed over
-    _spare_proxy_count += 1
-
-
-cdef int _check_viewable(object value, object name, _ProducerType info) except -1:
-    """BufferError unless ``value`` offers one of the protocols (its type has no DLPack)."""
-    if (
-        _has_dlpack(value, info)
-        or getattr(value, _CAI, None) is not None
-        or getattr(value, _ARRAY_INTERFACE, None) is not None
-        or PyObject_CheckBuffer(value)
-    ):
-        return 0
-    raise BufferError(
-        f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
-        "object) supports none of DLPack, the CUDA Array Interface, the array "
-        "interface and the buffer protocol"
-    )
-
-
-cdef extern from "Python.h":
-    ctypedef PyObject *(*vectorcallfunc)(
-        PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames
-    )
-    ctypedef struct PyTypeObject_vectorcall "PyTypeObject":
-        Py_ssize_t tp_vectorcall_offset
-        unsigned long tp_flags
-    enum:
-        Py_TPFLAGS_HAVE_VECTORCALL
-    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
-    object PyObject_Vectorcall(
-        object callable, PyObject *const *args, size_t nargsf, PyObject *kwnames
-    )
-    object PyVectorcall_Call(object callable, object args, object kwargs)
-    PyObject **PySequence_Fast_ITEMS(object)
-    void Py_DECREF_ptr "Py_DECREF"(PyObject *)
-
-
-@cython.final
-@cython.auto_pickle(False)
-cdef class _ViewableLauncher:
-    """What ``args_viewable_as_strided_memory`` returns: ``func`` with chosen arguments wrapped.
-
-    ``by_position`` (given to the constructor) holds ``(position, name)`` pairs in
-    increasing position and ``by_keyword`` the names that may come as keywords;
-    both were resolved from the signature once.  A call is a vectorcall: one pass over the arguments in
-    C, the chosen ones wrapped, then ``func`` called with them (no argument
-    tuple or keyword dict is built).  Binds like a function when used as a method.
-    """
-
-    cdef vectorcallfunc _vectorcall  # read by the interpreter: tp_vectorcall_offset
-    cdef object func
-    cdef tuple by_keyword
-    # by_position as the launch loop reads it (kept in no other form): _name_at[i]
-    # is the name of the argument at position i if it is chosen, else None
-    # (positions past the tuple's end are not chosen).
-    cdef tuple _name_at
-    cdef dict __dict__
-
-    def __cinit__(self):
-        self._vectorcall = <vectorcallfunc><void *>_launch
-
-    def __init__(self, func, tuple by_position, tuple by_keyword):
-        self.func = func
-        self.by_keyword = by_keyword
-        name_at = [None] * (by_position[-1][0] + 1 if by_position else 0)
-        for position, name in by_position:
-            name_at[position] = name
-        self._name_at = tuple(name_at)
-
-    def __call__(self, *args, **kwargs):
-        # Only callers that hold a tuple and a dict come here (PyObject_Call's
-        # own callers go straight to the vectorcall).
-        return PyVectorcall_Call(self, args, kwargs)
-
-    def __get__(self, instance, owner):
-        if instance is None:
-            return self
-        return _MethodType(self, instance)
-
-    def __repr__(self):
-        return f"<viewable-arguments launcher {self.func!r}>"
-
-
-cdef enum:
-    _LAUNCH_STACK_ARGS = 16  # a call with up to this many arguments builds no tuple
-
-
-cdef object _launch(
-    _ViewableLauncher self, PyObject *const *args, size_t nargsf, PyObject *kwnames
-):
-    """The launcher's vectorcall: ``self.func(*args)``, the chosen arguments wrapped.
-
-    One pass over the arguments in C; func gets them as a vectorcall, from an
-    array on the stack that holds a reference to each while func runs.
-    """
-    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
-    cdef Py_ssize_t keyword_count = 0 if kwnames == NULL else PyTuple_GET_SIZE(<tuple>kwnames)
-    cdef Py_ssize_t total = count + keyword_count
-    cdef Py_ssize_t i, filled = 0
-    cdef Py_ssize_t chosen_end = PyTuple_GET_SIZE(self._name_at)
-    cdef PyObject *stack[_LAUNCH_STACK_ARGS]
-    cdef PyObject **items = stack
-    cdef PyObject *name
-    cdef tuple spill = None  # more arguments than the stack holds: a tuple holds them
-    cdef object item
-    # Bit i: stack[i] is a proxy made here (see _drop_proxy); the stack only.
-    cdef uint32_t proxies = 0
-    if total > _LAUNCH_STACK_ARGS:
-        spill = PyTuple_New(total)
-        items = PySequence_Fast_ITEMS(spill)
-    try:
-        for i in range(count):
-            item = <object>args[i]
-            if i < chosen_end:
-                name = PyTuple_GET_ITEM(self._name_at, i)
-                if name != <PyObject *>None and item is not None:
-                    item = _viewable(item, <object>name)
-                    if spill is None:  # (a shift past 31 would be undefined)
-                        proxies |= <uint32_t>1 << i
-            Py_INCREF(item)
-            items[i] = <PyObject *>item
-            filled += 1
-        for i in range(keyword_count):
-            item = <object>args[count + i]
-            keyword = <object>PyTuple_GET_ITEM(<tuple>kwnames, i)
-            if item is not None and keyword in self.by_keyword:
-                item = _viewable(item, keyword)
-                if spill is None:
-                    proxies |= <uint32_t>1 << (count + i)
-            Py_INCREF(item)
-            items[count + i] = <PyObject *>item
-            filled += 1
-        item = None  # the stack's references are the launcher's only ones (see _drop_proxy)
-        return PyObject_Vectorcall(self.func, items, count, kwnames)
-    finally:
-        if spill is None:  # the spill tuple drops its own items (no spares from it)
-            for i in range(filled):
-                if proxies >> i & 1:
-                    _drop_proxy(stack[i])
-                else:
-                    Py_DECREF_ptr(stack[i])
-
-
-cdef int _enable_launcher_vectorcall() except -1:
-    """Point the interpreter at each launcher's ``_vectorcall`` field.
-
-    Cython gives a class no vectorcall of its own; a launcher is called on every
-    kernel launch, and a vectorcall spares the argument tuple and keyword dict.
-    """
-    cdef PyTypeObject_vectorcall *tp = <PyTypeObject_vectorcall *>_ViewableLauncher
-    cdef _ViewableLauncher probe = _ViewableLauncher.__new__(_ViewableLauncher)
-    tp.tp_vectorcall_offset = <Py_ssize_t>(<char *>&probe._vectorcall - <char *><void *>probe)
-    tp.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
-    PyType_Modified(<PyTypeObject_dict *>tp)
-    return 0
-
-
-_enable_launcher_vectorcall()
-
-
-# --- Deallocation --------------------------------------------------------
-# A view's own resources (a consumed capsule's deleter, a held buffer, a shape
-# block for views of more than _INLINE_DIMS dimensions) are released by
-# _view_dealloc, installed as the type's tp_dealloc in front of the one Cython
-# generates (which clears the object fields and recycles the object).  A
-# Cython __dealloc__ would save and restore the pending exception around every
-# deallocation; here that is done only for a view that releases something (a
-# deleter or a buffer release may run Python code), not for the views of numpy
-# arrays and exchange-API tensors a launch loop makes and drops.
-
-cdef extern from "Python.h":
-    ctypedef void (*destructor)(PyObject *)
-    ctypedef struct PyTypeObject_dealloc "PyTypeObject":
-        destructor tp_dealloc
-    void Py_SET_REFCNT(PyObject *, Py_ssize_t)
-    void PyObject_GC_UnTrack(void *)
-    void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
-    void PyErr_Restore(PyObject *, PyObject *, PyObject *)
-
-cdef destructor _generated_view_dealloc = NULL
-
-
-cdef inline bint _holds_resources(StridedMemoryView view) noexcept:
-    return (
-        view._managed != NULL
-        or view._held_buffer != NULL
-        or (view._dims != NULL and view._dims != view._inline_dims)
-    )
-
-
-cdef void _release_resources(StridedMemoryView view) noexcept:
-    """Run the capsule's deleter, release the held buffer, free the shape block: once each."""
-    cdef DLManagedTensorVersioned *versioned_tensor
-    cdef DLManagedTensor *legacy_tensor
-    if view._dims != view._inline_dims and view._dims != NULL:
-        free(view._dims)
-    view._dims = NULL
-    if view._held_buffer != NULL:
-        _release_held_buffer(view._held_buffer)
-        view._held_buffer = NULL
-    if view._managed == NULL:
-        return
-    if view._managed_is_versioned:
-        versioned_tensor = <DLManagedTensorVersioned *>view._managed
-        view._managed = NULL
-        if versioned_tensor.deleter != NULL:
-            versioned_tensor.deleter(versioned_tensor)
-    else:
-        legacy_tensor = <DLManagedTensor *>view._managed
-        view._managed = NULL
-        if legacy_tensor.deleter != NULL:
-            legacy_tensor.deleter(legacy_tensor)
-
-
-cdef void _view_dealloc(PyObject *o) noexcept:
-    """StridedMemoryView's tp_dealloc: release what the view holds, then Cython's own.
-
-    A view that holds nothing (the views of numpy arrays and exchange-API
-    tensors a launch makes) goes straight to Cython's, which untracks it.
-    """
-    cdef PyObject *error_type
-    cdef PyObject *error_value
-    cdef PyObject *error_traceback
-    if _holds_resources(<StridedMemoryView>o):  # a cast: no reference taken
-        # Untracked before Python code (a deleter) can run a collection, and kept
-        # at one reference while Cython code handles it (a reference taken and
-        # dropped must not bring it back to zero), as Cython's own __dealloc__ does.
-        PyObject_GC_UnTrack(o)
-        Py_SET_REFCNT(o, 1)
-        PyErr_Fetch(&error_type, &error_value, &error_traceback)
-        _release_resources(<StridedMemoryView>o)
-        PyErr_Restore(error_type, error_value, error_traceback)
-        Py_SET_REFCNT(o, 0)
-    _generated_view_dealloc(o)
-
-
-cdef int _install_view_dealloc() except -1:
-    global _generated_view_dealloc
-    cdef PyTypeObject_dealloc *tp = <PyTypeObject_dealloc *>StridedMemoryView
-    if _generated_view_dealloc == NULL:
-        _generated_view_dealloc = tp.tp_dealloc
-        tp.tp_dealloc = _view_dealloc
-    return 0
-
-
-_install_view_dealloc()
-
-
-# --- Allocation ----------------------------------------------------------
-# A launch makes a view per array argument and drops it at once.  Cython's
-# tp_new takes a view from the type's freelist (filled by its tp_dealloc) and
-# clears all of it, the inline shape/stride arrays too (16 int64, the bulk of
-# the object), before the C fields are written.  _new_view takes from the same
-# freelist and clears everything but those arrays: they are only read where
-# _dims points into them, and _c_dims_storage writes them before it points
-# there (_dims starts NULL, _ndim 0).
-
-cdef extern from *:
-    """
-    #define SV_VIEW_STRUCT struct __pyx_obj_11stridedview_5_view_StridedMemoryView
-    #if CYTHON_USE_FREELISTS && !CYTHON_USE_TYPE_SPECS && !CYTHON_COMPILING_IN_LIMITED_API
-    #define SV_VIEW_FREE_COUNT \
-        (__pyx_mstate_global->__pyx_freecount_11stridedview_5_view_StridedMemoryView)
-    #define SV_VIEW_FREE_POP() ((PyObject *) \
-        __pyx_mstate_global->__pyx_freelist_11stridedview_5_view_StridedMemoryView[ \
-            --SV_VIEW_FREE_COUNT])
-    #else
-    #define SV_VIEW_FREE_COUNT 0
-    #define SV_VIEW_FREE_POP() ((PyObject *)NULL)
-    #endif
-    /* A freed view made as Cython's tp_new makes one, but for the inline
-       arrays: every byte before and after them zeroed, then the header, the
-       vtable and the object fields (None), then tracked by the collector. */
-    #define SV_VIEW_PREPARE(o) do { \
-        SV_VIEW_STRUCT *sv_view = (SV_VIEW_STRUCT *)(o); \
-        const size_t sv_from = offsetof(SV_VIEW_STRUCT, _inline_dims); \
-        const size_t sv_to = sv_from + sizeof(sv_view->_inline_dims); \
-        memset((char *)sv_view, 0, sv_from); \
-        memset((char *)sv_view + sv_to, 0, sizeof(SV_VIEW_STRUCT) - sv_to); \
-        (void)PyObject_INIT((PyObject *)sv_view, \
-            __pyx_mstate_global->__pyx_ptype_11stridedview_5_view_StridedMemoryView); \
-        sv_view->__pyx_vtab = __pyx_vtabptr_11stridedview_5_view_StridedMemoryView; \
-        Py_INCREF(Py_None); sv_view->ptr = Py_None; \
-        Py_INCREF(Py_None); sv_view->shape = Py_None; \
-        Py_INCREF(Py_None); sv_view->strides = Py_None; \
-        Py_INCREF(Py_None); sv_view->dtype = Py_None; \
-        Py_INCREF(Py_None); sv_view->exporting_obj = Py_None; \
-        Py_INCREF(Py_None); sv_view->ready_stream = Py_None; \
-        Py_INCREF(Py_None); \
-        sv_view->_memory_owner = (struct __pyx_obj_11stridedview_5_view_StridedMemoryView *)Py_None; \
-        PyObject_GC_Track(sv_view); \
-    } while (0)
-    """
-    Py_ssize_t SV_VIEW_FREE_COUNT
-    PyObject *SV_VIEW_FREE_POP() noexcept
-    void SV_VIEW_PREPARE(PyObject *) noexcept
-
-
-cdef inline StridedMemoryView _new_view():
-    """A new empty view, as ``StridedMemoryView.__new__(StridedMemoryView)`` makes it
-    (object fields None, C fields zero), sooner when the freelist has one."""
-    cdef PyObject *view
-    if SV_VIEW_FREE_COUNT > 0:
-        view = SV_VIEW_FREE_POP()
-        SV_VIEW_PREPARE(view)
-        return <StridedMemoryView>_take_reference(view)
-    return StridedMemoryView.__new__(StridedMemoryView)
-
-
-cdef extern from "Python.h":
-    ctypedef struct PyTypeObject_new "PyTypeObject":
-        vectorcallfunc tp_vectorcall
-
-cdef vectorcallfunc _generated_view_vectorcall = NULL
-
-
-cdef object _construct_view(
-    PyObject *cls, PyObject *const *args, size_t nargsf, PyObject *kwnames
-):
-    """StridedMemoryView's vectorcall: ``StridedMemoryView(obj)`` and
-    ``StridedMemoryView(obj, stream_ptr)`` do __init__'s work on a view from
-    _new_view; any other call (keywords, another number of arguments) goes to
-    the one Cython generated, which parses and raises as __init__ does."""
-    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
-    if kwnames != NULL or count < 1 or count > 2:
-        return _take_reference(_generated_view_vectorcall(cls, args, nargsf, kwnames))
-    cdef StridedMemoryView view = _new_view()
-    _view_from_any(view, <object>args[0], <object>args[1] if count == 2 else None)
-    return view
-
-
-cdef int _install_view_constructor() except -1:
-    global _generated_view_vectorcall
-    cdef PyTypeObject_new *tp = <PyTypeObject_new *>StridedMemoryView
-    if _generated_view_vectorcall == NULL and tp.tp_vectorcall != NULL:
-        _generated_view_vectorcall = tp.tp_vectorcall
-        tp.tp_vectorcall = <vectorcallfunc><void *>_construct_view
-    return 0
-
-
-_install_view_constructor()
 
 
 cdef StridedMemoryView _derive(StridedMemoryView base):
@@ -1169,8 +633,11 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
         dims[ndim + i] = <int64_t>(<object>PyTuple_GET_ITEM(strides, i))
     # dtype.itemsize is an attribute lookup: the last dtype's answer is kept, in
     # one global so that a reader never pairs one dtype with another's size.
-    cdef tuple last = _last_itemsize
     dtype = view.dtype
+    if not SV_GIL_FAST_PATHS:
+        view._itemsize = <int64_t>dtype.itemsize
+        return 0
+    cdef tuple last = _last_itemsize
     if last[0] is not dtype:
         last = (dtype, dtype.itemsize)
         _last_itemsize = last
@@ -1215,60 +682,6 @@ cdef inline int64_t *_c_dims_storage(StridedMemoryView view, Py_ssize_t ndim) ex
     view._dims = dims
     view._ndim = <int32_t>ndim
     return dims
-
-
-cdef tuple _last_itemsize = (None, 0)
-
-
-# Address ints, interned like the shape tuples: a launch loop views the same
-# buffers again and again, and an int found here spares an allocation and a
-# deallocation per view.  Two-way set-associative: each address may sit in
-# either slot of its set, and a miss replaces the one used less recently, so
-# the few buffers of a launch never evict each other (direct-mapped, three
-# buffers shared a slot in one process of ten, and two of them missed on every
-# launch).  Ints are immutable.
-cdef enum:
-    _ADDRESS_CACHE_SET_BITS = 4
-    _ADDRESS_CACHE_SETS = 1 << _ADDRESS_CACHE_SET_BITS
-    _ADDRESS_CACHE_SLOTS = 2 * _ADDRESS_CACHE_SETS  # set s: slots 2s and 2s + 1
-
-cdef uintptr_t _cached_addresses[_ADDRESS_CACHE_SLOTS]
-# Strong references, owned by the cache (NULL: empty slot); C arrays rather than
-# lists, so that a hit is two loads and a compare.
-cdef PyObject *_cached_address_ints[_ADDRESS_CACHE_SLOTS]
-# Per set, the way (0 or 1) a miss replaces: the one not used last.
-cdef uint8_t _address_victims[_ADDRESS_CACHE_SETS]
-
-
-cdef inline object _address_int(uintptr_t address):
-    """``address`` as a Python int, from the intern cache when it holds it."""
-    # Fibonacci hashing: allocators align buffers to 64 bytes and more, so the
-    # low bits alone would crowd a few sets.
-    cdef Py_ssize_t set_index = <Py_ssize_t>(
-        (<uint64_t>address * <uint64_t>0x9E3779B97F4A7C15) >> (64 - _ADDRESS_CACHE_SET_BITS)
-    )
-    cdef Py_ssize_t slot = 2 * set_index
-    cdef PyObject *cached = _cached_address_ints[slot]
-    if cached != NULL and _cached_addresses[slot] == address:
-        _address_victims[set_index] = 1
-        return <object>cached
-    cached = _cached_address_ints[slot + 1]
-    if cached != NULL and _cached_addresses[slot + 1] == address:
-        _address_victims[set_index] = 0
-        return <object>cached
-    return _intern_address(address, set_index)
-
-
-cdef object _intern_address(uintptr_t address, Py_ssize_t set_index):
-    cdef object result = address  # typed: an inferred C integer would be cached as a pointer
-    cdef Py_ssize_t way = _address_victims[set_index]
-    cdef Py_ssize_t slot = 2 * set_index + way
-    Py_INCREF(result)
-    Py_XDECREF(_cached_address_ints[slot])
-    _cached_address_ints[slot] = <PyObject *>result
-    _cached_addresses[slot] = address
-    _address_victims[set_index] = 1 - way
-    return result
 
 
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
@@ -1446,7 +859,10 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
     return True
 
 
+include "_intern.pxi"
+include "_view_lifecycle.pxi"
 include "_producer_types.pxi"
+include "_launcher.pxi"
 include "_torch_bits.pxi"
 include "_from_dlpack.pxi"
 include "_from_numpy.pxi"

@@ -1,0 +1,346 @@
+# The kernel-launch decorator's C side: the proxies it hands the launch function
+# (ViewableArgument), their ``view()`` entry, the spare proxies it reuses, and
+# the launcher's vectorcall.  The Python side (resolving which arguments are
+# chosen) is _decorator.py.
+#
+# What is here, and the invariant each rests on:
+#
+# - ``ViewableArgument.view`` gets a method entry of its own (_proxy_view_call),
+#   installed once at import in place of Cython's wrapper: ``view()`` and
+#   ``view(stream_ptr)`` go straight to _proxy_view; any other call goes to the
+#   wrapper, which parses and raises.
+# - Spare proxies (_new_proxy, _drop_proxy): a proxy that only the launcher holds
+#   when the function returns (reference count 1) is emptied and kept, and a
+#   later launch takes it back only while the spare list holds its only
+#   reference.  That reference count proves exclusive ownership only while the
+#   GIL is held and no Python code runs between the check and the use.  In a
+#   free-threaded build a count of 1 proves nothing (another thread may be
+#   taking a reference through gc.get_objects()), and the list itself would be
+#   shared state: spares are compiled out there (SV_GIL_FAST_PATHS is 0) and
+#   every launch makes new proxies.
+# - The launcher (_launch) reads its own fields, set once in __cinit__ and
+#   __init__; a launcher made without __init__ has ``_name_at`` () and
+#   ``by_keyword`` () (set in __cinit__), and refuses to be called.
+#
+# Proven equal to the general path by tests/test_launch_reuse.py and
+# tests/test_decorator.py (proxies kept, nested, threaded, raising, found by the
+# collector; every argument form against Cython's wrapper).
+
+@cython.final
+@cython.freelist(16)
+@cython.auto_pickle(False)
+cdef class ViewableArgument:
+    """A launch argument chosen by ``args_viewable_as_strided_memory``.
+
+    ``obj`` is the argument as the caller passed it; ``view(stream_ptr)`` makes
+    its ``StridedMemoryView`` (one per call: the stream is only known there).
+    """
+
+    cdef readonly object obj
+    """The argument exactly as the caller passed it."""
+    # What obj's type offers, kept from wrapping (None: not looked up yet).
+    cdef _ProducerType _info
+
+    def __init__(self, obj):
+        self.obj = obj
+        self._info = None
+
+    # A plain method descriptor (the interpreter calls it without a function
+    # object in between), its signature in the docstring's clinic form.
+    # (_install_proxy_view puts a faster entry in front of it).
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")
+    def view(self, stream_ptr=None):
+        """``StridedMemoryView(self.obj, stream_ptr)``; see StridedMemoryView for streams."""
+        return _proxy_view(self, stream_ptr)
+
+    def __repr__(self):
+        return f"ViewableArgument({self.obj!r})"
+
+
+cdef StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
+    """``proxy.view(stream_ptr)``."""
+    cdef StridedMemoryView view = _new_view()
+    info = proxy._info
+    # Kept only while obj is still of the type it describes (__class__ can be
+    # assigned) and that type is unchanged.
+    if info is None or not _describes(info, type(proxy.obj)):
+        info = _producer_type(proxy.obj)
+        proxy._info = info
+    _view_from_any(view, proxy.obj, stream_ptr, info)
+    return view
+
+
+# ViewableArgument.view is called once per array argument of every launch.
+# Cython's wrapper parses its arguments for keywords first; the entry below
+# takes view() and view(stream_ptr) straight to _proxy_view and hands any other
+# call (a keyword, too many arguments) to that wrapper, which parses and raises.
+# It is the same method: name, flags, docstring (so signature) are the wrapper's.
+
+ctypedef PyObject *(*_FastcallKeywords)(
+    PyObject *, PyObject *const *, Py_ssize_t, PyObject *
+) noexcept
+
+cdef extern from "Python.h":
+    ctypedef struct PyMethodDef_entry "PyMethodDef":
+        const char *ml_name
+        void *ml_meth
+        int ml_flags
+        const char *ml_doc
+    ctypedef struct PyTypeObject_methods "PyTypeObject":
+        PyMethodDef_entry *tp_methods
+        PyObject *tp_dict
+    object PyDescr_NewMethod(PyTypeObject_methods *, PyMethodDef_entry *)
+    enum:
+        METH_FASTCALL
+        METH_KEYWORDS
+
+cdef _FastcallKeywords _generated_proxy_view = NULL
+cdef PyMethodDef_entry _proxy_view_entry  # static: as long-lived as the type
+
+
+cdef object _proxy_view_call(
+    PyObject *proxy, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+):
+    # The method descriptor has checked that proxy is a ViewableArgument.
+    if kwnames == NULL and nargs <= 1:
+        return _proxy_view(<ViewableArgument>proxy, <object>args[0] if nargs else None)
+    return _take_reference(_generated_proxy_view(proxy, args, nargs, kwnames))
+
+
+cdef int _install_proxy_view() except -1:
+    global _generated_proxy_view, _proxy_view_entry
+    cdef PyTypeObject_methods *tp = <PyTypeObject_methods *>ViewableArgument
+    cdef PyMethodDef_entry *entry = tp.tp_methods
+    while entry != NULL and entry.ml_name != NULL and strcmp(entry.ml_name, "view") != 0:
+        entry += 1
+    if (
+        _generated_proxy_view != NULL or entry == NULL or entry.ml_name == NULL
+        or entry.ml_flags != METH_FASTCALL | METH_KEYWORDS
+    ):
+        return 0  # not the wrapper expected: Cython's own entry stays
+    _proxy_view_entry = entry[0]
+    _proxy_view_entry.ml_meth = <void *>_proxy_view_call
+    descriptor = PyDescr_NewMethod(tp, &_proxy_view_entry)
+    _generated_proxy_view = <_FastcallKeywords>entry.ml_meth
+    (<dict><object>tp.tp_dict)["view"] = descriptor
+    PyType_Modified(<PyTypeObject_dict *>tp)
+    return 0
+
+
+_install_proxy_view()
+
+
+cdef inline ViewableArgument _viewable(object value, object name):
+    """``value`` (not None: the launcher passes None on as it is) as a ViewableArgument;
+    BufferError without a protocol."""
+    info = _producer_type(value)
+    if not info.has_dlpack:
+        _check_viewable(value, name, info)
+    cdef ViewableArgument argument = _new_proxy()
+    argument.obj = value
+    argument._info = info
+    return argument
+
+
+# --- Spare proxies -------------------------------------------------------
+# A launch wraps its chosen arguments in ViewableArgument proxies, which the
+# function nearly always drops before it returns.  A proxy that only the
+# launcher still holds then (reference count 1) is emptied (obj and _info None,
+# as a new one starts) and kept here; a later launch, or one nested in this
+# one, takes it instead of making a new one.  A proxy the function kept is
+# never touched again.  A spare is handed out only while this list holds its
+# only reference (a tracked object can be reached through gc.get_objects()).
+# The list is read and changed only while the GIL is held, and no Python code
+# runs between a check of a reference count and the use that relies on it.
+cdef enum:
+    _SPARE_PROXY_SLOTS = 16
+
+cdef PyObject *_spare_proxies[_SPARE_PROXY_SLOTS]  # strong references
+cdef Py_ssize_t _spare_proxy_count = 0
+
+
+cdef inline ViewableArgument _new_proxy():
+    """An empty proxy (obj and _info None): a spare if one is free, else a new one."""
+    global _spare_proxy_count
+    cdef PyObject *spare
+    if not SV_GIL_FAST_PATHS:
+        return ViewableArgument.__new__(ViewableArgument)
+    while _spare_proxy_count != 0:
+        _spare_proxy_count -= 1
+        spare = _spare_proxies[_spare_proxy_count]
+        if Py_REFCNT_ptr(spare) == 1:
+            return <ViewableArgument>_take_reference(spare)
+        Py_DECREF_ptr(spare)  # another holder found it: it is theirs now
+    return ViewableArgument.__new__(ViewableArgument)
+
+
+cdef inline void _drop_proxy(PyObject *proxy) noexcept:
+    """Drop the launcher's reference to a proxy it made: kept as a spare when that
+    reference is the only one and there is room, else released."""
+    if (
+        not SV_GIL_FAST_PATHS
+        or Py_REFCNT_ptr(proxy) != 1
+        or _spare_proxy_count == _SPARE_PROXY_SLOTS
+    ):
+        Py_DECREF_ptr(proxy)
+        return
+    _park_proxy(proxy)
+
+
+cdef void _park_proxy(PyObject *proxy) noexcept:
+    global _spare_proxy_count
+    cdef ViewableArgument argument = <ViewableArgument>proxy
+    # Emptied and listed before obj and _info are released: releasing them may
+    # run Python code (a __del__), which may launch and take this spare.
+    cdef object obj = argument.obj
+    cdef object info = argument._info
+    argument.obj = None
+    argument._info = None
+    _spare_proxies[_spare_proxy_count] = proxy  # the launcher's reference, handed over
+    _spare_proxy_count += 1
+
+
+cdef int _check_viewable(object value, object name, _ProducerType info) except -1:
+    """BufferError unless ``value`` offers one of the protocols (its type has no DLPack)."""
+    if (
+        _has_dlpack(value, info)
+        or getattr(value, _CAI, None) is not None
+        or getattr(value, _ARRAY_INTERFACE, None) is not None
+        or PyObject_CheckBuffer(value)
+    ):
+        return 0
+    raise BufferError(
+        f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
+        "object) supports none of DLPack, the CUDA Array Interface, the array "
+        "interface and the buffer protocol"
+    )
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _ViewableLauncher:
+    """What ``args_viewable_as_strided_memory`` returns: ``func`` with chosen arguments wrapped.
+
+    ``by_position`` (given to the constructor) holds ``(position, name)`` pairs in
+    increasing position and ``by_keyword`` the names that may come as keywords;
+    both were resolved from the signature once.  A call is a vectorcall: one pass over the arguments in
+    C, the chosen ones wrapped, then ``func`` called with them (no argument
+    tuple or keyword dict is built).  Binds like a function when used as a method.
+    """
+
+    cdef vectorcallfunc _vectorcall  # read by the interpreter: tp_vectorcall_offset
+    cdef object func
+    cdef tuple by_keyword
+    # by_position as the launch loop reads it (kept in no other form): _name_at[i]
+    # is the name of the argument at position i if it is chosen, else None
+    # (positions past the tuple's end are not chosen).
+    cdef tuple _name_at
+    cdef dict __dict__
+
+    def __cinit__(self):
+        self._vectorcall = <vectorcallfunc><void *>_launch
+        # What a launcher made without __init__ (type(launcher).__new__) holds:
+        # nothing chosen, and no function (refused when called).
+        self._name_at = ()
+        self.by_keyword = ()
+
+    def __init__(self, func, tuple by_position, tuple by_keyword):
+        self.func = func
+        self.by_keyword = by_keyword
+        name_at = [None] * (by_position[-1][0] + 1 if by_position else 0)
+        for position, name in by_position:
+            name_at[position] = name
+        self._name_at = tuple(name_at)
+
+    def __call__(self, *args, **kwargs):
+        # Only callers that hold a tuple and a dict come here (PyObject_Call's
+        # own callers go straight to the vectorcall).
+        return PyVectorcall_Call(self, args, kwargs)
+
+    def __get__(self, instance, owner):
+        if instance is None:
+            return self
+        return _MethodType(self, instance)
+
+    def __repr__(self):
+        return f"<viewable-arguments launcher {self.func!r}>"
+
+
+cdef enum:
+    _LAUNCH_STACK_ARGS = 16  # a call with up to this many arguments builds no tuple
+
+
+cdef object _launch(
+    _ViewableLauncher self, PyObject *const *args, size_t nargsf, PyObject *kwnames
+):
+    """The launcher's vectorcall: ``self.func(*args)``, the chosen arguments wrapped.
+
+    One pass over the arguments in C; func gets them as a vectorcall, from an
+    array on the stack that holds a reference to each while func runs.
+    """
+    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
+    cdef Py_ssize_t keyword_count = 0 if kwnames == NULL else PyTuple_GET_SIZE(<tuple>kwnames)
+    cdef Py_ssize_t total = count + keyword_count
+    cdef Py_ssize_t i, filled = 0
+    cdef Py_ssize_t chosen_end = PyTuple_GET_SIZE(self._name_at)
+    cdef PyObject *stack[_LAUNCH_STACK_ARGS]
+    cdef PyObject **items = stack
+    cdef PyObject *name
+    if self.func is None:
+        raise TypeError("args_viewable_as_strided_memory: this launcher was never initialised")
+    cdef tuple spill = None  # more arguments than the stack holds: a tuple holds them
+    cdef object item
+    # Bit i: stack[i] is a proxy made here (see _drop_proxy); the stack only.
+    cdef uint32_t proxies = 0
+    if total > _LAUNCH_STACK_ARGS:
+        spill = PyTuple_New(total)
+        items = PySequence_Fast_ITEMS(spill)
+    try:
+        for i in range(count):
+            item = <object>args[i]
+            if i < chosen_end:
+                name = PyTuple_GET_ITEM(self._name_at, i)
+                if name != <PyObject *>None and item is not None:
+                    item = _viewable(item, <object>name)
+                    if spill is None:  # (a shift past 31 would be undefined)
+                        proxies |= <uint32_t>1 << i
+            Py_INCREF(item)
+            items[i] = <PyObject *>item
+            filled += 1
+        for i in range(keyword_count):
+            item = <object>args[count + i]
+            keyword = <object>PyTuple_GET_ITEM(<tuple>kwnames, i)
+            if item is not None and keyword in self.by_keyword:
+                item = _viewable(item, keyword)
+                if spill is None:
+                    proxies |= <uint32_t>1 << (count + i)
+            Py_INCREF(item)
+            items[count + i] = <PyObject *>item
+            filled += 1
+        item = None  # the stack's references are the launcher's only ones (see _drop_proxy)
+        return PyObject_Vectorcall(self.func, items, count, kwnames)
+    finally:
+        if spill is None:  # the spill tuple drops its own items (no spares from it)
+            for i in range(filled):
+                if proxies >> i & 1:
+                    _drop_proxy(stack[i])
+                else:
+                    Py_DECREF_ptr(stack[i])
+
+
+cdef int _enable_launcher_vectorcall() except -1:
+    """Point the interpreter at each launcher's ``_vectorcall`` field.
+
+    Cython gives a class no vectorcall of its own; a launcher is called on every
+    kernel launch, and a vectorcall spares the argument tuple and keyword dict.
+    """
+    cdef PyTypeObject_vectorcall *tp = <PyTypeObject_vectorcall *>_ViewableLauncher
+    cdef _ViewableLauncher probe = _ViewableLauncher.__new__(_ViewableLauncher)
+    tp.tp_vectorcall_offset = <Py_ssize_t>(<char *>&probe._vectorcall - <char *><void *>probe)
+    tp.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
+    PyType_Modified(<PyTypeObject_dict *>tp)
+    return 0
+
+
+_enable_launcher_vectorcall()

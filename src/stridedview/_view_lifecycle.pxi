@@ -1,0 +1,282 @@
+# How a view is allocated, published and freed: the machinery in front of what
+# Cython generates for StridedMemoryView.  Every array argument of every launch
+# makes a view and drops it, so these few steps are the hot path's floor.
+#
+# What is here, and the invariant each rests on:
+#
+# - Member descriptors (_expose_as_members): ``ptr``, ``shape``, ``strides``,
+#   ``dtype`` and ``exporting_obj`` are published as read-only member
+#   descriptors at their offsets in Cython's instance struct (offsetof, so a
+#   renamed field fails the build).  Installed once, at import, before any view
+#   exists; the type is then never changed again.
+# - Deallocation (_view_dealloc): installed in front of Cython's tp_dealloc at
+#   import.  It runs with the only reference gone, so no other thread can reach
+#   the object; it releases the capsule, the held buffer and the shape block
+#   exactly once each, saving the pending exception only where Python code may
+#   run (a deleter, a buffer release).
+# - Allocation (_new_view): pops a view from Cython's own freelist and
+#   re-initialises it as Cython's tp_new would, but for the inline shape/stride
+#   arrays (never read before _c_dims_storage writes them).  The freelist is a
+#   module-global array: the pop relies on the GIL, exactly as Cython's tp_new
+#   does.  Cython compiles its freelists out in a free-threaded build
+#   (CYTHON_USE_FREELISTS is 0 there), and SV_VIEW_FREE_COUNT is then the
+#   constant 0 (as without SV_GIL_FAST_PATHS): every view comes from tp_new,
+#   which needs no lock.
+# - The constructor's vectorcall (_construct_view): ``StridedMemoryView(obj)``
+#   and ``StridedMemoryView(obj, stream_ptr)`` skip argument parsing; any other
+#   call goes to Cython's own vectorcall, which parses and raises as __init__.
+#
+# Proven equal to the general path by tests/test_fast_paths.py and
+# tests/test_hot_path_review.py (views from the constructor, __init__ and
+# from_any_interface compared field by field; reused objects start empty).
+# docs/internals.md says how each piece can be switched off.
+
+cdef extern from *:
+    # Offsets of the object fields in the instance struct Cython generates for
+    # StridedMemoryView (a wrong name fails the build, never silently).
+    """
+    #include <stddef.h>
+    #define SV_VIEW_OFFSET(field) \
+        offsetof(struct __pyx_obj_11stridedview_5_view_StridedMemoryView, field)
+    """
+    const Py_ssize_t _OFFSET_PTR "SV_VIEW_OFFSET(ptr)"
+    const Py_ssize_t _OFFSET_SHAPE "SV_VIEW_OFFSET(shape)"
+    const Py_ssize_t _OFFSET_STRIDES "SV_VIEW_OFFSET(strides)"
+    const Py_ssize_t _OFFSET_DTYPE "SV_VIEW_OFFSET(dtype)"
+    const Py_ssize_t _OFFSET_EXPORTING_OBJ "SV_VIEW_OFFSET(exporting_obj)"
+
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+        int flags
+        const char *doc
+    enum:
+        T_OBJECT_EX
+        READONLY
+
+cdef PyMemberDef _member_defs[5]
+
+
+cdef int _expose_as_members() except -1:
+    """Publish the object fields as read-only member descriptors.
+
+    Cython exposes ``cdef`` object fields through getset descriptors, which the
+    interpreter cannot specialise; a member descriptor is read by LOAD_ATTR_SLOT,
+    about twice as fast.  Every array argument of every launch reads these.
+    """
+    cdef PyTypeObject_dict *tp = <PyTypeObject_dict *>StridedMemoryView
+    cdef Py_ssize_t[5] offsets
+    offsets[0] = _OFFSET_PTR
+    offsets[1] = _OFFSET_SHAPE
+    offsets[2] = _OFFSET_STRIDES
+    offsets[3] = _OFFSET_DTYPE
+    offsets[4] = _OFFSET_EXPORTING_OBJ
+    # String literals: static storage, as long-lived as the type.
+    _member_defs[0].name = "ptr"
+    _member_defs[0].doc = "Address of element [0, ..., 0] (an int), byte offset included."
+    _member_defs[1].name = "shape"
+    _member_defs[1].doc = "Tuple of extents."
+    _member_defs[2].name = "strides"
+    _member_defs[2].doc = "Tuple of strides in elements, not bytes; always explicit, () at 0-d."
+    _member_defs[3].name = "dtype"
+    _member_defs[3].doc = "The element type, a numpy.dtype (ml_dtypes' for bfloat16 and float8/6/4)."
+    _member_defs[4].name = "exporting_obj"
+    _member_defs[4].doc = "The object viewed, kept alive as long as the view lives."
+    cdef int i
+    for i in range(5):
+        _member_defs[i].type = T_OBJECT_EX
+        _member_defs[i].offset = offsets[i]
+        _member_defs[i].flags = READONLY
+        descriptor = PyDescr_NewMember(tp, &_member_defs[i])
+        (<dict><object>tp.tp_dict)[descriptor.__name__] = descriptor
+    PyType_Modified(tp)
+    return 0
+
+
+_expose_as_members()
+
+
+# --- Deallocation --------------------------------------------------------
+# A view's own resources (a consumed capsule's deleter, a held buffer, a shape
+# block for views of more than _INLINE_DIMS dimensions) are released by
+# _view_dealloc, installed as the type's tp_dealloc in front of the one Cython
+# generates (which clears the object fields and recycles the object).  A
+# Cython __dealloc__ would save and restore the pending exception around every
+# deallocation; here that is done only for a view that releases something (a
+# deleter or a buffer release may run Python code), not for the views of numpy
+# arrays and exchange-API tensors a launch loop makes and drops.
+
+cdef extern from "Python.h":
+    ctypedef void (*destructor)(PyObject *)
+    ctypedef struct PyTypeObject_dealloc "PyTypeObject":
+        destructor tp_dealloc
+    void Py_SET_REFCNT(PyObject *, Py_ssize_t)
+    void PyObject_GC_UnTrack(void *)
+    void PyErr_Fetch(PyObject **, PyObject **, PyObject **)
+    void PyErr_Restore(PyObject *, PyObject *, PyObject *)
+
+cdef destructor _generated_view_dealloc = NULL
+
+
+cdef inline bint _holds_resources(StridedMemoryView view) noexcept:
+    return (
+        view._managed != NULL
+        or view._held_buffer != NULL
+        or (view._dims != NULL and view._dims != view._inline_dims)
+    )
+
+
+cdef void _release_resources(StridedMemoryView view) noexcept:
+    """Run the capsule's deleter, release the held buffer, free the shape block: once each."""
+    cdef DLManagedTensorVersioned *versioned_tensor
+    cdef DLManagedTensor *legacy_tensor
+    if view._dims != view._inline_dims and view._dims != NULL:
+        free(view._dims)
+    view._dims = NULL
+    if view._held_buffer != NULL:
+        _release_held_buffer(view._held_buffer)
+        view._held_buffer = NULL
+    if view._managed == NULL:
+        return
+    if view._managed_is_versioned:
+        versioned_tensor = <DLManagedTensorVersioned *>view._managed
+        view._managed = NULL
+        if versioned_tensor.deleter != NULL:
+            versioned_tensor.deleter(versioned_tensor)
+    else:
+        legacy_tensor = <DLManagedTensor *>view._managed
+        view._managed = NULL
+        if legacy_tensor.deleter != NULL:
+            legacy_tensor.deleter(legacy_tensor)
+
+
+cdef void _view_dealloc(PyObject *o) noexcept:
+    """StridedMemoryView's tp_dealloc: release what the view holds, then Cython's own.
+
+    A view that holds nothing (the views of numpy arrays and exchange-API
+    tensors a launch makes) goes straight to Cython's, which untracks it.
+    """
+    cdef PyObject *error_type
+    cdef PyObject *error_value
+    cdef PyObject *error_traceback
+    if _holds_resources(<StridedMemoryView>o):  # a cast: no reference taken
+        # Untracked before Python code (a deleter) can run a collection, and kept
+        # at one reference while Cython code handles it (a reference taken and
+        # dropped must not bring it back to zero), as Cython's own __dealloc__ does.
+        PyObject_GC_UnTrack(o)
+        Py_SET_REFCNT(o, 1)
+        PyErr_Fetch(&error_type, &error_value, &error_traceback)
+        _release_resources(<StridedMemoryView>o)
+        PyErr_Restore(error_type, error_value, error_traceback)
+        Py_SET_REFCNT(o, 0)
+    _generated_view_dealloc(o)
+
+
+cdef int _install_view_dealloc() except -1:
+    global _generated_view_dealloc
+    cdef PyTypeObject_dealloc *tp = <PyTypeObject_dealloc *>StridedMemoryView
+    if _generated_view_dealloc == NULL:
+        _generated_view_dealloc = tp.tp_dealloc
+        tp.tp_dealloc = _view_dealloc
+    return 0
+
+
+_install_view_dealloc()
+
+
+# --- Allocation ----------------------------------------------------------
+# A launch makes a view per array argument and drops it at once.  Cython's
+# tp_new takes a view from the type's freelist (filled by its tp_dealloc) and
+# clears all of it, the inline shape/stride arrays too (16 int64, the bulk of
+# the object), before the C fields are written.  _new_view takes from the same
+# freelist and clears everything but those arrays: they are only read where
+# _dims points into them, and _c_dims_storage writes them before it points
+# there (_dims starts NULL, _ndim 0).
+
+cdef extern from *:
+    """
+    #define SV_VIEW_STRUCT struct __pyx_obj_11stridedview_5_view_StridedMemoryView
+    #if SV_GIL_FAST_PATHS && CYTHON_USE_FREELISTS && !CYTHON_USE_TYPE_SPECS && !CYTHON_COMPILING_IN_LIMITED_API
+    #define SV_VIEW_FREE_COUNT \
+        (__pyx_mstate_global->__pyx_freecount_11stridedview_5_view_StridedMemoryView)
+    #define SV_VIEW_FREE_POP() ((PyObject *) \
+        __pyx_mstate_global->__pyx_freelist_11stridedview_5_view_StridedMemoryView[ \
+            --SV_VIEW_FREE_COUNT])
+    #else
+    #define SV_VIEW_FREE_COUNT 0
+    #define SV_VIEW_FREE_POP() ((PyObject *)NULL)
+    #endif
+    /* A freed view made as Cython's tp_new makes one, but for the inline
+       arrays: every byte before and after them zeroed, then the header, the
+       vtable and the object fields (None), then tracked by the collector. */
+    #define SV_VIEW_PREPARE(o) do { \
+        SV_VIEW_STRUCT *sv_view = (SV_VIEW_STRUCT *)(o); \
+        const size_t sv_from = offsetof(SV_VIEW_STRUCT, _inline_dims); \
+        const size_t sv_to = sv_from + sizeof(sv_view->_inline_dims); \
+        memset((char *)sv_view, 0, sv_from); \
+        memset((char *)sv_view + sv_to, 0, sizeof(SV_VIEW_STRUCT) - sv_to); \
+        (void)PyObject_INIT((PyObject *)sv_view, \
+            __pyx_mstate_global->__pyx_ptype_11stridedview_5_view_StridedMemoryView); \
+        sv_view->__pyx_vtab = __pyx_vtabptr_11stridedview_5_view_StridedMemoryView; \
+        Py_INCREF(Py_None); sv_view->ptr = Py_None; \
+        Py_INCREF(Py_None); sv_view->shape = Py_None; \
+        Py_INCREF(Py_None); sv_view->strides = Py_None; \
+        Py_INCREF(Py_None); sv_view->dtype = Py_None; \
+        Py_INCREF(Py_None); sv_view->exporting_obj = Py_None; \
+        Py_INCREF(Py_None); sv_view->ready_stream = Py_None; \
+        Py_INCREF(Py_None); \
+        sv_view->_memory_owner = (struct __pyx_obj_11stridedview_5_view_StridedMemoryView *)Py_None; \
+        PyObject_GC_Track(sv_view); \
+    } while (0)
+    """
+    Py_ssize_t SV_VIEW_FREE_COUNT
+    PyObject *SV_VIEW_FREE_POP() noexcept
+    void SV_VIEW_PREPARE(PyObject *) noexcept
+
+
+cdef inline StridedMemoryView _new_view():
+    """A new empty view, as ``StridedMemoryView.__new__(StridedMemoryView)`` makes it
+    (object fields None, C fields zero), sooner when the freelist has one."""
+    cdef PyObject *view
+    if SV_VIEW_FREE_COUNT > 0:
+        view = SV_VIEW_FREE_POP()
+        SV_VIEW_PREPARE(view)
+        return <StridedMemoryView>_take_reference(view)
+    return StridedMemoryView.__new__(StridedMemoryView)
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject_new "PyTypeObject":
+        vectorcallfunc tp_vectorcall
+
+cdef vectorcallfunc _generated_view_vectorcall = NULL
+
+
+cdef object _construct_view(
+    PyObject *cls, PyObject *const *args, size_t nargsf, PyObject *kwnames
+):
+    """StridedMemoryView's vectorcall: ``StridedMemoryView(obj)`` and
+    ``StridedMemoryView(obj, stream_ptr)`` do __init__'s work on a view from
+    _new_view; any other call (keywords, another number of arguments) goes to
+    the one Cython generated, which parses and raises as __init__ does."""
+    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
+    if kwnames != NULL or count < 1 or count > 2:
+        return _take_reference(_generated_view_vectorcall(cls, args, nargsf, kwnames))
+    cdef StridedMemoryView view = _new_view()
+    _view_from_any(view, <object>args[0], <object>args[1] if count == 2 else None)
+    return view
+
+
+cdef int _install_view_constructor() except -1:
+    global _generated_view_vectorcall
+    cdef PyTypeObject_new *tp = <PyTypeObject_new *>StridedMemoryView
+    if _generated_view_vectorcall == NULL and tp.tp_vectorcall != NULL:
+        _generated_view_vectorcall = tp.tp_vectorcall
+        tp.tp_vectorcall = <vectorcallfunc><void *>_construct_view
+    return 0
+
+
+_install_view_constructor()
