@@ -48,7 +48,7 @@ def jax_arrays() -> None:
     # time), so a type checker needs telling that it is a DLPack producer.
     view = StridedMemoryView(cast(SupportsDLPack, x))
     # jax hands out legacy capsules, which cannot say "read-only": the view
-    # says writable, but jax arrays are immutable, so never write through it.
+    # takes them as read-only (jax arrays are immutable), so readonly is True.
     print("jax view:", view)
     data = np.array(np.from_dlpack(view)).tolist()
     print("numpy copy of the jax data:", data)

@@ -39,7 +39,7 @@ def main() -> None:
     e = cuda.as_cuda_array(y_view)  # a Numba device array over JAX's memory
     print("numba:", e.copy_to_host().tolist())
     # JAX hands out legacy capsules, which cannot flag read-only memory: the view
-    # says readonly=False, but JAX arrays are immutable; do not write through it.
+    # takes them as read-only (JAX arrays are immutable), so readonly is True.
 
 
 if __name__ == "__main__":

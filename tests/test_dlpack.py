@@ -210,7 +210,7 @@ def test_supported_devices(kind, device, stream_ptr, device_id, accessible):
         dtype="float32",
         device_id=device_id,
         is_device_accessible=accessible,
-        readonly=False,
+        readonly=kind == "legacy",  # legacy: cannot say, read-only
         exporting_obj=producer,
     )
 
@@ -335,7 +335,7 @@ def test_either_capsule_kind_accepted_whatever_was_asked(kind, old_api):
         dtype="float32",
         device_id=-1,
         is_device_accessible=False,
-        readonly=False,
+        readonly=kind == "legacy",  # legacy: cannot say, read-only
         exporting_obj=producer,
     )
 
@@ -859,10 +859,12 @@ def test_real_producers_take_copy_false(library):
     assert view.shape == (2, 3) and view.ptr == np.from_dlpack(array).ctypes.data
 
 
-def test_legacy_capsule_is_writable():
-    """A legacy capsule, which cannot say, gives a writable view."""
+def test_legacy_capsule_is_read_only():
+    """A legacy capsule, which cannot say whether its memory may be written, gives a read-only
+    view (as numpy takes it, numpy#28600): JAX's immutable arrays come only as legacy capsules."""
     producer = make_producer("legacy")
-    assert StridedMemoryView(producer).readonly is False
+    assert StridedMemoryView(producer).readonly is True
+    assert StridedMemoryView.from_dlpack(make_producer("legacy", old_api=True)).readonly is True
 
 
 # --- pointer, shape and strides ----------------------------------------------
@@ -916,7 +918,7 @@ def test_zero_dim(kind, null_arrays):
         dtype="int64",
         device_id=-1,
         is_device_accessible=False,
-        readonly=False,
+        readonly=kind == "legacy",  # legacy: cannot say, read-only
         exporting_obj=producer,
     )
     assert (view.ndim, view.size, view.nbytes) == (0, 1, 8)
@@ -961,7 +963,7 @@ def test_negative_and_zero_strides_preserved(kind, strides):
         dtype="float32",
         device_id=-1,
         is_device_accessible=False,
-        readonly=False,
+        readonly=kind == "legacy",  # legacy: cannot say, read-only
         exporting_obj=producer,
     )
     assert view.is_c_contiguous is False
@@ -1136,7 +1138,7 @@ def test_views_of_numpy_arrays_agree_with_numpy(kind, layout):
         dtype=array.dtype,
         device_id=-1,
         is_device_accessible=False,
-        readonly=False,
+        readonly=kind == "legacy",  # legacy: cannot say, read-only
         exporting_obj=producer,
     )
     assert view.is_c_contiguous is array.flags.c_contiguous
@@ -1164,7 +1166,7 @@ def test_repr_is_one_line(kind):
     view = StridedMemoryView(producer)
     pattern = (
         r"StridedMemoryView\(ptr=(0x[0-9a-fA-F]+), shape=\(4, 3\), strides=\(3, 1\), "
-        r"dtype=float32, device_id=-1, readonly=False\)"
+        rf"dtype=float32, device_id=-1, readonly={kind == 'legacy'}\)"
     )
     match = re.fullmatch(pattern, repr(view))
     assert match is not None, repr(view)

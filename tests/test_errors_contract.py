@@ -547,6 +547,7 @@ TRIGGERS = [
     ("shape-negative", lambda f, m: view_cai(shape=(2, -1)), BufferError, "cuda array interface: 'shape' extents must be >= 0 (got (2, -1))"),
     ("typestr-missing", lambda f, m: view_cai(typestr=...), BufferError, "cuda array interface: 'typestr' is missing"),
     ("typestr-bytes", lambda f, m: view_cai(typestr=b"<f4"), TypeError, "cuda array interface: 'typestr' must be a str (got "),
+    ("descr-not-a-list", lambda f, m: view_cai(descr=42), TypeError, "cuda array interface: 'descr' must be a list of (name, type) tuples (got 42 of type 'int')"),
     ("typestr-short", lambda f, m: view_cai(typestr="f4"), BufferError, "cuda array interface: 'typestr' must be <byte order><kind><item size>, e.g. '<f4' (got 'f4')"),
     ("typestr-unknown", lambda f, m: view_cai(typestr="<q9"), BufferError, "cuda array interface: 'typestr' '<q9' is not a numpy type string"),
     ("typestr-big-endian", lambda f, m: view_cai(typestr=">f4"), BufferError, "cuda array interface: 'typestr' '>f4' is not native-endian"),

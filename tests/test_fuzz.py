@@ -330,6 +330,8 @@ def model_dlpack(spec, stream_ptr, raised):
         spec["byte_offset"], spec["dtype"], spec["flags"] if versioned else 0,
     )
     fields["ready_stream"] = None if dl_stream is None or dl_stream == -1 else stream
+    if not versioned:
+        fields["readonly"] = True  # a legacy capsule cannot say: taken as read-only
     return fields
 
 
@@ -820,6 +822,8 @@ CAI = "cuda array interface: "
 
 
 def model_cai_dtype(typestr, descr):
+    if descr is not None and type(descr) is not list:
+        raise Refused(TypeError, CAI + "'descr' must be a list of (name, type) tuples (got ")
     if len(typestr) < 3 or typestr[0] not in "<>|=":
         raise Refused(BufferError, CAI + "'typestr' must be <byte order><kind><item size>, e.g. '<f4' (got ")
     try:

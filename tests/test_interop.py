@@ -518,8 +518,8 @@ def test_torch_lifetime_after_del():
 def jax_truth(x) -> dict:
     """The expected fields of a view of a jax CPU array.
 
-    jax arrays are row-major on the CPU and jax exports legacy capsules (no READ_ONLY flag)
-    even though its arrays are immutable, so the spec says readonly=False.
+    jax arrays are row-major on the CPU; jax exports legacy capsules (no READ_ONLY flag), which
+    the view takes as read-only: jax arrays are immutable.
     """
     shape = tuple(x.shape)
     strides = []
@@ -532,7 +532,7 @@ def jax_truth(x) -> dict:
         shape=shape,
         strides=tuple(reversed(strides)),
         dtype=np.dtype(x.dtype),
-        readonly=False,
+        readonly=True,
         values=np.asarray(x),
     )
 
@@ -554,7 +554,7 @@ JAX_DTYPES = [
 @pytest.mark.parametrize("make", MAKERS)
 @pytest.mark.parametrize("dtype", JAX_DTYPES)
 def test_jax(dtype, make):
-    """A view of a jax CPU array has its buffer pointer, row-major strides, dtype, and readonly=False (legacy capsule)."""
+    """A view of a jax CPU array has its buffer pointer, row-major strides, dtype, and readonly=True (legacy capsule)."""
     jnp = pytest.importorskip("jax.numpy")
     x = (jnp.arange(12) % 5).astype(getattr(jnp, dtype)).reshape(3, 4)
     check_view(make(x), x, **jax_truth(x))
@@ -562,18 +562,19 @@ def test_jax(dtype, make):
 
 @pytest.mark.parametrize("shape", [(), (0,), (2, 0, 3), (1, 1), (2, 3, 4)], ids=str)
 def test_jax_shapes(shape):
-    """jax arrays of 0-d, zero-size and n-d shapes are viewed with C-order strides; readonly=False (legacy capsule)."""
+    """jax arrays of 0-d, zero-size and n-d shapes are viewed with C-order strides; readonly=True (legacy capsule)."""
     jnp = pytest.importorskip("jax.numpy")
     x = jnp.ones(shape, dtype=jnp.float32)
     check_view(StridedMemoryView(x), x, **jax_truth(x))
 
 
-def test_jax_legacy_capsule_is_writable():
-    """jax returns a legacy capsule even when asked for max_version, so a jax view reports readonly=False."""
+def test_jax_arrays_are_read_only():
+    """jax returns a legacy capsule even when asked for max_version, and its arrays are
+    immutable: a jax view reports readonly=True, so a launcher checking it never writes one."""
     jnp = pytest.importorskip("jax.numpy")
     x = jnp.arange(4.0)
-    assert StridedMemoryView(x).readonly is False
-    assert StridedMemoryView.from_dlpack(x, stream_ptr=-1).readonly is False
+    assert StridedMemoryView(x).readonly is True
+    assert StridedMemoryView.from_dlpack(x, stream_ptr=-1).readonly is True
 
 
 def test_jax_float4_is_refused():
@@ -665,15 +666,15 @@ def _core_view_class():
     return utils.StridedMemoryView
 
 
-def assert_matches_cuda_core(view, core) -> None:
+def assert_matches_cuda_core(view, core, *, legacy_capsule=False) -> None:
     """Compare each field of our view with cuda-core's view of the same object.
 
     Known departures of cuda-core 1.2.2 from the spec, checked against the spec instead:
     - strides: cuda-core returns None at 0-d (the capsule has NULL strides); the spec says ().
     - dtype: cuda-core raises TypeError for the float8 codes; the spec maps them to ml_dtypes.
-    readonly agrees here: numpy and torch send versioned capsules whose READ_ONLY flag both read,
-    and for jax's legacy capsules cuda-core, like the spec, says writable (numpy would say
-    read-only: the spec documents its choice of False).
+    - readonly: numpy and torch send versioned capsules whose READ_ONLY flag both read; a legacy
+      capsule (``legacy_capsule``: jax's) cannot say, and cuda-core takes it as writable where
+      the view, like numpy, takes it as read-only (docs/cuda-core.md).
     """
     assert view.ptr == core.ptr
     assert view.shape == tuple(core.shape)
@@ -690,7 +691,10 @@ def assert_matches_cuda_core(view, core) -> None:
         assert view.dtype == core_dtype
     assert view.device_id == core.device_id == -1
     assert view.is_device_accessible is bool(core.is_device_accessible) is False
-    assert view.readonly is bool(core.readonly)
+    if legacy_capsule:
+        assert view.readonly is True and bool(core.readonly) is False
+    else:
+        assert view.readonly is bool(core.readonly)
 
 
 try:
@@ -761,10 +765,11 @@ def test_torch_matches_cuda_core(case):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "bool"])
 def test_jax_matches_cuda_core(dtype):
-    """Views of jax arrays equal cuda-core's: both read the legacy capsule as writable."""
+    """Views of jax arrays equal cuda-core's but for readonly: cuda-core reads the legacy capsule
+    as writable, the view as read-only."""
     jnp = pytest.importorskip("jax.numpy")
     core_class = _core_view_class()
     x = (jnp.arange(6) % 3).astype(getattr(jnp, dtype)).reshape(2, 3)
     view = StridedMemoryView(x)
     check_view(view, x, **jax_truth(x))
-    assert_matches_cuda_core(view, core_class.from_dlpack(x, stream_ptr=-1))
+    assert_matches_cuda_core(view, core_class.from_dlpack(x, stream_ptr=-1), legacy_capsule=True)

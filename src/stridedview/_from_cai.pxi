@@ -126,6 +126,7 @@ cdef int _view_from_cai(
     view._device_type = kDLCUDA
     view._device_id = _DEVICE_ID_UNKNOWN
     view.exporting_obj = obj
+    view._interface = cai  # the producer may keep the memory alive through it alone
     if strides is not None:  # the element strides are at hand in C
         return _store_c_layout_from(view, extents, element_strides_c, <int32_t>ndim, itemsize)
     return _store_c_layout(view)
@@ -208,6 +209,10 @@ cdef object _interface_dtype(dict interface, str where):
     if type(typestr) is not str:
         raise TypeError(f"{where}: 'typestr' must be a str (got {typestr!r})")
     descr = interface.get("descr")
+    if descr is not None and type(descr) is not list:
+        raise TypeError(
+            f"{where}: 'descr' must be a list of (name, type) tuples (got {_quote(descr)})"
+        )
     key = typestr if descr is None else (typestr, repr(descr))
     dtype = _cai_dtypes.get(key)
     if dtype is None:
@@ -260,9 +265,9 @@ cdef object _resolve_interface_dtype(str typestr, object descr, str where):
     return dtype
 
 
-cdef bint _descr_is_structured(object descr) except -1:
+cdef bint _descr_is_structured(list descr) except -1:
     # The CAI default descr is [('', typestr)]: one unnamed field, nothing structured.
-    if not isinstance(descr, list) or not descr:
+    if not descr:
         return False
     if len(descr) == 1:
         field = descr[0]

@@ -32,7 +32,11 @@ cdef inline int _view_from_dlpack(
     """
     if type(obj) is StridedMemoryView:
         return _view_from_view(view, <StridedMemoryView>obj, stream)
-    if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
+    if (
+        info.dltensor_from_py_object != NULL
+        and _fast_paths_enabled
+        and not _instance_overrides_dlpack(obj)
+    ):
         return _view_from_exchange_api(view, obj, stream, info)
     if info.host_only and _fast_paths_enabled and _view_from_numpy(view, obj):
         return 0
@@ -45,7 +49,7 @@ cdef int _view_through_capsule(
     """_view_from_dlpack's general path: ``__dlpack_device__``, then ``__dlpack__``."""
     if info.is_torch:
         # Before __dlpack__, which refuses conjugate tensors with a vaguer message.
-        _check_torch_bits(obj, info, obj.is_complex())
+        _check_torch_bits(obj, info, -1)
 
     cdef int32_t device_type, device_id
     cdef PyObject *args[4]
@@ -148,6 +152,12 @@ cdef int _view_from_exchange_api(
     cdef int64_t *arrays
     cdef void *producer_stream = NULL
     cdef int32_t device_type
+    if info.is_torch:
+        # Before the layout is borrowed: the check may run Python (a subclass's
+        # is_neg, a TorchFunctionMode), which may resize the tensor and free the
+        # memory a borrowed layout describes.  Nothing between the borrow and the
+        # copy below runs Python.
+        _check_torch_bits(obj, info, -1)
     _borrow_dltensor(obj, info, &tensor)
     if tensor.ndim > 0 and tensor.shape != NULL:
         # Straight into the view's own C arrays (the C-level API's): the fill
@@ -160,8 +170,6 @@ cdef int _view_from_exchange_api(
             memcpy(arrays + tensor.ndim, tensor.strides, tensor.ndim * sizeof(int64_t))
             tensor.strides = arrays + tensor.ndim
     # The lent DLTensor is not touched again: Python code may run from here on.
-    if info.is_torch:
-        _check_torch_bits(obj, info, tensor.dtype.code == kDLComplex)
     device_type = tensor.device.device_type
     _check_device_type(device_type)
     on_device = device_type == kDLCUDA or device_type == kDLCUDAManaged
@@ -177,7 +185,7 @@ cdef int _view_from_exchange_api(
                 "current_work_stream to order after"
             )
         if info.current_work_stream(device_type, tensor.device.device_id, &producer_stream) != 0:
-            return -1
+            return _exchange_failed(obj, "current_work_stream")
         producer = <uintptr_t>producer_stream
         # A NULL (or 1, 2) work stream is a default stream of the TENSOR's device,
         # whatever context is current: the driver resolves it there, and decides
@@ -207,11 +215,11 @@ cdef inline int _borrow_dltensor(object obj, _ProducerType info, DLTensor *out) 
             return 0
     if info.dltensor_from_py_object(<void *>obj, out) == 0:
         return 0
-    return _exchange_failed(obj)
+    return _exchange_failed(obj, "dltensor_from_py_object_no_sync")
 
 
-cdef int _exchange_failed(object obj) except -1:
-    """Raise for a failed ``dltensor_from_py_object_no_sync`` (it returned -1).
+cdef int _exchange_failed(object obj, str function) except -1:
+    """Raise for a producer's exchange-API ``function`` that returned non-zero.
 
     The producer reports a failure with a Python exception set; one that sets
     none, or a torch error (a RuntimeError carrying its C++ frames: sparse,
@@ -219,8 +227,8 @@ cdef int _exchange_failed(object obj) except -1:
     """
     if PyErr_Occurred() == NULL:
         raise BufferError(
-            f"dlpack: the exchange API of {type(obj).__name__!r} failed without setting "
-            "an error"
+            f"dlpack: the exchange API of {type(obj).__name__!r} failed in {function} "
+            "without setting an error"
         )
     try:
         _raise_pending()
@@ -342,6 +350,11 @@ cdef int _view_from_capsule(
             f"differs from __dlpack_device__() ({device_type}, {device_id})"
         )
     _fill_from_dltensor(view, tensor, flags)
+    if not versioned:
+        # A legacy capsule has no READ_ONLY flag: its memory may be immutable (JAX's
+        # arrays are, and JAX hands out only legacy capsules), so nothing may write
+        # through the view.  numpy takes legacy capsules as read-only too (numpy#28600).
+        view.readonly = True
 
     if PyCapsule_SetName(capsule, used_name) != 0:
         return -1

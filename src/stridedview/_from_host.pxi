@@ -277,6 +277,8 @@ cdef int _view_from_array_interface(
     if type(offset) is not int:
         raise TypeError(f"array interface: 'offset' must be an int (got {_quote(offset)})")
 
+    # What keeps the memory alive may be the dict alone (a numpy scalar's '__ref').
+    view._interface = ai
     data = ai.get("data")
     if type(data) is tuple:
         ptr, readonly = _interface_pointer(data, size, shape, _AI_NAME)
@@ -392,7 +394,8 @@ cdef tuple _cuda_core_buffer_memory(object buffer):
 
 
 cdef object _element_dtype(object dtype, object itemsize, object own_layout):
-    """The view's dtype: ``dtype``, else raw ``itemsize``-byte elements, else the buffer's own."""
+    """The view's dtype: ``dtype``, else opaque ``itemsize``-byte elements (``V<n>``, even
+    where the buffer's own elements have that size), else the buffer's own."""
     import numpy
 
     if itemsize is not None:
@@ -412,11 +415,11 @@ cdef object _element_dtype(object dtype, object itemsize, object own_layout):
                 f"buffer: itemsize {itemsize} differs from dtype {dtype}'s {dtype.itemsize}"
             )
         return dtype
-    if own_layout is not None and (itemsize is None or itemsize == own_layout[2].itemsize):
-        return own_layout[2]
-    if itemsize is None:
+    if itemsize is not None:
+        return numpy.dtype((numpy.void, itemsize))  # opaque elements, whatever the buffer's
+    if own_layout is None:
         raise ValueError("buffer: a cuda.core Buffer needs dtype or itemsize")
-    return numpy.dtype((numpy.void, itemsize))
+    return own_layout[2]
 
 
 cdef tuple _requested_layout(

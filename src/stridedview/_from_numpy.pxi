@@ -100,18 +100,6 @@ cdef bint _numpy_dtype(int type_num, DLDataType *dl_dtype) noexcept:
     return True
 
 
-cdef bint _numpy_owns_its_methods(object array) except -1:
-    """False when a subclass instance carries its own ``__dlpack__``/``__dlpack_device__``.
-
-    The general path calls the methods as Python looks them up, instance
-    attributes first; such an instance must be asked, not read.
-    """
-    if type(array) is _ndarray_type:
-        return True  # ndarray instances have no __dict__
-    attributes = getattr(array, "__dict__", None)
-    return not attributes or (_DLPACK not in attributes and _DLPACK_DEVICE not in attributes)
-
-
 # log2 of each item size the adapter takes (1, 2, 4, 8, 16 bytes).
 cdef int[17] _LOG2_ITEMSIZE = [0, 0, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4]
 
@@ -147,7 +135,9 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
         base = PyArray_BASE(<PyArrayObject *>base)
     if base != NULL and PyCapsule_CheckExact_ptr(base):
         return False
-    if not _numpy_owns_its_methods(obj):
+    # The general path calls the methods as Python looks them up, instance
+    # attributes first: a subclass instance carrying its own must be asked.
+    if _instance_overrides_dlpack(obj):
         return False
 
     cdef int ndim = PyArray_NDIM(array)

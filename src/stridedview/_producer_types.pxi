@@ -212,6 +212,40 @@ cdef _ProducerType _describe_type(type tp):
     return info
 
 
+cdef extern from *:
+    """
+    /* Whether obj's own __dict__ holds name1 or name2 (Python finds an instance's
+       own attribute before a function of its type): 1 yes, 0 no, -1 error. */
+    static int sv_instance_defines(PyObject *obj, PyObject *name1, PyObject *name2) {
+        PyObject *dict;
+        int found;
+        if (Py_TYPE(obj)->tp_dictoffset == 0) return 0;  /* no instance dict at all */
+    #ifdef Py_GIL_DISABLED
+        dict = PyObject_GenericGetDict(obj, NULL);  /* a new reference, made safely */
+        if (dict == NULL) return -1;
+    #else
+        {
+            PyObject **slot = _PyObject_GetDictPtr(obj);
+            if (slot == NULL || *slot == NULL) return PyErr_Occurred() ? -1 : 0;
+            dict = *slot;
+            Py_INCREF(dict);
+        }
+    #endif
+        found = PyDict_Contains(dict, name1);
+        if (found == 0) found = PyDict_Contains(dict, name2);
+        Py_DECREF(dict);
+        return found;
+    }
+    """
+    int _instance_defines "sv_instance_defines"(object, object, object) except -1
+
+
+cdef inline bint _instance_overrides_dlpack(object obj) except -1:
+    """Whether ``obj`` carries its own ``__dlpack__`` or ``__dlpack_device__``: then
+    its type's fast paths (the exchange API, the numpy adapter) must not answer for it."""
+    return _instance_defines(obj, _DLPACK, _DLPACK_DEVICE)
+
+
 cdef bint _has_dlpack(object obj, _ProducerType info) except -1:
     """Whether ``obj`` offers both DLPack methods (its type's, or rarely its own);
     ``info`` is ``_producer_type(obj)``."""

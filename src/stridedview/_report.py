@@ -6,9 +6,11 @@ hands the view to every installed consumer, checking that the consumer sees the
 same memory and the same values.  It imports only libraries that are installed,
 and each only when its turn comes.
 
-Each hand-over gets one of three verdicts: "ok" (same memory, same values),
+Each hand-over gets one of four verdicts: "ok" (same memory, same values),
 "copies" (the consumer made a copy holding the same values: the hand-over works
-but is not zero-copy) and "fail" (the consumer raised, or saw other values).
+but is not zero-copy), "read-only" (the view is read-only and the consumer asks
+for a legacy DLPack capsule, which cannot say so: refused on purpose, as it
+must be) and "fail" (the consumer raised, or saw other values).
 The verdicts do not depend on allocation: host arrays are built in buffers
 aligned to 64 bytes, since jax shares a host buffer only when it is so aligned
 and copies it otherwise.  ``main`` returns 1 when a view or a hand-over fails.
@@ -45,11 +47,15 @@ WIDTH = 79
 VERDICTS = {
     "ok": "same memory, same values",
     "copies": "same values in a copy (works, but not zero-copy)",
+    "read-only": "refused, as it must be: a read-only view, legacy-only consumer",
     "fail": "the consumer raised or saw other values",
 }
 
 #: How each verdict shows in the text table.
-MARKS = {"ok": "ok", "copies": "copies", "fail": "FAIL"}
+MARKS = {"ok": "ok", "copies": "copies", "read-only": "r/o", "fail": "FAIL"}
+
+#: The refusal a read-only view gives a consumer that asks for a legacy capsule.
+LEGACY_READ_ONLY = "dlpack: a read-only view cannot be exported as a legacy capsule"
 
 #: Said whenever torch is installed: its from_dlpack kills the process (it does
 #: not raise) on a negative stride, so the report never hands it one.
@@ -232,7 +238,7 @@ KNOWN_LIBRARIES = (
 
 @dataclass
 class Cell:
-    """One producer -> consumer hand-over: its verdict ("ok", "copies", "fail") and why."""
+    """One producer -> consumer hand-over: its verdict (a key of VERDICTS) and why."""
 
     consumer: str
     verdict: str
@@ -372,6 +378,10 @@ def _hand_over(view, consumer: Library) -> Cell:
         received = consumer.consume(view)
         address = consumer.address(received)
         values = consumer.to_list(received)
+    except BufferError as exc:
+        if view.readonly and str(exc).startswith(LEGACY_READ_ONLY):
+            return Cell(consumer.name, "read-only", _short(exc))
+        return Cell(consumer.name, "fail", _short(exc))
     except Exception as exc:
         return Cell(consumer.name, "fail", _short(exc))
     if values != VALUES:
@@ -382,7 +392,8 @@ def _hand_over(view, consumer: Library) -> Cell:
 
 
 def failed(report: dict) -> bool:
-    """Whether a view or a hand-over of the report failed ("copies" is not a failure)."""
+    """Whether a view or a hand-over of the report failed ("copies" and "read-only" are not
+    failures)."""
     return any(
         row["error"] or any(cell["verdict"] == "fail" for cell in row["cells"])
         for row in report["rows"]
@@ -438,7 +449,10 @@ def format_report(report: dict) -> str:
             if cell["consumer"] not in consumers:
                 consumers.append(cell["consumer"])
     lines.append("producer -> consumer through a view:")
-    lines += [f"  {MARKS[verdict]:<6} = {meaning}" for verdict, meaning in VERDICTS.items()]
+    mark_width = max(len(mark) for mark in MARKS.values())
+    lines += [
+        f"  {MARKS[verdict]:<{mark_width}} = {meaning}" for verdict, meaning in VERDICTS.items()
+    ]
     lines.append("")
     table = [["producer", "view µs", *consumers]]
     reasons: list[str] = []

@@ -158,14 +158,15 @@ cdef const void *_tensor_cdata(object tensor) noexcept:
     return <const char *><PyObject *>tensor + _tensor_cdata_offset
 
 
-cdef int _check_torch_bits(object tensor, _ProducerType info, bint is_complex) except -1:
+cdef int _check_torch_bits(object tensor, _ProducerType info, int is_complex) except -1:
     """Refuse torch tensors whose memory does not hold their values.
 
     A tensor with the negative or the conjugate bit set is a lazy view: its memory
     holds the values before negation or conjugation.  torch's ``__dlpack__`` refuses
     the second and exports the first as if nothing were pending, and its exchange API
     exports both; a kernel would read wrong values either way.  Only complex tensors
-    can carry the conjugate bit, so only they are asked.  ``info`` is the tensor's
+    can carry the conjugate bit, so only they are asked (``is_complex`` -1: not
+    known, read in C or asked of the tensor).  ``info`` is the tensor's
     ``_producer_type``.  The bits are read anew on every call (they can change in place).
     """
     cdef bint is_neg
@@ -175,11 +176,13 @@ cdef int _check_torch_bits(object tensor, _ProducerType info, bint is_complex) e
             _calibrate_torch_bits()
         if _torch_bits_reader_state == _BITS_DIRECT and not _torch_function_mode_enabled():
             is_neg = _read_is_neg(_tensor_cdata(tensor))
-            if not is_neg and is_complex:
+            if not is_neg and is_complex != 0:  # a C read: cheaper than asking the dtype
                 is_conj = _read_is_conj(_tensor_cdata(tensor))
             if is_neg or is_conj:
                 return _refuse_torch_bits(is_neg, is_conj)
             return 0
+    if is_complex < 0:
+        is_complex = tensor.is_complex()
     return _check_torch_bits_by_methods(tensor, is_complex)
 
 

@@ -37,7 +37,7 @@ cdef class StridedMemoryView:
     """Whether a CUDA kernel may access the memory: False only for host-only (CPU) memory."""
     cdef readonly bint readonly
     """Whether the producer marked the memory read-only (DLPack 1.x's READ_ONLY flag, the
-    CAI's ``data[1]``, the buffer protocol's readonly); False for a legacy DLPack capsule,
+    CAI's ``data[1]``, the buffer protocol's readonly); True for a legacy DLPack capsule,
     which cannot say."""
     cdef readonly object ready_stream
     """The stream on which the data may be used with no further ordering, or None (host
@@ -61,6 +61,10 @@ cdef class StridedMemoryView:
     cdef bint _managed_is_versioned
     cdef Py_buffer *_held_buffer
     cdef StridedMemoryView _memory_owner
+    # The interface dict an __array_interface__ or CUDA Array Interface view was
+    # read from: its producer may keep the memory alive through it alone (a numpy
+    # scalar's dict holds, in '__ref', the only reference to its temporary array).
+    cdef object _interface
 
     cdef str _device_id_text(self)
 

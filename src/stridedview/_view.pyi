@@ -22,6 +22,10 @@ from stridedview.typing import (
 # ``__index__``; -1 opts out of ordering), or a stream object.
 _StreamPtr: TypeAlias = SupportsIndex | SupportsCudaStream | None
 
+# Whether this build has the fast paths that rely on the GIL (False in a
+# free-threaded build, or one made with -DSV_NO_GIL_FAST_PATHS).
+gil_fast_paths: bool
+
 # One item of a basic index, and what ``view[...]`` accepts.
 _IndexItem: TypeAlias = SupportsIndex | slice | EllipsisType | None
 _Index: TypeAlias = _IndexItem | tuple[_IndexItem, ...]

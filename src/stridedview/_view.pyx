@@ -171,7 +171,8 @@ cdef class StridedMemoryView:
       is asked on first read);
     - ``is_device_accessible``: whether a CUDA kernel may read the memory;
     - ``readonly``: DLPack 1.x's READ_ONLY flag or the CAI's ``data[1]``; a legacy
-      (pre-1.0) DLPack capsule cannot say, and is taken as writable;
+      (pre-1.0) DLPack capsule cannot say, and is taken as read-only (as numpy
+      takes it: JAX's immutable arrays come only as legacy capsules);
     - ``exporting_obj``: the object viewed, kept alive as long as the view (for
       a view of a view, the object that view views);
     - ``ready_stream``: the stream on which the data may be used without further

@@ -229,6 +229,7 @@ cdef extern from *:
         Py_INCREF(Py_None); sv_view->ready_stream = Py_None; \
         Py_INCREF(Py_None); \
         sv_view->_memory_owner = (struct __pyx_obj_11stridedview_5_view_StridedMemoryView *)Py_None; \
+        Py_INCREF(Py_None); sv_view->_interface = Py_None; \
         PyObject_GC_Track(sv_view); \
     } while (0)
     """
