@@ -219,7 +219,6 @@ cdef extern from *:
     static int sv_instance_defines(PyObject *obj, PyObject *name1, PyObject *name2) {
         PyObject *dict;
         int found;
-        if (Py_TYPE(obj)->tp_dictoffset == 0) return 0;  /* no instance dict at all */
     #ifdef Py_GIL_DISABLED
         dict = PyObject_GenericGetDict(obj, NULL);  /* a new reference, made safely */
         if (dict == NULL) return -1;
@@ -238,11 +237,16 @@ cdef extern from *:
     }
     """
     int _instance_defines "sv_instance_defines"(object, object, object) except -1
+    ctypedef struct _PyTypeObject_dictoffset "PyTypeObject":
+        Py_ssize_t tp_dictoffset
+    void *Py_TYPE_ptr "Py_TYPE"(PyObject *)
 
 
 cdef inline bint _instance_overrides_dlpack(object obj) except -1:
     """Whether ``obj`` carries its own ``__dlpack__`` or ``__dlpack_device__``: then
     its type's fast paths (the exchange API, the numpy adapter) must not answer for it."""
+    if (<_PyTypeObject_dictoffset *>Py_TYPE_ptr(<PyObject *>obj)).tp_dictoffset == 0:
+        return False  # no instance dict at all (numpy.ndarray): one load, no call
     return _instance_defines(obj, _DLPACK, _DLPACK_DEVICE)
 
 
