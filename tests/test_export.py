@@ -365,6 +365,8 @@ def _as_floats(array):
 def test_round_trip_low_precision(producer, consumer, dtype_name):
     """bfloat16 and float8 keep their dtype and memory through a view between torch and jax (numpy cannot import them)."""
     ml_dtypes = pytest.importorskip("ml_dtypes")
+    pytest.importorskip(producer)
+    pytest.importorskip(CONSUMERS[consumer][0])
     source = _low_precision(producer, dtype_name)
     view = StridedMemoryView(source)
     assert view.dtype == np.dtype(getattr(ml_dtypes, dtype_name))

@@ -99,14 +99,24 @@ def _set_torch_bits_direct_enabled(bint enabled):
     _torch_bits_direct_enabled = enabled
 
 
+# Whether the extension was built with _cxx_guard.cpp (setup.py leaves it out where
+# no C++ compiler is found): without it torch's throwing C++ functions are never
+# called, and torch tensors' layouts come from the exchange API.
+_built_with_cxx_guard = bool(_HAVE_CXX_GUARD)
+
+
 def _torch_layout_reader():
     """How a torch tensor's DLTensor is taken now: "direct" (``at::toDLPackNonOwning``
     on the tensor's at::Tensor, for the types that allow it), "exchange api" (torch's
-    ``dltensor_from_py_object_no_sync``) or "uncalibrated"; for tests."""
+    ``dltensor_from_py_object_no_sync``), "capsule" (a torch without the exchange API:
+    ``__dlpack__``) or "uncalibrated"; for tests and the report."""
     if _torch_bits_reader_state == _BITS_UNCALIBRATED:
         return "uncalibrated"
     if _fill_torch_dltensor != NULL and _torch_layout_direct_enabled:
         return "direct"
+    torch = _sys.modules.get("torch")
+    if torch is not None and _look_up_type(torch.Tensor).dltensor_from_py_object == NULL:
+        return "capsule"
     return "exchange api"
 
 

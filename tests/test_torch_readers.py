@@ -1,0 +1,56 @@
+"""Each supported torch gets the readers the project claims for it (tests/torch_expectations.py):
+the suite runs on several torch releases (CI: 2.13.0 and 2.14.1), and each asserts its own."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stridedview import StridedMemoryView, _view
+from torch_expectations import (
+    LAYOUT_READERS,
+    expected_bits_reader,
+    expected_layout_reader,
+    has_exchange_api,
+    torch_release,
+)
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.interop
+
+
+def test_this_torch_is_one_the_project_claims():
+    """The running torch is in the table of supported releases (a new one is looked at first)."""
+    assert torch_release(torch) in LAYOUT_READERS, torch.__version__
+
+
+def test_readers_after_a_first_view_are_the_claimed_ones():
+    """Calibrated afresh by a first view, this torch's layout and bits readers are those claimed."""
+    _view._reset_torch_bits_calibration()
+    tensor = torch.arange(12.0).reshape(3, 4)[:, 1:]
+    view = StridedMemoryView(tensor)
+    assert (view.ptr, view.shape, view.strides) == (tensor.data_ptr(), (3, 3), (4, 1))
+    assert _view._torch_layout_reader() == expected_layout_reader(torch)
+    assert _view._torch_bits_reader() == expected_bits_reader(torch)
+
+
+def test_exchange_api_presence_matches_the_claim():
+    """A torch claimed to give capsules has no exchange API, and every other one has it."""
+    assert has_exchange_api(torch) is (LAYOUT_READERS[torch_release(torch)] != "capsule")
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-bits", "method-bits"])
+def test_every_reader_gives_numpy_s_view_of_the_same_memory(direct):
+    """Whichever readers this torch gets, a view of a tensor made from numpy equals the view of
+    the numpy array itself, field by field but exporting_obj."""
+    array = np.arange(24, dtype=np.float32).reshape(4, 6)[1:, ::2]
+    tensor = torch.from_numpy(array)
+    _view._set_torch_bits_direct_enabled(direct)
+    try:
+        got = StridedMemoryView(tensor)
+    finally:
+        _view._set_torch_bits_direct_enabled(True)
+    want = StridedMemoryView(array)
+    fields = ("ptr", "shape", "strides", "dtype", "device_id", "is_device_accessible", "readonly")
+    assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields]
