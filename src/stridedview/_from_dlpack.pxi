@@ -32,11 +32,7 @@ cdef inline int _view_from_dlpack(
     """
     if type(obj) is StridedMemoryView:
         return _view_from_view(view, <StridedMemoryView>obj, stream)
-    if (
-        info.dltensor_from_py_object != NULL
-        and _fast_paths_enabled
-        and not _instance_overrides_dlpack(obj)
-    ):
+    if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
         return _view_from_exchange_api(view, obj, stream, info)
     if info.host_only and _fast_paths_enabled and _view_from_numpy(view, obj):
         return 0
@@ -152,6 +148,9 @@ cdef int _view_from_exchange_api(
     cdef int64_t *arrays
     cdef void *producer_stream = NULL
     cdef int32_t device_type
+    if _instance_overrides_dlpack(obj):
+        # Python finds an instance's own __dlpack__ first: it must be asked.
+        return _view_through_capsule(view, obj, stream, info)
     if info.is_torch:
         # Before the layout is borrowed: the check may run Python (a subclass's
         # is_neg, a TorchFunctionMode), which may resize the tensor and free the
