@@ -50,6 +50,9 @@ setup(
             "embedsignature": True,
             "binding": True,
             "autotestdict": False,
+            # Safe without the GIL (docs/internals.md): a free-threaded interpreter
+            # keeps the GIL off when it imports the module.
+            "freethreading_compatible": True,
         },
     ),
 )

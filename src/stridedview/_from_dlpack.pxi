@@ -205,7 +205,7 @@ cdef inline int _borrow_dltensor(object obj, _ProducerType info, DLTensor *out) 
     exchange API is asked, and reports the failure.
     """
     if info.torch_layout_direct and _torch_layout_direct_enabled:
-        if _torch_bits_reader_state == _BITS_UNCALIBRATED:
+        if _bits_state() == _BITS_UNCALIBRATED:
             _calibrate_torch_bits()
         if (
             _fill_torch_dltensor != NULL

@@ -63,6 +63,33 @@ cdef enum:
     _BITS_METHODS = 2  # asked through Tensor.is_neg() and Tensor.is_conj()
 
 cdef int _torch_bits_reader_state = _BITS_UNCALIBRATED
+
+# Calibration publishes the function pointers and the offset first, then the state
+# with a release store; the hot path reads the state with an acquire load, so a
+# thread that sees "calibrated" sees everything calibration wrote (a free-threaded
+# build runs readers and the calibrating thread at once).  Calibration itself runs
+# once, under _calibration_lock (re-entrant: a collection during calibration may
+# view a tensor on the same thread).
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define SV_LOAD_ACQUIRE_INT(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+    #define SV_STORE_RELEASE_INT(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+    #else  /* MSVC: volatile int accesses, with a full barrier on the store */
+    #define SV_LOAD_ACQUIRE_INT(p) (*(volatile int *)(p))
+    #define SV_STORE_RELEASE_INT(p, v) (MemoryBarrier(), *(volatile int *)(p) = (v))
+    #endif
+    """
+    int _load_acquire "SV_LOAD_ACQUIRE_INT"(int *) noexcept nogil
+    void _store_release "SV_STORE_RELEASE_INT"(int *, int) noexcept nogil
+
+import _thread
+cdef object _calibration_lock = _thread.RLock()
+
+
+cdef inline int _bits_state() noexcept:
+    """The calibration state, read with acquire ordering."""
+    return _load_acquire(&_torch_bits_reader_state)
 cdef Py_ssize_t _tensor_cdata_offset = 0  # where a tensor object holds its at::Tensor
 cdef _TensorBit _read_is_neg = NULL
 cdef _TensorBit _read_is_conj = NULL
@@ -182,9 +209,9 @@ cdef int _check_torch_bits(object tensor, _ProducerType info, int is_complex) ex
     cdef bint is_neg
     cdef bint is_conj = False
     if info.torch_bits_direct and _torch_bits_direct_enabled:
-        if _torch_bits_reader_state == _BITS_UNCALIBRATED:
+        if _bits_state() == _BITS_UNCALIBRATED:
             _calibrate_torch_bits()
-        if _torch_bits_reader_state == _BITS_DIRECT and not _torch_function_mode_enabled():
+        if _bits_state() == _BITS_DIRECT and not _torch_function_mode_enabled():
             is_neg = _read_is_neg(_tensor_cdata(tensor))
             if not is_neg and is_complex != 0:  # a C read: cheaper than asking the dtype
                 is_conj = _read_is_conj(_tensor_cdata(tensor))
@@ -201,7 +228,7 @@ cdef int _check_torch_bits_by_methods(object tensor, bint is_complex) except -1:
     global _torch_tensor_type, _torch_is_neg
     cdef PyObject *args[1]
     args[0] = <PyObject *>tensor
-    if _torch_tensor_type is None:
+    if _torch_tensor_type is None or _torch_is_neg is None:  # each read alone is valid
         tensor_type = _sys.modules["torch"].Tensor
         _torch_is_neg = tensor_type.is_neg  # set before the type that guards it
         _torch_tensor_type = tensor_type
@@ -237,14 +264,16 @@ cdef int _calibrate_torch_bits() except -1:
     """Settle, once, how the bits are read: directly if every check passes, else by
     the methods.  An error there only means the methods are used (KeyboardInterrupt
     and the like still propagate, leaving it to the next tensor)."""
-    global _torch_bits_reader_state
     cdef int state = _BITS_METHODS
-    try:
-        if _calibrate_direct_read():
-            state = _BITS_DIRECT
-    except Exception:
-        pass
-    _torch_bits_reader_state = state
+    with _calibration_lock:
+        if _bits_state() != _BITS_UNCALIBRATED:
+            return 0  # another thread calibrated while this one waited
+        try:
+            if _calibrate_direct_read():
+                state = _BITS_DIRECT
+        except Exception:
+            pass
+        _store_release(&_torch_bits_reader_state, state)
     return 0
 
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Build a free-threaded CPython 3.13 (PEP 703, `--disable-gil`) from Debian trixie's source
+# package python3.13, or reuse the one an earlier run built on this machine.  CI and
+# developers run this same script; its last line on stdout is the interpreter's path.
+#
+#   tools/build_freethreaded_python.sh            # -> .../python3.13t/bin/python3.13t
+#   STRIDEDVIEW_FT_CACHE=DIR tools/build_freethreaded_python.sh
+#
+# The build is cached under $STRIDEDVIEW_FT_CACHE (default ~/.cache/stridedview), keyed by
+# the source package's version, and reused only if that interpreter runs with the GIL off.
+# Needs root for apt (a deb-src entry for trixie is added for the download and removed
+# again), a C compiler, make, and the -dev packages of OpenSSL, zlib, libffi, bz2, lzma,
+# sqlite3 and readline (all on this project's machines).  About five minutes on two cores.
+set -euo pipefail
+
+cache="${STRIDEDVIEW_FT_CACHE:-$HOME/.cache/stridedview}"
+mkdir -p "$cache"
+
+find_cached() {  # the newest cached interpreter that runs without the GIL, if any
+    local python
+    for python in $(ls -d "$cache"/python3.13t-*/bin/python3.13t 2>/dev/null | sort -r); do
+        if "$python" -c 'import sys; sys.exit(sys._is_gil_enabled())' 2>/dev/null; then
+            echo "$python"
+            return 0
+        fi
+    done
+    return 1
+}
+
+if [ "${STRIDEDVIEW_FT_REBUILD:-0}" != 1 ] && python=$(find_cached); then
+    echo "free-threaded CPython: reusing $python" >&2
+    echo "$python"
+    exit 0
+fi
+
+work="$(mktemp -d)"
+sources=/etc/apt/sources.list.d/stridedview-trixie-src.sources
+cleanup() {
+    rm -f "$sources"
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "free-threaded CPython: fetching Debian trixie's python3.13 source package" >&2
+cat > "$sources" <<'EOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+apt-get update -qq >&2
+(cd "$work" && apt-get source --download-only -qq python3.13 >&2)
+rm -f "$sources"
+
+orig="$(ls "$work"/python3.13_*.orig.tar.xz | head -n 1)"
+version="$(basename "$orig" | sed -E 's/^python3\.13_([^.]+\.[^.]+\.[^.]+)\.orig\.tar\.xz$/\1/')"
+prefix="$cache/python3.13t-$version"
+tar -xJf "$orig" -C "$work"
+source_dir="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'Python-*' | head -n 1)"
+
+echo "free-threaded CPython: building $version into $prefix" >&2
+rm -rf "$prefix"
+(
+    cd "$source_dir"
+    ./configure --disable-gil --prefix="$prefix" --with-ensurepip=install \
+        > "$work/configure.log" 2>&1 || { tail -n 40 "$work/configure.log" >&2; exit 1; }
+    make -j"$(nproc)" > "$work/make.log" 2>&1 || { tail -n 40 "$work/make.log" >&2; exit 1; }
+    make install > "$work/install.log" 2>&1 || { tail -n 40 "$work/install.log" >&2; exit 1; }
+)
+python="$prefix/bin/python3.13t"
+if ! "$python" -c 'import sys, ssl; sys.exit(sys._is_gil_enabled())'; then
+    echo "free-threaded CPython: $python does not run with the GIL off" >&2
+    exit 1
+fi
+echo "$python"
