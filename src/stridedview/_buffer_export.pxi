@@ -25,16 +25,17 @@ from cpython.buffer cimport (
 )
 
 
-cdef str _host_refusal(StridedMemoryView view, str protocol):
-    """Why ``view``'s memory cannot be handed to the host through ``protocol``, or None."""
+cdef str _device_memory_kind(StridedMemoryView view):
+    """None for memory the host reads in place (host, pinned), else "device" or "managed"."""
     if view._device_type == kDLCPU or view._device_type == kDLCUDAHost:
         return None
-    kind = "managed" if view._device_type == kDLCUDAManaged else "device"
-    return (
-        f"{protocol}: the view holds CUDA {kind} memory (device {view._device_id_text()}), "
-        "which the host cannot read in place; copy it to a host view first "
-        "(copy_to) or hand it on through DLPack or __cuda_array_interface__"
-    )
+    return "managed" if view._device_type == kDLCUDAManaged else "device"
+
+
+_HOST_ACCESS_HINT = (
+    "which the host cannot read in place; copy it to a host view first (copy_to) "
+    "or hand it on through DLPack or __cuda_array_interface__"
+)
 
 
 cdef bytes _buffer_format(object dtype):
@@ -57,9 +58,12 @@ cdef int _export_buffer(StridedMemoryView view, Py_buffer *buffer, int flags) ex
     cdef bytes fmt = None
     cdef Py_ssize_t *block
     cdef char *text
-    reason = _host_refusal(view, "buffer")
-    if reason is not None:
-        raise BufferError(reason)
+    kind = _device_memory_kind(view)
+    if kind is not None:
+        raise BufferError(
+            f"buffer: the view holds CUDA {kind} memory (device {view._device_id_text()}), "
+            f"{_HOST_ACCESS_HINT}"
+        )
     if (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE and view.readonly:
         raise BufferError("buffer: the view is read-only; a writable buffer was requested")
     if (flags & PyBUF_FORMAT) == PyBUF_FORMAT:
@@ -131,9 +135,12 @@ cdef dict _host_array_interface(StridedMemoryView view):
     the object whose interface it read as the array's base), and the view keeps
     its memory owner alive.  Strides in bytes.
     """
-    reason = _host_refusal(view, "array interface")
-    if reason is not None:
-        raise BufferError(reason)
+    kind = _device_memory_kind(view)
+    if kind is not None:
+        raise BufferError(
+            f"array interface: the view holds CUDA {kind} memory (device "
+            f"{view._device_id_text()}), {_HOST_ACCESS_HINT}"
+        )
     dtype = view.dtype
     if not _has_own_typestr(dtype):
         raise BufferError(

@@ -39,6 +39,19 @@ class TensorMap:
         "global_strides", "box_dim", "element_strides", "interleave", "swizzle",
         "l2_promotion", "oob_fill",
     )
+    descriptor: object
+    view: object
+    data_type: int
+    rank: int
+    global_address: int
+    global_dim: tuple[int, ...]
+    global_strides: tuple[int, ...]
+    box_dim: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    interleave: int
+    swizzle: int
+    l2_promotion: int
+    oob_fill: int
 
     def __repr__(self) -> str:
         return (
@@ -50,7 +63,7 @@ class TensorMap:
 def _option(value, name, allowed, default=0) -> int:
     if value is None:
         return default
-    if isinstance(value, bool) or not hasattr(value, "__index__") and not hasattr(value, "__int__"):
+    if isinstance(value, (bool, type)) or not hasattr(value, "__index__") and not hasattr(value, "__int__"):
         raise TypeError(f"tensor map: {name} must be an int or a driver enum (got {value!r})")
     number = int(value)
     if number not in allowed:
@@ -77,7 +90,7 @@ def _data_type(view, data_type):
                 f"{', '.join(_DATA_TYPES)}); pass data_type= to encode its bytes as another"
             )
         return code
-    if hasattr(data_type, "__index__") and not isinstance(data_type, bool):
+    if hasattr(data_type, "__index__") and not isinstance(data_type, (bool, type)):
         code = int(data_type)
         if code not in _TYPE_SIZES:
             raise ValueError(f"tensor map: data_type {code} is not a CUtensorMapDataType")

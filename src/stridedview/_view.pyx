@@ -408,7 +408,7 @@ cdef class StridedMemoryView:
         and overlapping views are refused before anything is written.
         ``blocking=True`` waits for the copy (``cuStreamSynchronize``); the default
         never blocks.  ``allocator`` is accepted for cuda.core's signature and
-        unused: no staging buffer is ever needed.  See docs/copies.md.
+        unused: no staging buffer is ever needed.  See docs/beyond.md.
         """
         _copy_module().copy(self, other, None if stream is None else _normalize_stream(stream), blocking)
 
@@ -425,7 +425,7 @@ cdef class StridedMemoryView:
         cuda.core's signature.  ``box_dim`` and ``element_strides`` are given in
         the view's axis order (row-major, as its shape); the rules of the driver
         are checked first and each violation named (ValueError).  Returns a
-        ``stridedview.TensorMap``.  See docs/tensor-maps.md.
+        ``stridedview.TensorMap``.  See docs/beyond.md.
         """
         return _tensor_map_module().encode_tiled(
             self, box_dim, options, element_strides, data_type, interleave, swizzle,
