@@ -1,7 +1,7 @@
 """Views across processes: run with ``mpiexec -n 2 python examples/mpi_views.py``.
 
 Each rank views its own numpy array and hands the view straight to mpi4py, which reads it
-through the buffer protocol (host views) or DLPack (device views, with a GPU-aware MPI).
+through DLPack or the buffer protocol (device views need a GPU-aware MPI).
 Device views: MPI calls take no stream, so synchronise the stream that produced the data
 before the call (see docs/mpi.md).
 """
