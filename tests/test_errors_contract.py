@@ -26,6 +26,13 @@ import pytest
 import stridedview
 from fake_driver import CUresult, FakeDriver
 from producers import make_producer
+from test_buffer_export import (
+    PyBUF_ANY_CONTIGUOUS,
+    PyBUF_C_CONTIGUOUS,
+    PyBUF_F_CONTIGUOUS,
+    PyBUF_WRITABLE,
+    get_buffer,
+)
 from test_host import DuckBuffer, _misaligned, _testbuffer_ndarray, _testbuffer_pil
 from stridedview import CUDAError, StridedMemoryView, args_viewable_as_strided_memory
 from stridedview import _driver
@@ -254,6 +261,7 @@ def test_table_parses_into_groups():
     expected = (
         "Stream", "DLPack", "CUDA Array Interface", "Array interface", "Buffer protocol",
         "from_buffer", "Export", "Layouts", "DLPack C exchange API", "Decorator", "Driver", "General",
+        "Handing a host view on (buffer protocol, array interface)", "Copies", "Tensor maps",
     )
     for group in expected:
         assert groups[group] > 0, f"no rows under '## {group}'"
@@ -698,18 +706,90 @@ TRIGGERS = [
     ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports none of DLPack"),
     ("view-of-uninitialised", lambda f, m: StridedMemoryView(StridedMemoryView.__new__(StridedMemoryView)), BufferError, "stridedview: the StridedMemoryView to view is not initialised"),
     ("init-twice", lambda f, m: _again(), TypeError, "StridedMemoryView is already initialised"),
+    # handing a host view on
+    ("buffer-device", lambda f, m: memoryview(device_view()), BufferError, "buffer: the view holds CUDA device memory (device "),
+    ("buffer-writable", lambda f, m: get_buffer(StridedMemoryView(readonly_array()), PyBUF_WRITABLE), BufferError, "buffer: the view is read-only; a writable buffer was requested"),
+    ("buffer-format", lambda f, m: memoryview(_bfloat16_view()), BufferError, "buffer: dtype bfloat16 has no PEP 3118 format"),
+    ("buffer-c-contiguous", lambda f, m: get_buffer(StridedMemoryView(np.zeros((2, 3)).T), PyBUF_C_CONTIGUOUS), BufferError, "buffer: the view (shape (3, 2), strides (1, 3)) is not C-contiguous"),
+    ("buffer-f-contiguous", lambda f, m: get_buffer(host_view(), PyBUF_F_CONTIGUOUS), BufferError, "buffer: the view (shape (2, 3), strides (3, 1)) is not Fortran-contiguous"),
+    ("buffer-any-contiguous", lambda f, m: get_buffer(host_view()[:, ::2], PyBUF_ANY_CONTIGUOUS), BufferError, "buffer: the view (shape (2, 2), strides (3, 2)) is not contiguous"),
+    ("array-interface-device", lambda f, m: np.asarray(device_view()), BufferError, "array interface: the view holds CUDA device memory"),
+    ("array-interface-bfloat16", lambda f, m: _bfloat16_view().__array_interface__, BufferError, "array interface: dtype bfloat16 has no typestr"),
+    # copies
+    ("copy-not-view", lambda f, m: host_view().copy_from(np.zeros((2, 3), np.float32), None), TypeError, "copy: the source must be a StridedMemoryView (got 'ndarray')"),
+    ("copy-readonly", lambda f, m: StridedMemoryView(readonly_array()).copy_from(StridedMemoryView(np.zeros(3)), None), BufferError, "copy: the destination view is read-only"),
+    ("copy-shape", lambda f, m: host_view().copy_from(host_view().T, None), ValueError, "copy: shapes differ (destination (2, 3), source (3, 2))"),
+    ("copy-dtype", lambda f, m: host_view().copy_from(host_view().view(dtype=np.int32), None), ValueError, "copy: dtypes differ (destination float32, source int32)"),
+    ("copy-self-overlap", lambda f, m: StridedMemoryView.from_buffer(bytearray(8), (2,), (0,), dtype=np.float32).copy_from(host_view()[0, :2], None), ValueError, "copy: the destination's elements overlap (strides (0,))"),
+    ("copy-overlap", lambda f, m: _overlapping_copy(), ValueError, "copy: the source and destination overlap (bytes ["),
+    ("copy-needs-stream", lambda f, m: device_view().copy_from(host_view(), None), ValueError, "copy: a copy touching device memory needs a stream (got None)"),
+    ("copy-two-devices", lambda f, m: _copy_across_devices(f), ValueError, "copy: the views are on devices 0 and 1"),
+    # tensor maps
+    ("tmap-option-type", lambda f, m: _tmap(oob_fill=True), TypeError, "tensor map: oob_fill must be an int or a driver enum (got True)"),
+    ("tmap-option-value", lambda f, m: _tmap(swizzle=7), ValueError, "tensor map: swizzle 7 is not one of (0, 1, 2, 3)"),
+    ("tmap-box-type", lambda f, m: _tmap(box_dim=3), TypeError, "tensor map: box_dim must be a sequence of ints (got 3)"),
+    ("tmap-box-rank", lambda f, m: _tmap(box_dim=(4,)), ValueError, "tensor map: box_dim (4,) must have one entry per axis (2)"),
+    ("tmap-dtype", lambda f, m: _tmap(typestr="<i2"), ValueError, "tensor map: dtype int16 has no TMA data type"),
+    ("tmap-data-type-int", lambda f, m: _tmap(data_type=99), ValueError, "tensor map: data_type 99 is not a CUtensorMapDataType"),
+    ("tmap-data-type-type", lambda f, m: _tmap(data_type="no such dtype"), TypeError, "tensor map: data_type must be a dtype or a CUtensorMapDataType (got 'no such dtype')"),
+    ("tmap-data-type-dtype", lambda f, m: _tmap(data_type=np.int8), ValueError, "tensor map: dtype int8 has no TMA data type"),
+    ("tmap-both", lambda f, m: _tmap(options={"box_dim": (2, 4)}), ValueError, "tensor map: pass either options= or box_dim and the other keywords, not both"),
+    ("tmap-no-box", lambda f, m: _tmap(box_dim=None), ValueError, "tensor map: box_dim is required"),
+    ("tmap-host", lambda f, m: StridedMemoryView(np.zeros((4, 16), np.float32)).as_tensor_map((2, 4)), ValueError, "tensor map: the view is host memory (device_id -1); TMA reads device memory"),
+    ("tmap-rank", lambda f, m: _tmap(shape=(1,) * 6, box_dim=(1,) * 6), ValueError, "tensor map: rank 6 is outside 1 to 5"),
+    ("tmap-itemsize", lambda f, m: _tmap(data_type=np.float64), ValueError, "tensor map: data type 8 has 8-byte elements"),
+    ("tmap-align", lambda f, m: _tmap(data=(0x10008, False)), ValueError, "tensor map: the global address 0x10008 is not 16-byte aligned"),
+    ("tmap-interleave-rank", lambda f, m: _tmap(interleave=1), ValueError, "tensor map: interleave 1 needs rank 3 to 5 (got 2)"),
+    ("tmap-inner-strided", lambda f, m: _tmap(strides=(128, 8)), ValueError, "tensor map: the last axis must be contiguous (stride 1 element, got 2)"),
+    ("tmap-extent", lambda f, m: _tmap(shape=(0, 16)), ValueError, "tensor map: shape[0] = 0 is outside 1 to 2**32"),
+    ("tmap-stride", lambda f, m: _tmap(shape=(4, 6), box_dim=(2, 4)), ValueError, "tensor map: the stride of axis 0 is 24 bytes"),
+    ("tmap-box-extent", lambda f, m: _tmap(box_dim=(2, 300)), ValueError, "tensor map: box_dim[1] = 300 is outside 1 to 256"),
+    ("tmap-element-stride", lambda f, m: _tmap(element_strides=(1, 9)), ValueError, "tensor map: element_strides[1] = 9 is outside 1 to 8"),
+    ("tmap-inner-bytes", lambda f, m: _tmap(box_dim=(2, 3)), ValueError, "tensor map: the box's last axis spans 12 bytes; without interleave it must be a multiple of 16"),
+    ("tmap-swizzle-span", lambda f, m: _tmap(box_dim=(2, 16), swizzle=1), ValueError, "tensor map: the box's last axis spans 64 bytes, more than swizzle 1's 32-byte span"),
+    ("tmap-interleave-swizzle", lambda f, m: _tmap(shape=(2, 4, 16), box_dim=(1, 2, 8), interleave=2), ValueError, "tensor map: interleave 32B needs swizzle 32B (1), got 0"),
     ("module-attribute", lambda f, m: _unknown_attribute(), AttributeError, "module 'stridedview' has no attribute 'no_such_name'"),
 ]
 
 #: Rows no public call can reach on a healthy machine, with the reason.
 UNTRIGGERED = {
-    ("MemoryError", ""): "malloc failing for a capsule's ~100 bytes",
+    ("MemoryError", ""): "malloc failing for a capsule's ~100 bytes (or a buffer export's shape and format)",
     ("BufferError", "buffer: ndim must be from 0 to "): "an exporter breaking the buffer protocol (CPython caps ndim at 64)",
     ("BufferError", "buffer: shape is NULL with ndim "): "an exporter breaking the buffer protocol (shape is required by the request)",
     ("BufferError", "buffer: shape extents must be >= 0 (got "): "an exporter breaking the buffer protocol (negative extents)",
     ("BufferError", "buffer: the pointer is NULL for "): "an exporter breaking the buffer protocol (NULL memory for elements)",
     ("BufferError", "buffer: itemsize must be > 0 (got "): "an exporter breaking the buffer protocol (item size 0)",
 }
+
+
+def _bfloat16_view():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    return StridedMemoryView.from_buffer(bytearray(8), dtype=ml_dtypes.bfloat16)
+
+
+def _overlapping_copy():
+    array = np.zeros(6)
+    return StridedMemoryView(array[1:]).copy_from(StridedMemoryView(array[:-1]), None)
+
+
+def _copy_across_devices(fake):
+    fake.register_pointer(0x200000, 1 << 16, device=1)
+    other = view_cai(data=(0x200000, False))
+    return device_view().copy_from(other, fake.new_stream())
+
+
+_TMAP_LAYOUT = ("shape", "typestr", "data", "strides")
+
+
+def _tmap(**changes):
+    """as_tensor_map of a 4x16 float32 device view with box (2, 4), ``changes`` applied to
+    the CAI (shape, typestr, data, strides) or to the call."""
+    layout = {"shape": (4, 16)}
+    layout.update({k: v for k, v in changes.items() if k in _TMAP_LAYOUT})
+    arguments = {"box_dim": (2, 4)}
+    arguments.update({k: v for k, v in changes.items() if k not in _TMAP_LAYOUT})
+    box_dim = arguments.pop("box_dim")
+    return view_cai(**layout).as_tensor_map(box_dim, **arguments)
 
 
 class Layout:

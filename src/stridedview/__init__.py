@@ -11,6 +11,7 @@ from stridedview._view import StridedMemoryView, ViewableArgument
 __all__ = [
     "CUDAError",
     "StridedMemoryView",
+    "TensorMap",
     "ViewableArgument",
     "__version__",
     "args_viewable_as_strided_memory",
@@ -38,4 +39,9 @@ def __getattr__(name):
         value = version("stridedview")
         globals()["__version__"] = value
         return value
+    if name == "TensorMap":  # imported on first use: it brings the driver module
+        from stridedview._tensor_map import TensorMap
+
+        globals()["TensorMap"] = TensorMap
+        return TensorMap
     raise AttributeError(f"module 'stridedview' has no attribute {name!r}")

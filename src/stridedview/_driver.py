@@ -441,6 +441,14 @@ def _wait(api, event, consumer_stream, device, ptr) -> None:
     )
 
 
+def with_context(api, device: int | None, action):
+    """``action()`` with a context current: the calling thread's, or, with none,
+    ``device``'s primary context pushed around it (copies and encodings need one)."""
+    if device is None or int(_call(api, "cuCtxGetCurrent")) != 0:
+        return action()
+    return _in_context(api, _primary_context(api, device), action)
+
+
 def device_of_pointer(ptr: int) -> int:
     """The ordinal of the device owning ``ptr``; for ptr 0, the current device."""
     return _pointer_device(_driver(DEVICE_ID_HINT), ptr, DEVICE_ID_HINT)

@@ -1,6 +1,7 @@
 # Types of the compiled core (stridedview/_view.pyx), checked against the built
 # module by `python -m mypy.stubtest stridedview._view`.
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from inspect import Signature
 from types import EllipsisType
@@ -11,6 +12,7 @@ import numpy.typing
 from numpy.typing import DTypeLike
 from typing_extensions import Buffer, CapsuleType, TypeAlias
 
+from stridedview._tensor_map import TensorMap
 from stridedview.typing import (
     SupportsArrayInterface,
     SupportsCudaArrayInterface,
@@ -120,6 +122,37 @@ class StridedMemoryView:
     def _asdict(self) -> dict[str, Any]: ...
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview: ...
+        def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+    @property
+    def __array_interface__(self) -> dict[str, Any]: ...
+    def copy_from(
+        self,
+        other: StridedMemoryView,
+        stream: _StreamPtr,
+        allocator: object | None = None,
+        blocking: bool | None = None,
+    ) -> None: ...
+    def copy_to(
+        self,
+        other: StridedMemoryView,
+        stream: _StreamPtr = None,
+        allocator: object | None = None,
+        blocking: bool | None = None,
+    ) -> None: ...
+    def as_tensor_map(
+        self,
+        box_dim: Sequence[SupportsIndex] | None = None,
+        *,
+        options: object | None = None,
+        element_strides: Sequence[SupportsIndex] | None = None,
+        data_type: object | None = None,
+        interleave: SupportsIndex | None = None,
+        swizzle: SupportsIndex | None = None,
+        l2_promotion: SupportsIndex | None = None,
+        oob_fill: SupportsIndex | None = None,
+    ) -> TensorMap: ...
     def __getitem__(self, key: _Index, /) -> StridedMemoryView: ...
     def __iter__(self) -> Iterator[StridedMemoryView]: ...
     @property

@@ -90,6 +90,18 @@ cdef enum:
 cdef object _driver = None
 
 
+cdef object _copy_module():
+    """stridedview._copy, imported on first need."""
+    from stridedview import _copy
+    return _copy
+
+
+cdef object _tensor_map_module():
+    """stridedview._tensor_map, imported on first need."""
+    from stridedview import _tensor_map
+    return _tensor_map
+
+
 cdef object _driver_module():
     """stridedview._driver, imported on first need (it is the only door to CUDA)."""
     global _driver
@@ -363,6 +375,62 @@ cdef class StridedMemoryView:
         views have none: reading it raises AttributeError, so ``hasattr`` is False.
         """
         return _export_cai(self)
+
+    # --- Beyond viewing: the buffer protocol, numpy's array interface, copies, TMA.
+    # The bodies stay one line; the work is in _buffer_export.pxi, _copy.py and
+    # _tensor_map.py.
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        _export_buffer(self, buffer, flags)
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        _release_exported_buffer(buffer)
+
+    @property
+    def __array_interface__(self):
+        """numpy's array interface (version 3) of a host view (host or pinned memory).
+
+        ``data`` is ``(ptr, readonly)``, strides are in bytes; numpy keeps the view
+        as the array's base, and the view keeps its memory alive.  A view of device
+        or managed memory, or of a dtype numpy cannot name by its typestr (bfloat16,
+        the float8 kinds), raises BufferError saying why.
+        """
+        return _host_array_interface(self)
+
+    def copy_from(self, other, stream, allocator=None, blocking=None):
+        """Copy the elements of view ``other`` into this view (cuda.core's ``copy_from``).
+
+        Any layout to any layout of the same shape and dtype.  Host to host is
+        done at once on the host (``stream`` may be None; no driver).  Host to
+        device, device to host and device to device (one device) are enqueued on
+        ``stream`` (a handle or an object with ``__cuda_stream__``), after both
+        views' ready streams.  A read-only destination, a shape or dtype mismatch,
+        and overlapping views are refused before anything is written.
+        ``blocking=True`` waits for the copy (``cuStreamSynchronize``); the default
+        never blocks.  ``allocator`` is accepted for cuda.core's signature and
+        unused: no staging buffer is ever needed.  See docs/beyond.md.
+        """
+        _copy_module().copy(self, other, None if stream is None else _normalize_stream(stream), blocking)
+
+    def copy_to(self, other, stream=None, allocator=None, blocking=None):
+        """Copy this view's elements into view ``other``: ``other.copy_from(self, ...)``."""
+        _copy_module().copy(other, self, None if stream is None else _normalize_stream(stream), blocking)
+
+    def as_tensor_map(
+        self, box_dim=None, *, options=None, element_strides=None, data_type=None,
+        interleave=None, swizzle=None, l2_promotion=None, oob_fill=None,
+    ):
+        """Encode this device view into a tiled TMA descriptor (``cuTensorMapEncodeTiled``).
+
+        cuda.core's signature.  ``box_dim`` and ``element_strides`` are given in
+        the view's axis order (row-major, as its shape); the rules of the driver
+        are checked first and each violation named (ValueError).  Returns a
+        ``stridedview.TensorMap``.  See docs/beyond.md.
+        """
+        return _tensor_map_module().encode_tiled(
+            self, box_dim, options, element_strides, data_type, interleave, swizzle,
+            l2_promotion, oob_fill,
+        )
 
     cdef str _device_id_text(self):
         # repr must not need the driver: an unresolved CAI device shows as '?'.
@@ -872,4 +940,5 @@ include "_export.pxi"
 include "_layout.pxi"
 include "_from_host.pxi"
 include "_exchange_export.pxi"
+include "_buffer_export.pxi"
 include "_c_api.pxi"

@@ -1,0 +1,217 @@
+"""TMA descriptors: ``StridedMemoryView.as_tensor_map`` through ``cuTensorMapEncodeTiled``.
+
+The driver's rules are checked here first, each violation named in a
+ValueError (TypeError for a value of the wrong type), so that the one driver
+call made is one the driver accepts.  The driver orders dimensions innermost
+first; the view's axis order (row-major, as ``shape``) is what the caller
+passes, and is reversed here.  The innermost axis must be contiguous (its
+stride is the element size, implicit in the encoding).
+"""
+
+from __future__ import annotations
+
+from stridedview import _driver
+
+# CUtensorMapDataType values, by numpy dtype name (ml_dtypes' bfloat16 included).
+_DATA_TYPES = {
+    "uint8": 0, "uint16": 1, "uint32": 2, "int32": 3, "uint64": 4, "int64": 5,
+    "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9,
+}
+# The element size of each CUtensorMapDataType (float32_ftz, tfloat32, tfloat32_ftz: 10-12).
+_TYPE_SIZES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4, 12: 4}
+_INTERLEAVE_NONE, _INTERLEAVE_16B, _INTERLEAVE_32B = 0, 1, 2
+_SWIZZLE_SPAN = {0: None, 1: 32, 2: 64, 3: 128}  # CU_TENSOR_MAP_SWIZZLE_NONE, 32B, 64B, 128B
+_L2_PROMOTIONS = (0, 1, 2, 3)
+_OOB_FILLS = (0, 1)
+
+
+class TensorMap:
+    """A tiled TMA descriptor made by ``StridedMemoryView.as_tensor_map``.
+
+    ``descriptor`` is what the driver encoded (a ``CUtensorMap`` of cuda-bindings:
+    pass it as a kernel argument); the other attributes are the arguments it was
+    encoded from, innermost dimension first as the driver takes them.  It keeps
+    the view, and so the memory, alive.
+    """
+
+    __slots__ = (
+        "descriptor", "view", "data_type", "rank", "global_address", "global_dim",
+        "global_strides", "box_dim", "element_strides", "interleave", "swizzle",
+        "l2_promotion", "oob_fill",
+    )
+    descriptor: object
+    view: object
+    data_type: int
+    rank: int
+    global_address: int
+    global_dim: tuple[int, ...]
+    global_strides: tuple[int, ...]
+    box_dim: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    interleave: int
+    swizzle: int
+    l2_promotion: int
+    oob_fill: int
+
+    def __repr__(self) -> str:
+        return (
+            f"TensorMap(rank={self.rank}, data_type={self.data_type}, "
+            f"global_dim={self.global_dim}, box_dim={self.box_dim})"
+        )
+
+
+def _option(value, name, allowed, default=0) -> int:
+    if value is None:
+        return default
+    if isinstance(value, (bool, type)) or not hasattr(value, "__index__") and not hasattr(value, "__int__"):
+        raise TypeError(f"tensor map: {name} must be an int or a driver enum (got {value!r})")
+    number = int(value)
+    if number not in allowed:
+        raise ValueError(f"tensor map: {name} {number} is not one of {tuple(allowed)}")
+    return number
+
+
+def _ints(values, name, rank):
+    try:
+        result = tuple(int(v) for v in values)
+    except TypeError:
+        raise TypeError(f"tensor map: {name} must be a sequence of ints (got {values!r})") from None
+    if len(result) != rank:
+        raise ValueError(f"tensor map: {name} {result} must have one entry per axis ({rank})")
+    return result
+
+
+def _data_type(view, data_type):
+    if data_type is None:
+        code = _DATA_TYPES.get(view.dtype.name)
+        if code is None or view.dtype.byteorder == ">":
+            raise ValueError(
+                f"tensor map: dtype {view.dtype} has no TMA data type (supported: "
+                f"{', '.join(_DATA_TYPES)}); pass data_type= to encode its bytes as another"
+            )
+        return code
+    if hasattr(data_type, "__index__") and not isinstance(data_type, (bool, type)):
+        code = int(data_type)
+        if code not in _TYPE_SIZES:
+            raise ValueError(f"tensor map: data_type {code} is not a CUtensorMapDataType")
+        return code
+    import numpy
+
+    try:
+        name = numpy.dtype(data_type).name
+    except TypeError:
+        raise TypeError(f"tensor map: data_type must be a dtype or a CUtensorMapDataType (got {data_type!r})") from None
+    code = _DATA_TYPES.get(name)
+    if code is None:
+        raise ValueError(f"tensor map: dtype {name} has no TMA data type")
+    return code
+
+
+def encode_tiled(
+    view, box_dim, options, element_strides, data_type, interleave, swizzle, l2_promotion,
+    oob_fill,
+):
+    """Check the rules, then encode ``view`` with ``cuTensorMapEncodeTiled``; a TensorMap."""
+    if options is not None:
+        if box_dim is not None or any(
+            v is not None
+            for v in (element_strides, data_type, interleave, swizzle, l2_promotion, oob_fill)
+        ):
+            raise ValueError("tensor map: pass either options= or box_dim and the other keywords, not both")
+        get = options.get if isinstance(options, dict) else lambda key: getattr(options, key, None)
+        box_dim, element_strides, data_type = get("box_dim"), get("element_strides"), get("data_type")
+        interleave, swizzle = get("interleave"), get("swizzle")
+        l2_promotion, oob_fill = get("l2_promotion"), get("oob_fill")
+    if box_dim is None:
+        raise ValueError("tensor map: box_dim is required")
+    if not view.is_device_accessible:
+        raise ValueError("tensor map: the view is host memory (device_id -1); TMA reads device memory")
+    rank = len(view.shape)
+    if not 1 <= rank <= 5:
+        raise ValueError(f"tensor map: rank {rank} is outside 1 to 5")
+    code = _data_type(view, data_type)
+    size = _TYPE_SIZES[code]
+    if size != view.itemsize:
+        raise ValueError(
+            f"tensor map: data type {code} has {size}-byte elements, the view's dtype "
+            f"{view.dtype} {view.itemsize}-byte ones"
+        )
+    interleave = _option(interleave, "interleave", (0, 1, 2))
+    swizzle = _option(swizzle, "swizzle", tuple(_SWIZZLE_SPAN))
+    l2_promotion = _option(l2_promotion, "l2_promotion", _L2_PROMOTIONS)
+    oob_fill = _option(oob_fill, "oob_fill", _OOB_FILLS)
+    box = _ints(box_dim, "box_dim", rank)
+    steps = (1,) * rank if element_strides is None else _ints(element_strides, "element_strides", rank)
+    alignment = 32 if interleave == _INTERLEAVE_32B else 16
+    if view.ptr % alignment:
+        raise ValueError(f"tensor map: the global address {view.ptr:#x} is not {alignment}-byte aligned")
+    if interleave != _INTERLEAVE_NONE and rank < 3:
+        raise ValueError(f"tensor map: interleave {interleave} needs rank 3 to 5 (got {rank})")
+    if view.strides[-1] != 1 and view.shape[-1] != 1:
+        raise ValueError(
+            f"tensor map: the last axis must be contiguous (stride 1 element, got {view.strides[-1]})"
+        )
+    dims = tuple(reversed(view.shape))
+    for axis, extent in enumerate(view.shape):
+        if not 1 <= extent <= 2**32:
+            raise ValueError(f"tensor map: shape[{axis}] = {extent} is outside 1 to 2**32")
+    byte_strides = tuple(reversed(view.byte_strides))[1:]
+    for i, stride in enumerate(byte_strides):
+        axis = rank - 2 - i
+        if stride <= 0 or stride % alignment or stride >= 2**40:
+            raise ValueError(
+                f"tensor map: the stride of axis {axis} is {stride} bytes; it must be a positive "
+                f"multiple of {alignment} below 2**40"
+            )
+    for axis, extent in enumerate(box):
+        if not 1 <= extent <= 256:
+            raise ValueError(f"tensor map: box_dim[{axis}] = {extent} is outside 1 to 256")
+    for axis, step in enumerate(steps):
+        if not 1 <= step <= 8:
+            raise ValueError(f"tensor map: element_strides[{axis}] = {step} is outside 1 to 8")
+    inner_bytes = box[-1] * size
+    if interleave == _INTERLEAVE_NONE:
+        if inner_bytes % 16:
+            raise ValueError(
+                f"tensor map: the box's last axis spans {inner_bytes} bytes; without interleave "
+                "it must be a multiple of 16"
+            )
+        span = _SWIZZLE_SPAN[swizzle]
+        if span is not None and inner_bytes > span:
+            raise ValueError(
+                f"tensor map: the box's last axis spans {inner_bytes} bytes, more than swizzle "
+                f"{swizzle}'s {span}-byte span"
+            )
+    elif interleave == _INTERLEAVE_32B and swizzle != 1:
+        raise ValueError(f"tensor map: interleave 32B needs swizzle 32B (1), got {swizzle}")
+    device = view.device_id
+    api = _driver._driver()
+    args = (
+        _enum(api, "CUtensorMapDataType", code), rank, view.ptr, dims, byte_strides,
+        tuple(reversed(box)), tuple(reversed(steps)),
+        _enum(api, "CUtensorMapInterleave", interleave),
+        _enum(api, "CUtensorMapSwizzle", swizzle),
+        _enum(api, "CUtensorMapL2promotion", l2_promotion),
+        _enum(api, "CUtensorMapFloatOOBfill", oob_fill),
+    )
+    descriptor = _driver.with_context(
+        api, device, lambda: _driver._call(api, "cuTensorMapEncodeTiled", *args)
+    )
+    result = TensorMap()
+    result.descriptor = descriptor
+    result.view = view
+    result.data_type = code
+    result.rank = rank
+    result.global_address = view.ptr
+    result.global_dim = dims
+    result.global_strides = byte_strides
+    result.box_dim = tuple(reversed(box))
+    result.element_strides = tuple(reversed(steps))
+    result.interleave, result.swizzle = interleave, swizzle
+    result.l2_promotion, result.oob_fill = l2_promotion, oob_fill
+    return result
+
+
+def _enum(api, name, value):
+    kind = getattr(api, name, None)
+    return value if kind is None else kind(value)
