@@ -63,7 +63,11 @@ cdef int _view_through_capsule(
     args[1] = <PyObject *>dl_stream
     args[2] = <PyObject *>_MAX_VERSION
     args[3] = <PyObject *>_NO_COPY
-    capsule = _ask_capsule(args)
+    try:
+        capsule = _ask_capsule(args)
+    except BufferError as exc:
+        _hint_numpy_dtype(obj, exc)  # raises a clearer error where it applies
+        raise
     try:
         _view_from_capsule(view, capsule, device_type, device_id)
     except BaseException:
