@@ -47,7 +47,7 @@ cdef int _view_through_capsule(
         # Before __dlpack__, which refuses conjugate tensors with a vaguer message.
         _check_torch_bits(obj, info, -1)
 
-    cdef int32_t device_type, device_id
+    cdef int32_t device_type = 0, device_id = 0  # _ask_device sets both or raises
     cdef PyObject *args[4]
     if info.is_torch and obj.requires_grad:
         # torch's __dlpack__ refuses tensors that require grad, its exchange API

@@ -209,7 +209,9 @@ cdef int _hint_numpy_dtype(object obj, BaseException exc) except -1:
     if numpy is None or not isinstance(obj, numpy.ndarray):
         return 0
     dtype = obj.dtype
-    if dtype.kind not in "VMmSU":
+    # Structured (not a bare void kind: ml_dtypes' bfloat16 and float8 are void too,
+    # and their array interface says only "V2"), datetime, timedelta, bytes, str.
+    if not (dtype.kind in "MmSU" or (dtype.kind == "V" and dtype.fields is not None)):
         return 0
     raise BufferError(
         f"dlpack: numpy cannot export dtype {str(dtype)!r} through DLPack ({exc}): "

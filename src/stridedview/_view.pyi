@@ -32,10 +32,9 @@ _Index: TypeAlias = _IndexItem | tuple[_IndexItem, ...]
 _Shape: TypeAlias = SupportsIndex | Sequence[SupportsIndex]
 
 # How this build was made, and which torch reader is in use (for the report and tests).
-gil_fast_paths: bool
 _built_with_cxx_guard: bool
 
-def _torch_layout_reader() -> Literal["direct", "exchange api", "uncalibrated"]: ...
+def _torch_layout_reader() -> Literal["direct", "exchange api", "capsule", "uncalibrated"]: ...
 
 @type_check_only
 class _LayoutLike(Protocol):

@@ -41,21 +41,6 @@ cdef extern from *:
 # Whether this build has the fast paths above; for tests and the report.
 gil_fast_paths = bool(SV_GIL_FAST_PATHS)
 
-# Whether _cxx_guard.cpp was compiled in (setup.py leaves it out, and defines
-# SV_WITHOUT_CXX_GUARD, where no C++ compiler is found): without it, torch
-# tensors' layouts always come through torch's exchange API; for tests and the report.
-cdef extern from *:
-    """
-    #ifdef SV_WITHOUT_CXX_GUARD
-    #define SV_BUILT_WITH_CXX_GUARD 0
-    #else
-    #define SV_BUILT_WITH_CXX_GUARD 1
-    #endif
-    """
-    bint SV_BUILT_WITH_CXX_GUARD
-
-_built_with_cxx_guard = bool(SV_BUILT_WITH_CXX_GUARD)
-
 
 # The C API the hot-path modules share (_view_lifecycle.pxi, _launcher.pxi).
 cdef extern from "Python.h":
