@@ -3,18 +3,36 @@
 Each view is made on the stream its consumer will use, so that the producer
 orders its pending work before that stream; the consumer then takes the view
 through DLPack (``from_dlpack``) or the CUDA Array Interface (``cupy.asarray``).
-Run: ``python examples/gpu_cupy.py`` (needs CuPy and torch with CUDA).
+Run: ``python examples/gpu_cupy.py`` (needs CuPy and torch with CUDA).  On a
+machine without them it prints what it needs and exits with 0, doing nothing.
 """
 
 from __future__ import annotations
 
-import cupy
-import torch
+import importlib.util
+import sys
 
 from stridedview import StridedMemoryView
 
+NEEDS = "a CUDA GPU, CuPy (pip install cupy-cuda12x) and torch built with CUDA"
+
+
+def missing() -> str | None:
+    """What this machine lacks to run the example, or None."""
+    for module in ("cupy", "torch"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    return None
+
 
 def main() -> None:
+    import cupy
+    import torch
+
     # CuPy -> PyTorch.  torch.from_dlpack(view) passes PyTorch's current stream to
     # the view, which makes it wait for the stream the view was made on.
     a = cupy.arange(6, dtype=cupy.float32).reshape(2, 3)
@@ -32,4 +50,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    lacking = missing()
+    if lacking is not None:
+        print(f"gpu_cupy.py skipped: it needs {NEEDS} ({lacking})")
+        sys.exit(0)
     main()

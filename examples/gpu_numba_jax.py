@@ -9,22 +9,49 @@ JAX -> Numba: the view is made on the legacy default stream (handle 1), which
 Numba launches on by default; JAX orders its pending work before it, and Numba
 reads the view's ``__cuda_array_interface__``.
 
-Run: ``python examples/gpu_numba_jax.py`` (needs numba-cuda and jax with CUDA).
+Run: ``python examples/gpu_numba_jax.py`` (needs numba-cuda and jax with CUDA).  On
+a machine without them it prints what it needs and exits with 0, doing nothing.
 """
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
+import importlib.util
+import sys
+
 import numpy as np
-from numba import cuda
 
 from stridedview import StridedMemoryView
+
+NEEDS = "a CUDA GPU, numba-cuda (pip install numba-cuda) and jax with CUDA (jax[cuda12])"
 
 CU_STREAM_LEGACY = 1  # the legacy default stream's handle
 
 
+def missing() -> str | None:
+    """What this machine lacks to run the example, or None."""
+    for module in ("numba", "jax"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+    if importlib.util.find_spec("numba.cuda") is None:
+        return "numba-cuda is not installed"
+    from numba import cuda
+
+    if not cuda.is_available():
+        return "numba sees no CUDA GPU"
+    import jax
+
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        return "jax has no GPU backend (install jax[cuda12])"
+    return None
+
+
 def main() -> None:
+    import jax
+    import jax.numpy as jnp
+    from numba import cuda
+
     # Numba -> JAX
     numba_stream = cuda.stream()
     d = cuda.to_device(np.arange(6, dtype=np.float32), stream=numba_stream)
@@ -43,4 +70,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    lacking = missing()
+    if lacking is not None:
+        print(f"gpu_numba_jax.py skipped: it needs {NEEDS} ({lacking})")
+        sys.exit(0)
     main()

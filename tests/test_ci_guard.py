@@ -253,6 +253,27 @@ def test_gpu_probe_does_not_import_cuda_bindings(project, monkeypatch):
     assert result.ret == pytest.ExitCode.OK
 
 
+NO_COMPILER_MODULE = (
+    "import pytest\n"
+    "from conftest import NO_COMPILER_SKIP_REASON\n"
+    "pytest.skip(NO_COMPILER_SKIP_REASON, allow_module_level=True)\n"
+)
+
+
+@pytest.mark.parametrize("variable, fails", [("1", False), (None, True), ("0", True)])
+def test_no_compiler_skip_is_allowed_only_where_ci_says(project, monkeypatch, variable, fails):
+    """The no-compiler skip passes under STRIDEDVIEW_REQUIRE_INTEROP=1 only with STRIDEDVIEW_NO_COMPILER=1."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    if variable is None:
+        monkeypatch.delenv("STRIDEDVIEW_NO_COMPILER", raising=False)
+    else:
+        monkeypatch.setenv("STRIDEDVIEW_NO_COMPILER", variable)
+    project.makepyfile(test_capi_like=NO_COMPILER_MODULE, test_fine=PASSING_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    expected = pytest.ExitCode.TESTS_FAILED if fails else pytest.ExitCode.OK
+    assert result.ret == expected
+
+
 # --- .ci/run starts with the README's Quick start, verbatim ---------------------------
 
 ROOT = Path(__file__).resolve().parent.parent

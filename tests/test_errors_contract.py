@@ -433,6 +433,26 @@ def _launch_with_list():
     return launch([1, 2])
 
 
+def _launch_device_without_stream():
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        return x.view()
+
+    producer = make_producer("versioned", device=(2, 0))
+    try:
+        return launch(producer)
+    finally:
+        producer.release_capsules()
+
+
+def _launch_viewing_with(**keywords):
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        return x.view(**keywords)
+
+    return launch(np.zeros(2))
+
+
 def _call_uninitialised_launcher():
     @args_viewable_as_strided_memory([0])
     def launch(x):
@@ -696,7 +716,11 @@ TRIGGERS = [
     ("decorator-bool", lambda f, m: _decorate([True]), TypeError, "args_viewable_as_strided_memory: arg_indices must hold ints and strs (got True)"),
     ("decorator-index", lambda f, m: _decorate(5), ValueError, "args_viewable_as_strided_memory: "),
     ("decorator-name", lambda f, m: _decorate("nope"), ValueError, "args_viewable_as_strided_memory: "),
-    ("decorator-argument", lambda f, m: _launch_with_list(), BufferError, "args_viewable_as_strided_memory: argument 'x' ('list' object) supports none of DLPack, the CUDA Array Interface, the array interface and the buffer protocol"),
+    ("decorator-argument", lambda f, m: _launch_with_list(), BufferError, "args_viewable_as_strided_memory: argument 'x' ('list' object) supports none of DLPack, the CUDA Array Interface, the array interface and the buffer protocol: pass an array of a library that exports one, or convert it first, e.g. numpy.asarray(obj) for host data"),
+    ("decorator-view-no-stream", lambda f, m: _launch_device_without_stream(), BufferError, "args_viewable_as_strided_memory: view() of argument 'x' has no stream: dlpack: stream_ptr=None is ambiguous for CUDA memory"),
+    ("decorator-view-stream-keyword", lambda f, m: _launch_viewing_with(stream=1), TypeError, "args_viewable_as_strided_memory: view() got an unexpected keyword argument 'stream': the stream is passed as stream_ptr"),
+    ("numpy-structured-dtype", lambda f, m: StridedMemoryView(np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")])), BufferError, "dlpack: numpy cannot export dtype \"[('a', '<f4'), ('b', '<i4')]\" through DLPack ("),
+    ("numpy-datetime-dtype", lambda f, m: StridedMemoryView(np.zeros(2, dtype="M8[s]")), BufferError, "dlpack: numpy cannot export dtype 'datetime64[s]' through DLPack ("),
     ("decorator-uninitialised", lambda f, m: _call_uninitialised_launcher(), TypeError, "args_viewable_as_strided_memory: this launcher was never initialised"),
     # driver
     ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),

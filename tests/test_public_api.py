@@ -361,3 +361,32 @@ def test_quickstart_and_interop_code_fits_at_1280px():
         example = (REPO_ROOT / "examples" / name).read_text()
         too_wide += [f"{name}: {line}" for line in example.splitlines() if len(line) > CODE_WIDTH]
     assert too_wide == []
+
+
+def test_help_gives_the_signature_once_and_an_example_first():
+    """help(StridedMemoryView) prints the real signature once (also on __init__), then an example, then the contract."""
+    import pydoc
+
+    from stridedview import StridedMemoryView
+
+    text = pydoc.render_doc(StridedMemoryView, renderer=pydoc.plaintext)
+    assert text.count("StridedMemoryView(obj, stream_ptr=None)\n") == 1, text[:600]
+    assert "__init__(self, /, obj, stream_ptr=None)" in text
+    assert "*args, **kwargs" not in text.split("__init__", 1)[1].splitlines()[0]
+    assert text.index(">>> view = StridedMemoryView(") < text.index("Streams.")
+    assert str(inspect.signature(StridedMemoryView)) == "(obj, stream_ptr=None)"
+    assert str(inspect.signature(StridedMemoryView.__init__)) == "(self, /, obj, stream_ptr=None)"
+
+
+def test_class_docstring_example_runs():
+    """The example at the top of StridedMemoryView's docstring prints what it shows."""
+    import doctest
+
+    from stridedview import StridedMemoryView
+
+    test = doctest.DocTestParser().get_doctest(
+        StridedMemoryView.__doc__, {"StridedMemoryView": StridedMemoryView}, "StridedMemoryView", None, 0
+    )
+    assert len(test.examples) >= 3
+    result = doctest.DocTestRunner(verbose=False).run(test)
+    assert result.failed == 0

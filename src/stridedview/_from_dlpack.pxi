@@ -47,7 +47,7 @@ cdef int _view_through_capsule(
         # Before __dlpack__, which refuses conjugate tensors with a vaguer message.
         _check_torch_bits(obj, info, -1)
 
-    cdef int32_t device_type, device_id
+    cdef int32_t device_type = 0, device_id = 0  # _ask_device sets both or raises
     cdef PyObject *args[4]
     if info.is_torch and obj.requires_grad:
         # torch's __dlpack__ refuses tensors that require grad, its exchange API
@@ -63,7 +63,11 @@ cdef int _view_through_capsule(
     args[1] = <PyObject *>dl_stream
     args[2] = <PyObject *>_MAX_VERSION
     args[3] = <PyObject *>_NO_COPY
-    capsule = _ask_capsule(args)
+    try:
+        capsule = _ask_capsule(args)
+    except BufferError as exc:
+        _hint_numpy_dtype(obj, exc)  # raises a clearer error where it applies
+        raise
     try:
         _view_from_capsule(view, capsule, device_type, device_id)
     except BaseException:

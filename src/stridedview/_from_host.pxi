@@ -324,6 +324,7 @@ cdef int _view_from_buffer_layout(
     cdef Py_buffer *buf = NULL
     cdef int32_t device_type = kDLCPU
     cdef int32_t device_id = -1
+    cdef bint readonly = is_readonly  # set on every path below; initialised for the compiler
     own_layout = None  # (shape, strides, dtype) of a buffer-protocol object
     if _is_cuda_core_buffer(buffer):
         ptr, nbytes, device_type, device_id = _cuda_core_buffer_memory(buffer)

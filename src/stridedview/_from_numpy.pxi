@@ -199,3 +199,22 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     view.exporting_obj = obj
     view.ready_stream = None
     return True
+
+
+cdef int _hint_numpy_dtype(object obj, BaseException exc) except -1:
+    """Raise a BufferError naming ``from_array_interface`` when ``obj`` is a numpy
+    array whose dtype numpy's ``__dlpack__`` refuses but the array interface carries
+    (structured, datetime, timedelta, bytes, str); else return 0 (``exc`` stands)."""
+    numpy = _sys.modules.get("numpy")
+    if numpy is None or not isinstance(obj, numpy.ndarray):
+        return 0
+    dtype = obj.dtype
+    # Structured (not a bare void kind: ml_dtypes' bfloat16 and float8 are void too,
+    # and their array interface says only "V2"), datetime, timedelta, bytes, str.
+    if not (dtype.kind in "MmSU" or (dtype.kind == "V" and dtype.fields is not None)):
+        return 0
+    raise BufferError(
+        f"dlpack: numpy cannot export dtype {str(dtype)!r} through DLPack ({exc}): "
+        "StridedMemoryView.from_array_interface(array) views it through numpy's "
+        "array interface"
+    ) from exc

@@ -40,6 +40,8 @@ cdef class ViewableArgument:
     """The argument exactly as the caller passed it."""
     # What obj's type offers, kept from wrapping (None: not looked up yet).
     cdef _ProducerType _info
+    # The parameter name the launcher wrapped obj for (None: made directly), for errors.
+    cdef object _name
 
     def __init__(self, obj):
         self.obj = obj
@@ -67,8 +69,26 @@ cdef StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
     if info is None or not _describes(info, type(proxy.obj)):
         info = _producer_type(proxy.obj)
         proxy._info = info
-    _view_from_any(view, proxy.obj, stream_ptr, info)
+    if stream_ptr is None:
+        _proxy_view_without_stream(view, proxy, info)
+    else:
+        _view_from_any(view, proxy.obj, stream_ptr, info)
     return view
+
+
+cdef int _proxy_view_without_stream(
+    StridedMemoryView view, ViewableArgument proxy, _ProducerType info
+) except -1:
+    """``proxy.view()``: the ambiguity of no stream for device memory names the argument."""
+    try:
+        return _view_from_any(view, proxy.obj, None, info)
+    except BufferError as exc:
+        if proxy._name is None or "stream_ptr=None is ambiguous" not in str(exc):
+            raise
+        raise BufferError(
+            f"args_viewable_as_strided_memory: view() of argument {proxy._name!r} "
+            f"has no stream: {exc}"
+        ) from None
 
 
 # ViewableArgument.view is called once per array argument of every launch.
@@ -105,6 +125,14 @@ cdef object _proxy_view_call(
     # The method descriptor has checked that proxy is a ViewableArgument.
     if kwnames == NULL and nargs <= 1:
         return _proxy_view(<ViewableArgument>proxy, <object>args[0] if nargs else None)
+    if kwnames != NULL:
+        for name in <tuple><object>kwnames:
+            if name != "stream_ptr":
+                raise TypeError(
+                    f"args_viewable_as_strided_memory: view() got an unexpected keyword "
+                    f"argument {name!r}: the stream is passed as stream_ptr, as in "
+                    "arg.view(stream_ptr=s) or arg.view(s)"
+                )
     return _take_reference(_generated_proxy_view(proxy, args, nargs, kwnames))
 
 
@@ -140,6 +168,7 @@ cdef inline ViewableArgument _viewable(object value, object name):
     cdef ViewableArgument argument = _new_proxy()
     argument.obj = value
     argument._info = info
+    argument._name = name
     return argument
 
 
@@ -213,7 +242,8 @@ cdef int _check_viewable(object value, object name, _ProducerType info) except -
     raise BufferError(
         f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
         "object) supports none of DLPack, the CUDA Array Interface, the array "
-        "interface and the buffer protocol"
+        "interface and the buffer protocol: pass an array of a library that exports "
+        "one, or convert it first, e.g. numpy.asarray(obj) for host data"
     )
 
 

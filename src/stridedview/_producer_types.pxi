@@ -65,7 +65,8 @@ cdef dict _producer_types = {}
 cdef extern from *:
     """
     /* The type's version tag (0: none valid), read as the interpreter reads it. */
-    static CYTHON_INLINE unsigned int sv_type_version(PyTypeObject *tp) {
+    static CYTHON_INLINE unsigned int sv_type_version(PyObject *type) {
+        PyTypeObject *tp = (PyTypeObject *)type;
     #ifdef Py_GIL_DISABLED
         unsigned int tag = _Py_atomic_load_uint_relaxed(&tp->tp_version_tag);
     #else
@@ -78,7 +79,8 @@ cdef extern from *:
         return tag;
     }
     /* Give the type a version tag where the interpreter can; its tag, or 0. */
-    static unsigned int sv_assign_type_version(PyTypeObject *tp, PyObject *any_name) {
+    static unsigned int sv_assign_type_version(PyObject *type, PyObject *any_name) {
+        PyTypeObject *tp = (PyTypeObject *)type;
     #if PY_VERSION_HEX >= 0x030C0000
         (void)any_name;
         if (!PyUnstable_Type_AssignVersionTag(tp)) return 0;
@@ -86,7 +88,7 @@ cdef extern from *:
         /* A method-cache lookup assigns one (3.10, 3.11). */
         (void)_PyType_Lookup(tp, any_name);
     #endif
-        return sv_type_version(tp);
+        return sv_type_version(type);
     }
     """
     unsigned int _type_version "sv_type_version"(PyObject *) noexcept

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import textwrap
@@ -62,8 +63,22 @@ LEGACY_READ_ONLY = "dlpack: a read-only view cannot be exported as a legacy caps
 TORCH_NEGATIVE_STRIDES = (
     "torch.from_dlpack aborts the whole process (it does not raise) when handed "
     "a view with a negative stride (seen with torch 2.13, also for numpy arrays): "
-    "never hand torch such a view; make a positive-stride copy first "
-    "(numpy.ascontiguousarray)."
+    "never hand torch such a view (view.has_negative_stride says whether it has "
+    "one); make a positive-stride copy first (numpy.ascontiguousarray)."
+)
+
+#: What the "view µs" column measures.
+VIEW_US = (
+    "view µs = the median time, in microseconds, to make a view of the array and "
+    "read its ptr, shape, strides and dtype (on this machine: compare rows, not "
+    "machines)"
+)
+
+#: What the cost of a build without the C++ guard is, said with the build line.
+WITHOUT_CXX_GUARD = (
+    "built without the C++ exception guard (no C++ compiler at install): torch "
+    "tensors are read through torch's DLPack exchange API, about 390 more "
+    "instructions per torch view; everything else is the same"
 )
 
 
@@ -251,7 +266,7 @@ class Row:
 
     producer: str
     device: str
-    view: str = ""
+    view: str = ""  # the view's repr without its ptr, so that runs compare equal
     view_us: float | None = None
     error: str = ""
     cells: list[Cell] = field(default_factory=list)
@@ -289,8 +304,50 @@ def _time_view(array, stream_ptr, rounds: int = 7, number: int = 200) -> float:
     return statistics.median(samples) * 1e6
 
 
+def _describe(view) -> str:
+    """``repr(view)`` without ``ptr=0x...``: the same text on every run."""
+    text = repr(view)
+    head, sep, rest = text.partition("ptr=")
+    if not sep:
+        return text
+    return head + rest.partition(", ")[2]
+
+
+def _driver_fact(exc) -> str:
+    """What a CUDAError from the first driver call means on this machine."""
+    if exc.name != "CUDA_ERROR_NO_DRIVER":
+        return f"not usable ({exc.name}: {exc})"
+    if str(exc).startswith("cuda-bindings is not installed"):
+        return (
+            "cuda-bindings is not installed: host memory is viewed as usual; device "
+            "memory needs it (pip install cuda-bindings)"
+        )
+    return (
+        "no CUDA driver on this machine: host memory is viewed as usual; device "
+        "memory (and stream ordering) needs a driver and a GPU"
+    )
+
+
+def build_facts() -> dict:
+    """How this install was built, and which torch reader is in use (after a torch view)."""
+    from stridedview import _view
+
+    facts = {
+        "build": "with the C++ exception guard" if _view._built_with_cxx_guard
+        else WITHOUT_CXX_GUARD,
+        "gil fast paths": "yes" if _view.gil_fast_paths
+        else "no (free-threaded build: every view takes the general path)",
+    }
+    if "torch" in sys.modules:
+        reader = _view._torch_layout_reader()
+        facts["torch reader"] = "no torch tensor viewed" if reader == "uncalibrated" else reader
+    else:
+        facts["torch reader"] = "torch not loaded"
+    return facts
+
+
 def environment() -> dict:
-    """Versions, and whether a CUDA driver and GPUs were found."""
+    """Versions, whether a CUDA driver and GPUs were found, and how the install was built."""
     from stridedview import CUDAError, __version__, _driver
 
     try:
@@ -298,7 +355,7 @@ def environment() -> dict:
         driver = f"found, {gpus} GPU(s)"
     except CUDAError as exc:
         gpus = 0
-        driver = f"not usable ({exc.name})"
+        driver = _driver_fact(exc)
     return {
         "python": sys.version.split()[0],
         "stridedview": __version__,
@@ -306,6 +363,7 @@ def environment() -> dict:
         "cuda-bindings": _version("cuda-bindings"),
         "cuda driver": driver,
         "gpus": gpus,
+        **build_facts(),
     }
 
 
@@ -353,7 +411,7 @@ def build_report(timing: bool = True) -> dict:
             try:
                 array = producer.make(device)
                 view = StridedMemoryView(array, stream_ptr)
-                row.view = repr(view)
+                row.view = _describe(view)
                 if timing:
                     row.view_us = round(_time_view(array, stream_ptr), 3)
             except Exception as exc:
@@ -387,7 +445,8 @@ def _hand_over(view, consumer: Library) -> Cell:
     if values != VALUES:
         return Cell(consumer.name, "fail", f"values differ: {values!r}")
     if address != view.ptr:
-        return Cell(consumer.name, "copies", f"address {address:#x}, view {view.ptr:#x}")
+        # No addresses in the reason: a report must read the same from run to run.
+        return Cell(consumer.name, "copies", "the consumer's array is a copy at another address")
     return Cell(consumer.name, "ok")
 
 
@@ -435,7 +494,7 @@ def format_report(report: dict) -> str:
     """The report as text: environment, the producer x consumer matrix, reasons, then caveats."""
     lines = ["stridedview interop report", ""]
     for key, value in report["environment"].items():
-        lines.append(f"  {key:<14} {value}")
+        lines += _wrap(f"{key:<14} {value}", "  ", " " * 17)
     for key, names in (
         ("libraries", [f"{name} {version}" for name, version in report["libraries"].items()]),
         ("not installed", report["not_installed"]),
@@ -453,6 +512,8 @@ def format_report(report: dict) -> str:
     lines += [
         f"  {MARKS[verdict]:<{mark_width}} = {meaning}" for verdict, meaning in VERDICTS.items()
     ]
+    if any(row["view_us"] is not None for row in report["rows"]):
+        lines += _wrap(VIEW_US, "  ", "    ")
     lines.append("")
     table = [["producer", "view µs", *consumers]]
     reasons: list[str] = []
@@ -499,12 +560,24 @@ def main(argv=None) -> int:
         "through stridedview.  Exits with 1 when a view or a hand-over fails "
         "(a consumer that copies is not a failure).",
     )
+    from stridedview import __version__
+
+    parser.add_argument("--version", action="version", version=f"stridedview {__version__}")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--no-timing", action="store_true", help="skip the view timings")
+    parser.add_argument(
+        "--no-timing", action="store_true",
+        help="skip the view timings (the output is then the same on every run)",
+    )
     args = parser.parse_args(argv)
     report = build_report(timing=not args.no_timing)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(format_report(report))
-    return 1 if failed(report) else 0
+    text = json.dumps(report, indent=2) if args.json else format_report(report)
+    status = 1 if failed(report) else 0
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped early (python -m stridedview | head): not an error.
+        # Point stdout at devnull so that the interpreter's final flush is quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return status

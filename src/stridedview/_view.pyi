@@ -33,6 +33,11 @@ _IndexItem: TypeAlias = SupportsIndex | slice | EllipsisType | None
 _Index: TypeAlias = _IndexItem | tuple[_IndexItem, ...]
 _Shape: TypeAlias = SupportsIndex | Sequence[SupportsIndex]
 
+# How this build was made, and which torch reader is in use (for the report and tests).
+_built_with_cxx_guard: bool
+
+def _torch_layout_reader() -> Literal["direct", "exchange api", "capsule", "uncalibrated"]: ...
+
 @type_check_only
 class _LayoutLike(Protocol):
     """What ``view(layout=...)`` reads: cuda.core's ``_StridedLayout`` has these (and
@@ -176,6 +181,8 @@ class StridedMemoryView:
     def has_overlap(self) -> bool: ...
     @property
     def is_dense(self) -> bool: ...
+    @property
+    def has_negative_stride(self) -> bool: ...
 
 @final
 class ViewableArgument:

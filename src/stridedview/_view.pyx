@@ -127,8 +127,20 @@ class _ConstructorSignature:
 @cython.final
 @cython.freelist(16)
 @cython.auto_pickle(False)
+@cython.embedsignature.format("clinic")
 cdef class StridedMemoryView:
     """A zero-copy view of a strided array from any DLPack, CUDA Array Interface or host producer.
+
+    For example::
+
+        >>> import numpy as np
+        >>> view = StridedMemoryView(np.zeros((4, 3), np.float32)[:, ::2])
+        >>> view.shape, view.strides, view.dtype, view.device_id  # strides in elements
+        ((4, 2), (3, 2), dtype('float32'), -1)
+        >>> # Device memory: name the stream the kernel will run on.
+        >>> # view = StridedMemoryView(cupy_array, stream_ptr=stream.ptr)
+
+    The contract follows.
 
     ``StridedMemoryView(obj, stream_ptr=None)`` (also ``from_any_interface``)
     views ``obj`` through the first protocol it offers: DLPack (``__dlpack__``
@@ -208,6 +220,10 @@ cdef class StridedMemoryView:
     __signature__ = _ConstructorSignature()  # that of __init__: a slot has none
 
     def __init__(self, obj, stream_ptr=None):
+        """__init__($self, /, obj, stream_ptr=None)
+--
+
+View ``obj`` through the first protocol it offers (see the class docstring)."""
         # A view made from a bare managed tensor (the exchange API) has no exporting object.
         if self.exporting_obj is not None or self._managed != NULL:
             raise TypeError("StridedMemoryView is already initialised")
@@ -607,6 +623,20 @@ cdef class StridedMemoryView:
         in some axis order (cuda.core's ``is_dense``): no gaps, no overlap, no negative
         stride on an axis of extent > 1.  Empty and 0-d views are dense."""
         return _is_dense(self.shape, self.strides)
+
+    @property
+    def has_negative_stride(self):
+        """Whether any stride is negative (False for a 0-d view, which has none).
+
+        torch's ``from_dlpack`` aborts the process (it does not raise) when handed
+        a view with a negative stride: check ``not view.has_negative_stride``
+        before handing a view to torch, and copy (``numpy.ascontiguousarray``)
+        where it is True."""
+        cdef object stride
+        for stride in self.strides:
+            if stride < 0:
+                return True
+        return False
 
 
 cdef inline int _view_from_any(
