@@ -9,7 +9,27 @@
 # none orders any stream; a consumer that needs a device view's ready_stream
 # ordered uses __dlpack__(stream=...).
 
-from posix.stdlib cimport posix_memalign
+cdef extern from *:
+    """
+    /* Aligned host allocations: posix_memalign where POSIX is, _aligned_malloc on
+       Windows (whose blocks must go back through _aligned_free, not free). */
+    #if defined(_WIN32)
+    #include <malloc.h>
+    static void *sv_aligned_alloc(size_t alignment, size_t size) {
+        return _aligned_malloc(size, alignment);
+    }
+    static void sv_aligned_free(void *block) { _aligned_free(block); }
+    #else
+    #include <stdlib.h>
+    static void *sv_aligned_alloc(size_t alignment, size_t size) {
+        void *block = NULL;
+        return posix_memalign(&block, alignment, size) == 0 ? block : NULL;
+    }
+    static void sv_aligned_free(void *block) { free(block); }
+    #endif
+    """
+    void *sv_aligned_alloc(size_t alignment, size_t size) nogil
+    void sv_aligned_free(void *block) nogil
 
 cdef enum:
     _HOST_ALLOCATION_ALIGNMENT = 256  # bytes: what CUDA's allocators promise
@@ -139,7 +159,7 @@ cdef int _api_managed_tensor_allocator(
 
 
 cdef void _delete_host_tensor(DLManagedTensorVersioned *tensor) noexcept nogil:
-    free(tensor.manager_ctx)  # the data
+    sv_aligned_free(tensor.manager_ctx)  # the data
     free(tensor)
 
 
@@ -173,14 +193,14 @@ cdef DLManagedTensorVersioned *_new_host_tensor(DLTensor *prototype) except NULL
     if count > INT64_MAX // itemsize:
         raise BufferError("dlpack: byte count overflows int64")
 
-    cdef void *data = NULL
-    if posix_memalign(&data, _HOST_ALLOCATION_ALIGNMENT, <size_t>max(count * itemsize, 1)):
+    cdef void *data = sv_aligned_alloc(_HOST_ALLOCATION_ALIGNMENT, <size_t>max(count * itemsize, 1))
+    if data == NULL:
         raise MemoryError()
     cdef DLManagedTensorVersioned *tensor = <DLManagedTensorVersioned *>malloc(
         sizeof(DLManagedTensorVersioned) + 2 * ndim * sizeof(int64_t) + 1
     )
     if tensor == NULL:
-        free(data)
+        sv_aligned_free(data)
         raise MemoryError()
     cdef int64_t *dims = <int64_t *>(<char *>tensor + sizeof(DLManagedTensorVersioned))
     cdef int64_t step = 1
