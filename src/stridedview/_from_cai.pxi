@@ -214,7 +214,7 @@ cdef object _interface_dtype(dict interface, str where):
             f"{where}: 'descr' must be a list of (name, type) tuples (got {_quote(descr)})"
         )
     key = typestr if descr is None else (typestr, repr(descr))
-    dtype = _cai_dtypes.get(key)
+    dtype = sv_dict_get_or_none(_cai_dtypes, key)
     if dtype is None:
         dtype = _resolve_interface_dtype(typestr, descr, where)
         if len(_cai_dtypes) < 4096:

@@ -141,7 +141,7 @@ cdef object _buffer_dtype(object obj, Py_buffer *buf):
     """The numpy dtype of a buffer's PEP 3118 format, by numpy's own rules."""
     fmt = b"B" if buf.format == NULL else <bytes>buf.format
     key = (fmt, buf.itemsize)
-    dtype = _buffer_dtypes.get(key)
+    dtype = sv_dict_get_or_none(_buffer_dtypes, key)
     if dtype is not None:
         return dtype
     dtype = _resolve_buffer_dtype(obj, fmt, buf.itemsize)

@@ -50,7 +50,10 @@ cdef extern from "Python.h":
 cdef type _ndarray_type = None  # numpy.ndarray, looked up on the first numpy view
 # numpy 1.x exports legacy capsules only (no READ_ONLY flag, read-only arrays
 # refused): the adapter mirrors numpy 2's versioned export, and stands aside there.
-cdef bint _numpy_exports_versioned = False
+# 0: not looked up yet, 1: numpy 1.x, 2: numpy 2.x.  Each of the two globals is
+# checked on its own and filled again if unset, so no thread relies on the order
+# in which another thread's stores become visible (a free-threaded build).
+cdef int _numpy_export_kind = 0
 
 
 cdef bint _numpy_dtype(int type_num, DLDataType *dl_dtype) noexcept:
@@ -116,12 +119,12 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     strides in elements (numpy's byte strides divided by the item size), readonly
     from the array's WRITEABLE flag, ``exporting_obj`` the array, no capsule.
     """
-    global _ndarray_type, _numpy_exports_versioned
-    if _ndarray_type is None:
+    global _ndarray_type, _numpy_export_kind
+    if _numpy_export_kind == 0 or _ndarray_type is None:  # both idempotent
         numpy = _sys.modules["numpy"]
-        _numpy_exports_versioned = int(numpy.__version__.split(".")[0]) >= 2
-        _ndarray_type = numpy.ndarray  # set last: it says the two above are ready
-    if not _numpy_exports_versioned:
+        _ndarray_type = numpy.ndarray
+        _numpy_export_kind = 2 if int(numpy.__version__.split(".")[0]) >= 2 else 1
+    if _numpy_export_kind != 2:
         return False
     cdef PyArrayObject *array = <PyArrayObject *>obj
     cdef PyArray_Descr *descr = PyArray_DESCR(array)

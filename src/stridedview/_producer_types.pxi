@@ -59,6 +59,33 @@ cdef class _ProducerType:
 # __eq__ and __hash__ (a metaclass may define them): the description holds the
 # type, so its id cannot be reused while the entry lives.
 cdef dict _producer_types = {}
+cdef extern from *:
+    """
+    /* dict.get with a strong reference taken inside the dict's own lock where there
+       is no GIL (PyDict_GetItemRef): a borrowed item could be freed by another
+       thread replacing or clearing the entry before the caller's incref.  With the
+       GIL, the borrowed lookup and the incref run with no other thread between. */
+    static PyObject *sv_dict_get_or_none(PyObject *dict, PyObject *key) {
+    #if PY_VERSION_HEX >= 0x030D0000
+        PyObject *value;
+        if (PyDict_GetItemRef(dict, key, &value) < 0)
+            return NULL;
+        if (value == NULL)
+            Py_RETURN_NONE;
+        return value;
+    #else
+        PyObject *value = PyDict_GetItemWithError(dict, key);
+        if (value == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        Py_INCREF(value);
+        return value;
+    #endif
+    }
+    """
+    object sv_dict_get_or_none(dict, object)
 # In front of the dict, descriptions direct-mapped by the type's address (no
 # int to allocate); a slot is used only if the description it holds is of
 # this very type.
@@ -130,7 +157,7 @@ cdef _ProducerType _look_up_type(object tp):
         if found is not None and _describes(<_ProducerType>found, tp):
             _last_info = <_ProducerType>found
             return <_ProducerType>found
-    info = <_ProducerType>_producer_types.get(id(tp))
+    info = <_ProducerType>sv_dict_get_or_none(_producer_types, id(tp))
     if info is None or not _describes(info, tp):
         info = _describe_type(<type>tp)  # a cast: a metaclass instance is no exact type
         if len(_producer_types) >= 1024:
