@@ -920,8 +920,10 @@ CAI_CASES = [
 )
 def test_cuda_array_interface_of_cai_view(forbidden_driver, array, keys, overrides):
     """A view of a CAI producer (stream_ptr=-1) exports the producer's dict, normalised: v3, byte strides, typestr, data, stream; no driver call."""
-    if keys.get("data", 1) is None:
-        keys = dict(keys, data=(HostCAI(array).ptr, True))
+    if keys.get("data", 1) is None:  # read-only data: the producer's own array's address
+        if array is None:  # HostCAI's default array, made here so that the address stays valid
+            array = np.arange(6, dtype=np.float32).reshape(2, 3)
+        keys = dict(keys, data=(array.__array_interface__["data"][0], True))
     producer = HostCAI(array, **keys)
     if producer.interface["data"][0] == 0:
         overrides = dict(overrides, data=(0, False))

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 import pytest
 
-from stridedview import StridedMemoryView, ViewableArgument, args_viewable_as_strided_memory
+from stridedview import StridedMemoryView, ViewableArgument, _view, args_viewable_as_strided_memory
 
 pytestmark = pytest.mark.usefixtures("forbidden_driver")
 
@@ -159,12 +159,15 @@ def test_no_argument_is_held_after_launches():
 def test_a_proxy_found_through_the_collector_is_never_handed_out():
     """A spare proxy reached through gc.get_objects() and held is not handed to a
     later launch: what the holder sees does not change."""
-    _views(*_arrays(3))  # leaves spares
+    _views(*_arrays(3))  # leaves spares (where the build keeps them)
     gc.collect()
     found = [
         o for o in gc.get_objects()
         if type(o) is ViewableArgument and o.obj is None
     ]
+    if not _view.gil_fast_paths:  # spares compiled out: every launch's proxies are freed
+        _check(not found, f"{len(found)} emptied proxies kept by a build without spares")
+        return
     _check(found, "no spare proxy was found to hold (none kept?)")
     for _ in range(20):
         _views(*_arrays(3, start=9))

@@ -518,5 +518,8 @@ def test_quickstart_sample_fits_and_matches_the_format(report):
     text = _report.format_report(report).splitlines()
     header = next(line for line in text if line.lstrip().startswith("producer "))
     assert header in sample
-    for title in ("not checked here:", "note:"):
+    titles = ["not checked here:"]
+    if importlib.util.find_spec("torch") is not None:  # the sample was made with torch installed
+        titles.append("note:")
+    for title in titles:
         assert (title in sample) == (title in text)
