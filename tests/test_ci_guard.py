@@ -317,3 +317,45 @@ def test_ci_runs_the_readme_commands_first_verbatim_each_in_a_fresh_venv():
     # From the clone's root: the only cd before them is the one to the root.
     assert [line for line in lines[:second] if line.startswith("cd ")] == ['cd "$(dirname "$0")/.."']
     assert "export STRIDEDVIEW_REQUIRE_INTEROP=1" in lines[:first]
+
+
+INSTALLED_BUT_BROKEN_MODULE = """
+import pytest
+
+pytest.importorskip("brokenpkg.extension")
+
+
+def test_never_runs():
+    pass
+"""
+
+
+def test_allowed_missing_module_passes_the_run(project, monkeypatch):
+    """STRIDEDVIEW_ALLOW_MISSING names a module that is not installed: its importorskip is allowed."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    monkeypatch.setenv("STRIDEDVIEW_ALLOW_MISSING", "torch_not_here, stridedview_no_such_module_anywhere")
+    project.makepyfile(test_optional=IMPORTORSKIP_MODULE, test_fine=PASSING_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_allowance_for_another_module_still_fails_the_run(project, monkeypatch):
+    """An allowance covers the modules it names (and their submodules), no other."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    monkeypatch.setenv("STRIDEDVIEW_ALLOW_MISSING", "stridedview_no_such")
+    project.makepyfile(test_optional=IMPORTORSKIP_MODULE, test_fine=PASSING_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["SKIPPED test_optional.py: *stridedview_no_such_module_anywhere*"])
+
+
+def test_allowance_does_not_cover_an_installed_package_missing_a_part(project, monkeypatch):
+    """An installed package whose submodule is missing is a broken install, not a missing one."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    monkeypatch.setenv("STRIDEDVIEW_ALLOW_MISSING", "brokenpkg")
+    project.mkpydir("brokenpkg")
+    project.makepyfile(test_optional=INSTALLED_BUT_BROKEN_MODULE, test_fine=PASSING_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
