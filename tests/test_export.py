@@ -30,6 +30,7 @@ import weakref
 import numpy as np
 import pytest
 
+from jax_dlpack import jax_asks_for_versioned
 from producers import (
     DTYPES,
     IS_SUBBYTE_TYPE_PADDED,
@@ -305,9 +306,9 @@ def test_round_trip(producer, consumer, layout):
     if layout == "transpose" and producer != "jax":
         assert view.strides == (1, 3)
 
-    if producer == "jax" and consumer == "jax":
-        # A jax array comes as a legacy capsule, so its view is read-only, and jax asks for
-        # a legacy capsule back, which cannot carry READ_ONLY: refused, never made writable.
+    if producer == "jax" and consumer == "jax" and not jax_asks_for_versioned():
+        # A jax array's view is read-only, and this jax asks for a legacy capsule back,
+        # which cannot carry READ_ONLY: refused, never made writable.
         with pytest.raises(BufferError, match=LEGACY_READ_ONLY):
             consume(view)
         return
@@ -370,7 +371,8 @@ def test_round_trip_low_precision(producer, consumer, dtype_name):
     source = _low_precision(producer, dtype_name)
     view = StridedMemoryView(source)
     assert view.dtype == np.dtype(getattr(ml_dtypes, dtype_name))
-    if producer == "jax" and consumer == "jax":  # read-only, and jax asks for a legacy capsule
+    if producer == "jax" and consumer == "jax" and not jax_asks_for_versioned():
+        # read-only, and this jax asks for a legacy capsule
         with pytest.raises(BufferError, match=LEGACY_READ_ONLY):
             CONSUMERS[consumer][1](view)
         return
@@ -411,13 +413,21 @@ def test_writable_stays_writable_through_numpy():
 
 
 @pytest.mark.interop
-def test_jax_cannot_take_a_readonly_view():
-    """jax asks for a legacy capsule (no max_version), which cannot carry READ_ONLY: refused, not silently writable."""
+def test_jax_takes_a_readonly_view_only_through_a_versioned_capsule():
+    """A jax that asks for a legacy capsule (no max_version, jax 0.10) is refused a read-only
+    view (a legacy capsule cannot carry READ_ONLY); one that asks for a versioned capsule
+    (jax 0.12) gets it flagged READ_ONLY, and the same memory."""
     jnp = pytest.importorskip("jax.numpy")
     source = aligned((2, 3))
     source.flags.writeable = False
-    with pytest.raises(BufferError, match=LEGACY_READ_ONLY):
-        jnp.from_dlpack(StridedMemoryView(source))
+    view = StridedMemoryView(source)
+    if not jax_asks_for_versioned():
+        with pytest.raises(BufferError, match=LEGACY_READ_ONLY):
+            jnp.from_dlpack(view)
+        return
+    taken = jnp.from_dlpack(view)
+    assert np.asarray(taken).tolist() == source.tolist()
+    assert taken.unsafe_buffer_pointer() == source.ctypes.data
 
 
 # --- the capsule ------------------------------------------------------------------------

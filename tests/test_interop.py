@@ -22,6 +22,7 @@ import weakref
 import numpy as np
 import pytest
 
+from jax_dlpack import jax_exports_versioned
 from stridedview import StridedMemoryView
 
 pytestmark = pytest.mark.interop
@@ -772,4 +773,5 @@ def test_jax_matches_cuda_core(dtype):
     x = (jnp.arange(6) % 3).astype(getattr(jnp, dtype)).reshape(2, 3)
     view = StridedMemoryView(x)
     check_view(view, x, **jax_truth(x))
-    assert_matches_cuda_core(view, core_class.from_dlpack(x, stream_ptr=-1), legacy_capsule=True)
+    assert_matches_cuda_core(view, core_class.from_dlpack(x, stream_ptr=-1),
+                             legacy_capsule=not jax_exports_versioned())
