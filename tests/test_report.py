@@ -249,7 +249,7 @@ def test_build_facts_match_the_module(report):
     assert environment["gil fast paths"].startswith("yes" if _view.gil_fast_paths else "no")
     if "torch" in report["libraries"]:
         assert environment["torch reader"] == _view._torch_layout_reader()
-        assert environment["torch reader"] in ("direct", "exchange api", "capsule")
+        assert environment["torch reader"] in ("stable abi", "direct", "exchange api", "capsule")
 
 
 def test_no_driver_is_said_as_a_fact(monkeypatch):

@@ -1,8 +1,11 @@
-"""A torch tensor's DLTensor, taken from ``at::toDLPackNonOwning`` or torch's exchange API alike.
+"""A torch tensor's DLTensor, taken from torch's stable C ABI (or ``at::toDLPackNonOwning``)
+or torch's exchange API alike.
 
-Once calibrated (src/stridedview/_torch_bits.pxi), the C++ function torch's exchange
-API ends in is called directly on the tensor object's own at::Tensor; its C++
-exceptions are caught (_cxx_guard.cpp) and the exchange API then reports the error.
+Once calibrated (src/stridedview/_torch_bits.pxi), the stable ABI's ``aoti_torch_get_*``
+functions are called on the tensor object's own at::Tensor (they catch their own C++
+exceptions); where they refuse, the exchange API is asked and reports the error.  The private
+``at::toDLPackNonOwning`` is a second choice, only where the stable ABI is not proven.
+Both fast readers are called "direct" below.
 ``_view._set_torch_layout_direct_enabled(False)`` makes every torch view go through the
 exchange API, so each test compares the two.
 """
@@ -44,11 +47,19 @@ def layout(kind):
         _view._set_torch_layout_direct_enabled(True)
 
 
+GETTERS = (
+    "aoti_torch_get_layout", "aoti_torch_get_dtype", "aoti_torch_get_device_type",
+    "aoti_torch_get_device_index", "aoti_torch_get_dim", "aoti_torch_get_sizes",
+    "aoti_torch_get_strides", "aoti_torch_get_data_ptr",
+)
+
+
 @contextlib.contextmanager
-def calibration(layout_symbol):
+def calibration(layout_symbol, getters=None):
     """Within the block the calibration is made afresh, resolving ``layout_symbol`` for the
-    layout; afterwards it is made afresh with torch's own symbols."""
-    _view._reset_torch_bits_calibration(layout_symbol=layout_symbol)
+    private layout function and ``getters`` for the stable ABI's (torch's own when None);
+    afterwards it is made afresh with torch's own symbols."""
+    _view._reset_torch_bits_calibration(layout_symbol=layout_symbol, getters=getters)
     try:
         yield
     finally:
@@ -191,13 +202,45 @@ def test_layout_changed_in_place_is_read_anew(name):
 )
 def test_calibration_refuses_a_function_that_is_not_proven(symbol):
     """A layout function that does not lend the exchange API's DLTensor, or is absent, is not used; the bits still are read directly."""
-    with calibration(symbol):
+    # The stable ABI's getters made unusable too (sizes asked for strides: a disagreement).
+    getters = GETTERS[:5] + (GETTERS[6],) + GETTERS[6:]
+    with calibration(symbol, getters):
         kind, fields, _ = outcome(LAYOUTS["sliced"]())
         assert kind == "view"
         assert _view._torch_layout_reader() == "exchange api"
         assert _view._torch_bits_reader() == expected_bits_reader(torch)
         tensor = LAYOUTS["sliced"]()
         assert outcome(tensor) == assert_same_both_ways(tensor)
+
+
+@pytest.mark.parametrize(
+    "swap",
+    [(5, "aoti_torch_get_strides"), (7, "aoti_torch_get_sizes"), (4, "aoti_torch_no_such_getter")],
+    ids=["strides-for-sizes", "sizes-for-data", "missing-getter"],
+)
+def test_stable_abi_reader_not_proven_is_not_used(swap):
+    """A stable-ABI getter that disagrees with the exchange API, or is absent, leaves the stable-ABI reader off for good; views stay right."""
+    index, name = swap
+    getters = GETTERS[:index] + (name,) + GETTERS[index + 1:]
+    with calibration(None, getters):
+        tensor = LAYOUTS["sliced"]()
+        kind, fields, _ = outcome(tensor)
+        assert kind == "view"
+        assert (fields["shape"], fields["strides"]) == (tuple(tensor.shape), tuple(tensor.stride()))
+        assert _view._torch_layout_reader() not in ("stable abi", "uncalibrated")
+        assert outcome(tensor) == assert_same_both_ways(tensor)
+
+
+def test_stable_abi_reader_is_preferred_to_the_private_symbol():
+    """Where the stable ABI is proven, it is the reader, whatever the private symbol does."""
+    with calibration(IS_NEG):
+        StridedMemoryView(torch.ones(2), -1)
+        assert _view._torch_layout_reader() == expected_layout_reader(torch) == "stable abi"
+        _view._set_torch_layout_stable_enabled(False)
+        try:
+            assert _view._torch_layout_reader() == "exchange api"  # the private one refused
+        finally:
+            _view._set_torch_layout_stable_enabled(True)
 
 
 def test_subclass_with_its_own_exchange_table_has_it_called():

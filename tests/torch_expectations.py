@@ -8,11 +8,13 @@ a new release is looked at before it is claimed.  Why each entry is what it is:
 
 - 2.9 has no DLPack C exchange API (``__dlpack_c_exchange_api__``): tensors are viewed through
   ``__dlpack__`` capsules ("capsule").
-- 2.10 to 2.13 export ``at::toDLPackNonOwning(const at::Tensor &, DLTensor *)``, which the
-  direct reader calls once proven against the exchange API ("direct").
-- 2.14 added a parameter to that function (its old symbol is gone): the exchange API is used.
-- The direct reader needs the C++ exception guard (a build without a C++ compiler has none:
-  "exchange api") and Linux (the calibration opens libtorch_cpu.so).
+- 2.10 to 2.14 have the exchange API and export torch's stable C ABI (the ``aoti_torch_get_*``
+  functions of ``torch/csrc/inductor/aoti_torch/c/shim.h``), which the "stable abi" reader calls
+  on the tensor's at::Tensor once proven against the exchange API.  It needs no C++ guard (the
+  functions catch their own exceptions), so a build without a C++ compiler gets it too; it needs
+  Linux (the calibration opens libtorch_cpu.so) and the bits' calibration (the offset).
+- The private ``at::toDLPackNonOwning`` ("direct") is only a second choice where the stable ABI
+  fails its calibration: no supported release gets it (2.14 changed its signature anyway).
 - The bits are read in C ("direct") wherever torch exports ``at::native::is_neg`` and
   ``is_conj`` (every supported release, on Linux); else by the methods.
 """
@@ -25,11 +27,11 @@ from stridedview import _view
 
 LAYOUT_READERS = {
     (2, 9): "capsule",
-    (2, 10): "direct",
-    (2, 11): "direct",
-    (2, 12): "direct",
-    (2, 13): "direct",
-    (2, 14): "exchange api",
+    (2, 10): "stable abi",
+    (2, 11): "stable abi",
+    (2, 12): "stable abi",
+    (2, 13): "stable abi",
+    (2, 14): "stable abi",
 }
 
 
@@ -47,7 +49,7 @@ def has_exchange_api(torch) -> bool:
 def expected_layout_reader(torch) -> str:
     """The layout reader this torch gets on this build and platform."""
     claimed = LAYOUT_READERS[torch_release(torch)]
-    if claimed == "direct" and not (sys.platform.startswith("linux") and _view._built_with_cxx_guard):
+    if claimed == "stable abi" and not sys.platform.startswith("linux"):
         return "exchange api"
     return claimed
 

@@ -211,7 +211,10 @@ cdef inline int _borrow_dltensor(object obj, _ProducerType info, DLTensor *out) 
     if info.torch_layout_direct and _torch_layout_direct_enabled:
         if _bits_state() == _BITS_UNCALIBRATED:
             _calibrate_torch_bits()
-        if (
+        if _stable_layout_ready and _torch_layout_stable_enabled:
+            if _fill_by_stable_abi(_tensor_cdata(obj), out) == 0:
+                return 0
+        elif (
             _fill_torch_dltensor != NULL
             and _cxx_fill_guarded(_fill_torch_dltensor, _tensor_cdata(obj), out) == 0
         ):

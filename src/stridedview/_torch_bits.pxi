@@ -57,6 +57,214 @@ cdef tuple _TORCH_BIT_SYMBOLS = (
 # at::toDLPackNonOwning(at::Tensor const&, DLTensor*), exported by libtorch_cpu.
 cdef str _TORCH_LAYOUT_SYMBOL = "_ZN2at17toDLPackNonOwningERKNS_6TensorEP8DLTensor"
 
+# torch's stable C ABI (torch/csrc/inductor/aoti_torch/c/shim.h, kept stable across
+# releases on purpose): ``extern "C"`` functions taking an AtenTensorHandle, which is an
+# ``at::Tensor *`` (the calibrated offset gives one), that catch C++ exceptions
+# themselves and return an error code (0: success).  They answer everything a
+# DLTensor holds, so the layout is read through them, with no C++ guard and no
+# private symbol; torch's dtype, device and layout codes come from the shim's own
+# code functions, asked at calibration.
+ctypedef int32_t (*_AotiPtr)(const void *, void **) noexcept nogil
+ctypedef int32_t (*_AotiArray)(const void *, int64_t **) noexcept nogil
+ctypedef int32_t (*_AotiI64)(const void *, int64_t *) noexcept nogil
+ctypedef int32_t (*_AotiI32)(const void *, int32_t *) noexcept nogil
+ctypedef int32_t (*_AotiCode)() noexcept nogil
+
+cdef tuple _AOTI_GETTERS = (
+    "aoti_torch_get_layout",
+    "aoti_torch_get_dtype",
+    "aoti_torch_get_device_type",
+    "aoti_torch_get_device_index",
+    "aoti_torch_get_dim",
+    "aoti_torch_get_sizes",
+    "aoti_torch_get_strides",
+    "aoti_torch_get_data_ptr",
+)
+
+# torch dtype (by the shim's code function's name) -> DLPack (code, bits, lanes), as
+# torch's own DLPack export names them.
+cdef tuple _AOTI_DTYPES = (
+    ("bool", kDLBool, 8),
+    ("int8", kDLInt, 8),
+    ("int16", kDLInt, 16),
+    ("int32", kDLInt, 32),
+    ("int64", kDLInt, 64),
+    ("uint8", kDLUInt, 8),
+    ("uint16", kDLUInt, 16),
+    ("uint32", kDLUInt, 32),
+    ("uint64", kDLUInt, 64),
+    ("float16", kDLFloat, 16),
+    ("float32", kDLFloat, 32),
+    ("float64", kDLFloat, 64),
+    ("bfloat16", kDLBfloat, 16),
+    ("complex64", kDLComplex, 64),
+    ("complex128", kDLComplex, 128),
+    ("float8_e4m3fn", kDLFloat8_e4m3fn, 8),
+    ("float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8),
+    ("float8_e5m2", kDLFloat8_e5m2, 8),
+    ("float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8),
+    ("float8_e8m0fnu", kDLFloat8_e8m0fnu, 8),
+)
+
+cdef enum:
+    _AOTI_DTYPE_SLOTS = 64
+cdef DLDataType _aoti_dtypes[_AOTI_DTYPE_SLOTS]  # by torch's code; bits 0: not mapped
+cdef _AotiI32 _aoti_get_layout = NULL
+cdef _AotiI32 _aoti_get_dtype = NULL
+cdef _AotiI32 _aoti_get_device_type = NULL
+cdef _AotiI32 _aoti_get_device_index = NULL
+cdef _AotiI64 _aoti_get_dim = NULL
+cdef _AotiArray _aoti_get_sizes = NULL
+cdef _AotiArray _aoti_get_strides = NULL
+cdef _AotiPtr _aoti_get_data_ptr = NULL
+cdef int32_t _aoti_layout_strided = -1
+cdef int32_t _aoti_device_cpu = -1
+cdef int32_t _aoti_device_cuda = -1
+# Set once the stable-ABI reader is proven (then it is used); a test switch.
+cdef bint _stable_layout_ready = False
+cdef bint _torch_layout_stable_enabled = True
+cdef object _aoti_getters = _AOTI_GETTERS  # what the next calibration resolves
+
+
+cdef int _fill_by_stable_abi(const void *tensor, DLTensor *out) noexcept nogil:
+    """Fill ``out`` from the at::Tensor at ``tensor`` through the stable ABI; -1 (out
+    partly written) for anything it does not map: a layout other than strided, an
+    unmapped dtype, a device other than CPU and CUDA, or an error code."""
+    cdef int32_t layout, dtype, device_type, device_index
+    cdef int64_t ndim
+    if _aoti_get_layout(tensor, &layout) != 0 or layout != _aoti_layout_strided:
+        return -1  # checked first: a sparse tensor's strides and data throw
+    if _aoti_get_dtype(tensor, &dtype) != 0 or dtype < 0 or dtype >= _AOTI_DTYPE_SLOTS:
+        return -1
+    out.dtype = _aoti_dtypes[dtype]
+    if out.dtype.bits == 0:
+        return -1
+    if _aoti_get_device_type(tensor, &device_type) != 0:
+        return -1
+    if device_type == _aoti_device_cpu:
+        out.device.device_type = kDLCPU
+        out.device.device_id = 0  # torch's DLPack export says 0 for the CPU
+    elif device_type == _aoti_device_cuda:
+        if _aoti_get_device_index(tensor, &device_index) != 0:
+            return -1
+        out.device.device_type = kDLCUDA
+        out.device.device_id = device_index
+    else:
+        return -1
+    if (
+        _aoti_get_dim(tensor, &ndim) != 0
+        or ndim < 0
+        or ndim > 0x7FFFFFFF
+        or _aoti_get_sizes(tensor, &out.shape) != 0
+        or _aoti_get_strides(tensor, &out.strides) != 0
+        or _aoti_get_data_ptr(tensor, &out.data) != 0
+    ):
+        return -1
+    out.ndim = <int32_t>ndim
+    out.byte_offset = 0
+    return 0
+
+
+def _set_torch_layout_stable_enabled(bint enabled):
+    """Allow (True) or forbid (False) the stable-ABI read of a torch tensor's layout;
+    for tests."""
+    global _torch_layout_stable_enabled
+    _torch_layout_stable_enabled = enabled
+
+
+cdef bint _resolve_stable_abi(object library) except -1:
+    """Find the stable ABI's getters and codes in ``library``; False if any is missing."""
+    global _aoti_get_layout, _aoti_get_dtype, _aoti_get_device_type, _aoti_get_device_index
+    global _aoti_get_dim, _aoti_get_sizes, _aoti_get_strides, _aoti_get_data_ptr
+    global _aoti_layout_strided, _aoti_device_cpu, _aoti_device_cuda
+    import ctypes
+
+    def address(name):
+        try:
+            return ctypes.cast(library[name], ctypes.c_void_p).value or 0
+        except (AttributeError, TypeError):
+            return 0
+
+    getters = [address(name) for name in _aoti_getters]
+    if len(getters) != 8 or not all(getters):
+        return False
+    codes = [address(name) for name in (
+        "aoti_torch_layout_strided", "aoti_torch_device_type_cpu", "aoti_torch_device_type_cuda"
+    )]
+    if not all(codes):
+        return False
+    cdef int i
+    for i in range(_AOTI_DTYPE_SLOTS):
+        _aoti_dtypes[i].code = 0
+        _aoti_dtypes[i].bits = 0
+        _aoti_dtypes[i].lanes = 0
+    cdef int32_t code
+    for name, dl_code, bits in _AOTI_DTYPES:
+        function = address("aoti_torch_dtype_" + name)
+        if not function:
+            continue  # a dtype this torch does not have
+        code = (<_AotiCode><uintptr_t>function)()
+        if code < 0 or code >= _AOTI_DTYPE_SLOTS or _aoti_dtypes[code].bits != 0:
+            return False
+        _aoti_dtypes[code].code = dl_code
+        _aoti_dtypes[code].bits = bits
+        _aoti_dtypes[code].lanes = 1
+    _aoti_layout_strided = (<_AotiCode><uintptr_t>codes[0])()
+    _aoti_device_cpu = (<_AotiCode><uintptr_t>codes[1])()
+    _aoti_device_cuda = (<_AotiCode><uintptr_t>codes[2])()
+    _aoti_get_layout = <_AotiI32><uintptr_t>getters[0]
+    _aoti_get_dtype = <_AotiI32><uintptr_t>getters[1]
+    _aoti_get_device_type = <_AotiI32><uintptr_t>getters[2]
+    _aoti_get_device_index = <_AotiI32><uintptr_t>getters[3]
+    _aoti_get_dim = <_AotiI64><uintptr_t>getters[4]
+    _aoti_get_sizes = <_AotiArray><uintptr_t>getters[5]
+    _aoti_get_strides = <_AotiArray><uintptr_t>getters[6]
+    _aoti_get_data_ptr = <_AotiPtr><uintptr_t>getters[7]
+    return True
+
+
+cdef bint _calibrate_stable_layout(object library, object torch) except -1:
+    """Use the stable-ABI reader (at the calibrated offset) if, on every layout probe,
+    it lends exactly the DLTensor torch's exchange API lends and refuses where that
+    fails; True if it is now in use.  Needs the bits' calibration."""
+    global _stable_layout_ready
+    _stable_layout_ready = False
+    cdef _ProducerType tensor_info = _look_up_type(torch.Tensor)
+    cdef DLTensorFromPyObject lend = tensor_info.dltensor_from_py_object
+    if lend == NULL:
+        return False
+    try:
+        if not _resolve_stable_abi(library):
+            return False
+        from torch.utils._python_dispatch import _disable_current_modes
+        with torch._C.DisableTorchFunction(), _disable_current_modes():
+            probes = _torch_layout_probes(torch)
+    except Exception:
+        return False
+    cdef DLTensor stable, lent
+    cdef int stable_failed, lent_failed
+    failures = 0
+    for probe in probes:
+        if type(probe) is not tensor_info.described_type:
+            return False
+        memset(&stable, 0, sizeof(DLTensor))
+        memset(&lent, 0, sizeof(DLTensor))
+        stable_failed = _fill_by_stable_abi(_tensor_cdata(probe), &stable)
+        lent_failed = lend(<void *><PyObject *>probe, &lent)
+        if lent_failed:
+            PyErr_Clear()
+        if stable_failed != lent_failed:
+            return False
+        if lent_failed:
+            failures += 1
+        elif not _same_dltensor(&stable, &lent):
+            return False
+    if failures != 1:  # exactly the sparse probe
+        return False
+    _stable_layout_ready = True
+    return True
+
+
 cdef enum:
     _BITS_UNCALIBRATED = 0
     _BITS_DIRECT = 1  # read through _read_is_neg and _read_is_conj
@@ -133,12 +341,15 @@ _built_with_cxx_guard = bool(_HAVE_CXX_GUARD)
 
 
 def _torch_layout_reader():
-    """How a torch tensor's DLTensor is taken now: "direct" (``at::toDLPackNonOwning``
+    """How a torch tensor's DLTensor is taken now: "stable abi" (torch's stable C ABI,
+    the ``aoti_torch_get_*`` functions, on the tensor's at::Tensor), "direct" (``at::toDLPackNonOwning``
     on the tensor's at::Tensor, for the types that allow it), "exchange api" (torch's
     ``dltensor_from_py_object_no_sync``), "capsule" (a torch without the exchange API:
     ``__dlpack__``) or "uncalibrated"; for tests and the report."""
     if _torch_bits_reader_state == _BITS_UNCALIBRATED:
         return "uncalibrated"
+    if _stable_layout_ready and _torch_layout_stable_enabled and _torch_layout_direct_enabled:
+        return "stable abi"
     if _fill_torch_dltensor != NULL and _torch_layout_direct_enabled:
         return "direct"
     torch = _sys.modules.get("torch")
@@ -154,14 +365,17 @@ def _set_torch_layout_direct_enabled(bint enabled):
     _torch_layout_direct_enabled = enabled
 
 
-def _reset_torch_bits_calibration(symbols=None, layout_symbol=None):
+def _reset_torch_bits_calibration(symbols=None, layout_symbol=None, getters=None):
     """Forget the calibration, so the next torch tensor checked calibrates again,
     resolving ``symbols`` (is_neg, is_conj, torch_function_mode_enabled; torch's
-    own when None) and ``layout_symbol`` (toDLPackNonOwning when None); for tests."""
+    own when None), ``layout_symbol`` (toDLPackNonOwning when None) and ``getters``
+    (the stable ABI's eight getters, in _AOTI_GETTERS's order, when None); for tests."""
     global _torch_bits_reader_state, _torch_bit_symbols, _torch_layout_symbol
-    global _fill_torch_dltensor
+    global _fill_torch_dltensor, _stable_layout_ready, _aoti_getters
     _torch_bits_reader_state = _BITS_UNCALIBRATED
     _fill_torch_dltensor = NULL
+    _stable_layout_ready = False
+    _aoti_getters = _AOTI_GETTERS if getters is None else tuple(getters)
     _torch_bit_symbols = _TORCH_BIT_SYMBOLS if symbols is None else tuple(symbols)
     _torch_layout_symbol = _TORCH_LAYOUT_SYMBOL if layout_symbol is None else layout_symbol
 
@@ -330,7 +544,8 @@ cdef bint _calibrate_direct_read() except -1:
     _read_is_neg = read_neg
     _read_is_conj = read_conj
     _torch_function_mode_enabled = mode_enabled
-    _calibrate_direct_layout(library, torch)
+    if not _calibrate_stable_layout(library, torch):
+        _calibrate_direct_layout(library, torch)
     return True
 
 
@@ -428,6 +643,16 @@ cdef list _torch_layout_probes(object torch):
         torch.zeros(3, dtype=torch.float16),
         torch.zeros(3, dtype=torch.bfloat16),
         torch.zeros(3, dtype=torch.complex128),
+    ]
+    # Every other dtype the stable-ABI reader maps, where this torch has it.
+    for name in (
+        "int16", "int32", "uint16", "uint32", "uint64", "float32", "float64", "complex64",
+        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    ):
+        dtype = getattr(torch, name, None)
+        if dtype is not None:
+            probes.append(torch.zeros(3, dtype=torch.float32).to(dtype)[1:])
+    probes += [
         torch.zeros(4).to_sparse(),  # refused by both: torch throws
     ]
     numpy = _sys.modules.get("numpy")

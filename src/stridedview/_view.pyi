@@ -36,7 +36,9 @@ _Shape: TypeAlias = SupportsIndex | Sequence[SupportsIndex]
 # How this build was made, and which torch reader is in use (for the report and tests).
 _built_with_cxx_guard: bool
 
-def _torch_layout_reader() -> Literal["direct", "exchange api", "capsule", "uncalibrated"]: ...
+def _torch_layout_reader() -> Literal[
+    "stable abi", "direct", "exchange api", "capsule", "uncalibrated"
+]: ...
 
 @type_check_only
 class _LayoutLike(Protocol):
