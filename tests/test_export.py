@@ -320,6 +320,15 @@ def test_round_trip(producer, consumer, layout):
         return
     received = consume(view)
     got_address, got_strides, got_values, got_dtype = consumer_truth(received)
+    if consumer == "jax" and got_values != values:
+        # jax 0.6 (the newest for Python 3.10) misreads a zero-copy import whose strides are
+        # not row-major, from any producer: the view must then hand jax exactly what the
+        # producer's own capsule gives it, and nothing else may differ.
+        direct = consumer_truth(consume(source))[2]
+        assert direct != values, "jax reads the producer's own capsule right but not the view's"
+        assert got_values == direct
+        assert layout == "transpose"
+        return
     assert got_values == values
     assert got_dtype == dtype_name
     if consumer != "jax":

@@ -50,10 +50,15 @@ cdef extern from "Python.h":
 cdef type _ndarray_type = None  # numpy.ndarray, looked up on the first numpy view
 # numpy 1.x exports legacy capsules only (no READ_ONLY flag, read-only arrays
 # refused): the adapter mirrors numpy 2's versioned export, and stands aside there.
-# 0: not looked up yet, 1: numpy 1.x, 2: numpy 2.x.  Each of the two globals is
+# The adapter gives the array's own strides, as numpy 2.4 and later export them; numpy
+# 2.0 to 2.3 export contiguous strides instead for axes of extent 1 and for empty arrays
+# (numpy 2.2 and 2.3 measured): strides that address no other element, so the view
+# is the same memory either way, and the same on every numpy 2.
+# 0: not looked up yet, 1: numpy 1.x (the adapter stands aside), 2: numpy 2.x.  Each of the two globals is
 # checked on its own and filled again if unset, so no thread relies on the order
 # in which another thread's stores become visible (a free-threaded build).
 cdef int _numpy_export_kind = 0
+
 
 
 cdef bint _numpy_dtype(int type_num, DLDataType *dl_dtype) noexcept:

@@ -108,7 +108,11 @@ cdef tuple _layout_index(tuple shape, tuple strides, object key):
         if isinstance(item, slice):
             consumed += 1
             continue
-        if isinstance(item, bool) or type(item).__name__ == "bool_":
+        # numpy's bool scalar is numpy.bool (numpy 2) or numpy.bool_ (numpy 1); before numpy
+        # 2.4 it still converts to an index (with a DeprecationWarning): refused by type.
+        if isinstance(item, bool) or (
+            type(item).__module__ == "numpy" and type(item).__name__ in ("bool", "bool_")
+        ):
             raise TypeError(f"index: basic indexing only: ints, slices, ..., None (got {item!r})")
         try:
             PyNumber_Index(item)
