@@ -1,0 +1,79 @@
+"""Per-call cost of a view and of a decorated launch, on 1 and on N threads.
+
+    python benchmarks/threads.py [--threads 1 8] [--calls 200000]
+
+Each thread makes ``--calls`` calls of its own arrays; the figure is the wall time from the
+start to the last thread's end divided by one thread's calls (per-call time) and the calls of all threads per second
+(throughput).  Wall-clock: run it on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+
+import numpy as np
+
+from stridedview import StridedMemoryView, _view, args_viewable_as_strided_memory
+
+
+@args_viewable_as_strided_memory((0, 1, 2))
+def _launch(a, b, c):
+    return a.view(-1).ptr, b.view(-1).ptr, c.view(-1).ptr
+
+
+def _view_loop(arrays, calls):
+    a = arrays[0]
+    for _ in range(calls):
+        v = StridedMemoryView(a, stream_ptr=-1)
+        v.ptr, v.shape, v.strides, v.dtype
+
+
+def _launch_loop(arrays, calls):
+    a, b, c = arrays
+    for _ in range(calls):
+        _launch(a, b, c)
+
+
+def measure(loop, threads, calls):
+    inputs = [tuple(np.zeros((16, 16), dtype=np.float32) for _ in range(3)) for _ in range(threads)]
+    loop(inputs[0], 1000)  # warm up
+    barrier = threading.Barrier(threads + 1)
+    spans = []
+
+    def run(arrays):
+        barrier.wait()
+        start = time.perf_counter()
+        loop(arrays, calls)
+        spans.append(time.perf_counter() - start)
+
+    workers = [threading.Thread(target=run, args=(arrays,)) for arrays in inputs]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - start  # all threads' calls, first start to last end
+    return wall / calls, threads * calls / wall
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--calls", type=int, default=200000)
+    args = parser.parse_args()
+    gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
+    print(f"python {sys.version.split()[0]}  GIL {'on' if gil else 'off'}  "
+          f"gil_fast_paths {_view.gil_fast_paths}")
+    for name, loop in (("view", _view_loop), ("launch of 3", _launch_loop)):
+        for threads in args.threads:
+            per_call, rate = measure(loop, threads, args.calls)
+            print(f"{name:12s} {threads:2d} thread(s): {per_call * 1e9:8.0f} ns/call  "
+                  f"{rate / 1e6:6.2f} M calls/s in all")
+
+
+if __name__ == "__main__":
+    main()
