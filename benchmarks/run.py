@@ -81,11 +81,33 @@ def build_cases() -> dict[str, object]:
 
         return case
 
+    def ours_keyword(array):
+        """The form users write: the stream by keyword (-1: a host array, no stream)."""
+
+        def case():
+            view = StridedMemoryView(array, stream_ptr=-1)
+            view.ptr
+            view.shape
+            view.strides
+            view.dtype
+
+        return case
+
     @args_viewable_as_strided_memory((0, 1, 2))
     def launch(a, b, c):
         a.view(-1)
         b.view(-1)
         c.view(-1)
+
+    @args_viewable_as_strided_memory((0, 1, 2))
+    def launch_reading(a, b, c):
+        """A launch body as users write it: each view by keyword, its four fields read."""
+        for arg in (a, b, c):
+            view = arg.view(stream_ptr=-1)
+            view.ptr
+            view.shape
+            view.strides
+            view.dtype
 
     cases["stridedview numpy 2-D"] = ours(matrix)
     cases["stridedview numpy slice"] = ours(sliced)
@@ -96,6 +118,8 @@ def build_cases() -> dict[str, object]:
     view_of_matrix = StridedMemoryView(matrix)
     cases["numpy.from_dlpack(view) export"] = lambda: np.from_dlpack(view_of_matrix)
     cases["stridedview launch x3 numpy"] = lambda: launch(matrix, sliced, scalar)
+    cases["stridedview numpy 2-D (keyword)"] = ours_keyword(matrix)
+    cases["stridedview launch x3 numpy (fields)"] = lambda: launch_reading(matrix, sliced, scalar)
 
     try:
         import torch
@@ -107,6 +131,10 @@ def build_cases() -> dict[str, object]:
         tensor_scalar = torch.tensor(1.5)
         cases["stridedview torch CPU"] = ours(tensor)
         cases["stridedview launch x3 torch"] = lambda: launch(tensor, tensor_slice, tensor_scalar)
+        cases["stridedview torch CPU (keyword)"] = ours_keyword(tensor)
+        cases["stridedview launch x3 torch (fields)"] = lambda: launch_reading(
+            tensor, tensor_slice, tensor_scalar
+        )
 
     try:
         import tvm_ffi
@@ -172,6 +200,11 @@ TARGETS = [
     ("cuda.core / stridedview, torch CPU", "cuda.core torch CPU", "stridedview torch CPU", 15.0, ">="),
     ("cuda.core / stridedview, launch x3 numpy", "cuda.core launch x3 numpy", "stridedview launch x3 numpy", 6.0, ">="),
     ("CAI view vs DLPack view, same array", "stridedview CAI host (-1)", "stridedview DLPack host (-1)", 1.5, "<="),
+    # The forms users write (issue 20): the stream by keyword, launch bodies reading the fields.
+    ("numpy view (keyword) vs numpy.from_dlpack", "stridedview numpy 2-D (keyword)", "numpy.from_dlpack 2-D", 0.6, "<="),
+    ("torch view (keyword) vs tvm_ffi.from_dlpack", "stridedview torch CPU (keyword)", "tvm_ffi.from_dlpack torch", 1.0, "<="),
+    ("launch x3 numpy, bodies reading the fields, vs tvm-ffi nop", "stridedview launch x3 numpy (fields)", "tvm_ffi nop(a, b, c) numpy", 1.0, "<="),
+    ("launch x3 torch, bodies reading the fields, vs tvm-ffi nop", "stridedview launch x3 torch (fields)", "tvm_ffi nop(a, b, c) torch", 1.0, "<="),
 ]
 
 

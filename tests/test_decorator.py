@@ -689,3 +689,42 @@ def test_proxy_view_takes_its_arguments_as_its_signature_says(args, kwargs):
     want = (expected.ptr, expected.shape, expected.strides, expected.dtype, expected.ready_stream)
     if got != want:
         raise AssertionError((got, want))
+
+
+def test_proxy_view_by_keyword_is_the_positional_view():
+    """arg.view(stream_ptr=s), the form users write, takes the proxy's own entry and gives
+    the view arg.view(s) gives, for every stream value and producer kind; a call mixing the
+    forms is refused as Cython's wrapper refuses it."""
+    from test_cai import CAIProducer
+
+    objects = [np.arange(12.0).reshape(3, 4)[:, ::2], np.array(2.5), CAIProducer()]
+    seen = []
+
+    @args_viewable_as_strided_memory((0,))
+    def launch(arg):
+        for stream in (-1, None):
+            if stream is None and isinstance(arg.obj, CAIProducer):
+                continue  # a CAI view needs a stream: refused alike, checked below
+            by_keyword, positional = arg.view(stream_ptr=stream), arg.view(stream)
+            seen.append(
+                (by_keyword.ptr, by_keyword.shape, by_keyword.strides, by_keyword.dtype,
+                 by_keyword.readonly, by_keyword.exporting_obj is arg.obj)
+                == (positional.ptr, positional.shape, positional.strides, positional.dtype,
+                    positional.readonly, True)
+            )
+        with pytest.raises(TypeError, match="multiple values for keyword argument 'stream_ptr'"):
+            arg.view(-1, stream_ptr=-1)
+
+    for obj in objects:
+        launch(obj)
+    assert seen and all(seen)
+
+    @args_viewable_as_strided_memory((0,))
+    def without_stream(arg):
+        with pytest.raises(BufferError) as by_keyword:
+            arg.view(stream_ptr=None)
+        with pytest.raises(BufferError) as positional:
+            arg.view(None)
+        assert str(by_keyword.value) == str(positional.value)
+
+    without_stream(CAIProducer())

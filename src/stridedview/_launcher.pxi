@@ -6,9 +6,9 @@
 # What is here, and the invariant each rests on:
 #
 # - ``ViewableArgument.view`` gets a method entry of its own (_proxy_view_call),
-#   installed once at import in place of Cython's wrapper: ``view()`` and
-#   ``view(stream_ptr)`` go straight to _proxy_view; any other call goes to the
-#   wrapper, which parses and raises.
+#   installed once at import in place of Cython's wrapper: ``view()``,
+#   ``view(stream_ptr)`` and ``view(stream_ptr=s)`` go straight to _proxy_view;
+#   any other call goes to the wrapper, which parses and raises.
 # - Spare proxies (_new_proxy, _drop_proxy): a proxy that only the launcher holds
 #   when the function returns (reference count 1) is emptied and kept, and a
 #   later launch takes it back only while the spare list holds its only
@@ -125,6 +125,13 @@ cdef object _proxy_view_call(
     # The method descriptor has checked that proxy is a ViewableArgument.
     if kwnames == NULL and nargs <= 1:
         return _proxy_view(<ViewableArgument>proxy, <object>args[0] if nargs else None)
+    # view(stream_ptr=s), the form users write: the keyword's value follows the (no)
+    # positional arguments; the name is compared as Python compares keyword names.
+    if (
+        kwnames != NULL and nargs == 0 and PyTuple_GET_SIZE(<tuple><object>kwnames) == 1
+        and <object>PyTuple_GET_ITEM(<tuple><object>kwnames, 0) == "stream_ptr"
+    ):
+        return _proxy_view(<ViewableArgument>proxy, <object>args[0])
     if kwnames != NULL:
         for name in <tuple><object>kwnames:
             if name != "stream_ptr":
