@@ -593,6 +593,67 @@ def test_exchange_api_layout_borrowed_after_a_torch_mode_moves_the_storage():
     assert view.ptr != old_ptr
 
 
+def _constructor_forms(obj, stream_ptr, read=fields_of):
+    """The fields (as ``read`` reads them) of obj's view made in every way the
+    constructor is called."""
+    made_bare = StridedMemoryView.__new__(StridedMemoryView)
+    made_bare.__init__(obj, stream_ptr=stream_ptr)  # Cython's own argument parsing
+    # A keyword name that is equal to the interned one but not the same object.
+    name = "".join(["stream", "_ptr"])
+    return [
+        read(view)
+        for view in (
+            StridedMemoryView(obj, stream_ptr),
+            StridedMemoryView(obj, stream_ptr=stream_ptr),
+            StridedMemoryView(obj, **{name: stream_ptr}),
+            StridedMemoryView(obj=obj, stream_ptr=stream_ptr),
+            made_bare,
+        )
+    ]
+
+
+@pytest.mark.parametrize("name", ["c", "slice", "0-d", "readonly"])
+@pytest.mark.parametrize("stream_ptr", [-1, None])
+def test_constructor_by_keyword_is_the_positional_view(name, stream_ptr):
+    """StridedMemoryView(obj, stream_ptr=s), the form users write, takes the constructor's
+    own vectorcall and gives the view every other form of the call gives; calls it does
+    not take are parsed and refused as __init__ refuses them."""
+    obj = numpy_layouts()[name]
+    first, *others = _constructor_forms(obj, stream_ptr)
+    assert all(other == first for other in others)
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'stream_ptr'"):
+        StridedMemoryView(obj, -1, stream_ptr=-1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'stream'"):
+        StridedMemoryView(obj, stream=-1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'stream'"):
+        StridedMemoryView(obj, stream_ptr=-1, stream=-1)
+
+
+def test_constructor_by_keyword_is_the_positional_view_for_torch_and_the_cai():
+    """The same for a torch tensor (the exchange API) and a CAI producer (a stream is
+    needed: None is refused alike in every form)."""
+    torch = pytest.importorskip("torch")
+    from test_cai import CAIProducer
+
+    first, *others = _constructor_forms(torch.arange(12.0).reshape(3, 4)[:, ::2], -1)
+    assert all(other == first for other in others)
+    def without_device(view):  # a CAI view's device_id asks the driver
+        names = [name for name in FIELDS if name != "device_id"] + ["exporting_obj", "ready_stream"]
+        return {name: getattr(view, name) for name in names}
+
+    first, *others = _constructor_forms(CAIProducer(), -1, without_device)
+    assert all(other == first for other in others)
+    messages = set()
+    for call in (
+        lambda: StridedMemoryView(CAIProducer(), None),
+        lambda: StridedMemoryView(CAIProducer(), stream_ptr=None),
+    ):
+        with pytest.raises(BufferError) as raised:
+            call()
+        messages.add(str(raised.value))
+    assert len(messages) == 1
+
+
 def _decorated_views(*objs, stream_ptr=None):
     """The views a launcher decorated for every argument makes of ``objs``."""
     from stridedview import args_viewable_as_strided_memory

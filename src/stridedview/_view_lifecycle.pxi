@@ -22,9 +22,10 @@
 #   (CYTHON_USE_FREELISTS is 0 there), and SV_VIEW_FREE_COUNT is then the
 #   constant 0 (as without SV_GIL_FAST_PATHS): every view comes from tp_new,
 #   which needs no lock.
-# - The constructor's vectorcall (_construct_view): ``StridedMemoryView(obj)``
-#   and ``StridedMemoryView(obj, stream_ptr)`` skip argument parsing; any other
-#   call goes to Cython's own vectorcall, which parses and raises as __init__.
+# - The constructor's vectorcall (_construct_view): ``StridedMemoryView(obj)``,
+#   ``StridedMemoryView(obj, stream_ptr)`` and ``StridedMemoryView(obj,
+#   stream_ptr=s)`` skip argument parsing; any other call goes to Cython's own
+#   vectorcall, which parses and raises as __init__.
 #
 # Proven equal to the general path by tests/test_fast_paths.py and
 # tests/test_hot_path_review.py (views from the constructor, __init__ and
@@ -259,12 +260,23 @@ cdef vectorcallfunc _generated_view_vectorcall = NULL
 cdef object _construct_view(
     PyObject *cls, PyObject *const *args, size_t nargsf, PyObject *kwnames
 ):
-    """StridedMemoryView's vectorcall: ``StridedMemoryView(obj)`` and
-    ``StridedMemoryView(obj, stream_ptr)`` do __init__'s work on a view from
-    _new_view; any other call (keywords, another number of arguments) goes to
-    the one Cython generated, which parses and raises as __init__ does."""
+    """StridedMemoryView's vectorcall: ``StridedMemoryView(obj)``,
+    ``StridedMemoryView(obj, stream_ptr)`` and ``StridedMemoryView(obj,
+    stream_ptr=s)`` do __init__'s work on a view from _new_view; any other call
+    (other keywords, another number of arguments) goes to the one Cython
+    generated, which parses and raises as __init__ does."""
     cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
-    if kwnames != NULL or count < 1 or count > 2:
+    if kwnames != NULL:
+        # The form users write: one positional argument, the stream by keyword (its
+        # value follows the positional one); the name compared as Python compares
+        # keyword names.
+        if not (
+            count == 1 and PyTuple_GET_SIZE(<tuple><object>kwnames) == 1
+            and <object>PyTuple_GET_ITEM(<tuple><object>kwnames, 0) == "stream_ptr"
+        ):
+            return _take_reference(_generated_view_vectorcall(cls, args, nargsf, kwnames))
+        count = 2
+    elif count < 1 or count > 2:
         return _take_reference(_generated_view_vectorcall(cls, args, nargsf, kwnames))
     cdef StridedMemoryView view = _new_view()
     _view_from_any(view, <object>args[0], <object>args[1] if count == 2 else None)
