@@ -27,9 +27,10 @@ class BuildExt(build_ext):
             # says it on every run, on its "build" line).
             print(
                 f"stridedview: no C++ compiler ({compiler_cxx[0]!r} not found): built "
-                "without the C++ exception guard, so torch tensors are read through "
-                "torch's DLPack exchange API (about 390 more instructions per torch "
-                "view); everything else is the same",
+                "without the C++ exception guard: torch tensors are still read through "
+                "torch's stable C ABI; only the fallback to torch's private "
+                "at::toDLPackNonOwning (for a torch whose stable ABI fails its "
+                "calibration) is left out",
                 file=sys.stderr,
             )
         super().build_extensions()

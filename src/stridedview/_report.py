@@ -77,8 +77,9 @@ VIEW_US = (
 #: What the cost of a build without the C++ guard is, said with the build line.
 WITHOUT_CXX_GUARD = (
     "built without the C++ exception guard (no C++ compiler at install): torch "
-    "tensors are read through torch's DLPack exchange API, about 390 more "
-    "instructions per torch view; everything else is the same"
+    "tensors are still read through torch's stable C ABI; only the fallback to "
+    "torch's private at::toDLPackNonOwning (for a torch whose stable ABI fails "
+    "its calibration) is left out"
 )
 
 
