@@ -127,10 +127,7 @@ cdef object _proxy_view_call(
         return _proxy_view(<ViewableArgument>proxy, <object>args[0] if nargs else None)
     # view(stream_ptr=s), the form users write: the keyword's value follows the (no)
     # positional arguments; the name is compared as Python compares keyword names.
-    if (
-        kwnames != NULL and nargs == 0 and PyTuple_GET_SIZE(<tuple><object>kwnames) == 1
-        and <object>PyTuple_GET_ITEM(<tuple><object>kwnames, 0) == "stream_ptr"
-    ):
+    if kwnames != NULL and nargs == 0 and _only_stream_ptr(kwnames):
         return _proxy_view(<ViewableArgument>proxy, <object>args[0])
     if kwnames != NULL:
         for name in <tuple><object>kwnames:

@@ -257,6 +257,23 @@ cdef extern from "Python.h":
 cdef vectorcallfunc _generated_view_vectorcall = NULL
 
 
+cdef extern from "Python.h":
+    int PyUnicode_CompareWithASCIIString(PyObject *, const char *) noexcept
+    bint PyUnicode_Check(PyObject *) noexcept
+
+
+cdef inline bint _only_stream_ptr(PyObject *kwnames) noexcept:
+    """Whether a vectorcall's keyword names are exactly ``("stream_ptr",)`` (the
+    constructor's and view()'s entries).  Compared as the interpreter matches keyword
+    names: the interned name by identity, else str contents (never a subclass's __eq__)."""
+    if PyTuple_GET_SIZE(<tuple><object>kwnames) != 1:
+        return False
+    cdef PyObject *name = PyTuple_GET_ITEM(<tuple><object>kwnames, 0)
+    return name == <PyObject *>"stream_ptr" or (
+        PyUnicode_Check(name) and PyUnicode_CompareWithASCIIString(name, "stream_ptr") == 0
+    )
+
+
 cdef object _construct_view(
     PyObject *cls, PyObject *const *args, size_t nargsf, PyObject *kwnames
 ):
@@ -266,17 +283,9 @@ cdef object _construct_view(
     (other keywords, another number of arguments) goes to the one Cython
     generated, which parses and raises as __init__ does."""
     cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
-    if kwnames != NULL:
-        # The form users write: one positional argument, the stream by keyword (its
-        # value follows the positional one); the name compared as Python compares
-        # keyword names.
-        if not (
-            count == 1 and PyTuple_GET_SIZE(<tuple><object>kwnames) == 1
-            and <object>PyTuple_GET_ITEM(<tuple><object>kwnames, 0) == "stream_ptr"
-        ):
-            return _take_reference(_generated_view_vectorcall(cls, args, nargsf, kwnames))
-        count = 2
-    elif count < 1 or count > 2:
+    if kwnames != NULL and count == 1 and _only_stream_ptr(kwnames):
+        count = 2  # the form users write: the keyword's value follows obj
+    elif kwnames != NULL or count < 1 or count > 2:
         return _take_reference(_generated_view_vectorcall(cls, args, nargsf, kwnames))
     cdef StridedMemoryView view = _new_view()
     _view_from_any(view, <object>args[0], <object>args[1] if count == 2 else None)
