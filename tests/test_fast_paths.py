@@ -637,6 +637,7 @@ def test_constructor_by_keyword_is_the_positional_view_for_torch_and_the_cai():
 
     first, *others = _constructor_forms(torch.arange(12.0).reshape(3, 4)[:, ::2], -1)
     assert all(other == first for other in others)
+
     def without_device(view):  # a CAI view's device_id asks the driver
         names = [name for name in FIELDS if name != "device_id"] + ["exporting_obj", "ready_stream"]
         return {name: getattr(view, name) for name in names}
