@@ -253,13 +253,10 @@ cdef inline StridedMemoryView _new_view():
 cdef extern from "Python.h":
     ctypedef struct PyTypeObject_new "PyTypeObject":
         vectorcallfunc tp_vectorcall
-
-cdef vectorcallfunc _generated_view_vectorcall = NULL
-
-
-cdef extern from "Python.h":
     int PyUnicode_CompareWithASCIIString(PyObject *, const char *) noexcept
     bint PyUnicode_Check(PyObject *) noexcept
+
+cdef vectorcallfunc _generated_view_vectorcall = NULL
 
 
 cdef inline bint _only_stream_ptr(PyObject *kwnames) noexcept:
