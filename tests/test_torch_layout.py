@@ -137,6 +137,29 @@ def test_direct_read_gives_the_exchange_api_view(name, entry):
     assert kind == "view"
 
 
+def _fields(view):
+    return {name: getattr(view, name) for name in FIELDS}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_stable_abi_read_into_the_view_is_the_exchange_api_view(name):
+    """_view_from_torch (the stable ABI read straight into the view) reads every layout of up to 8 dims itself, giving the exchange API's view and C layout; a 9-d tensor it leaves to the general path."""
+    from test_hot_path_review import assert_c_layout_matches
+
+    StridedMemoryView(torch.ones(1), -1)  # the stable-ABI reader proven
+    assert _view._torch_layout_reader() == expected_layout_reader(torch)
+    tensor = LAYOUTS[name]()
+    direct = _view._view_from_torch_alone(tensor)
+    if tensor.dim() > 8:
+        assert direct is None
+        return
+    assert direct is not None
+    with layout("exchange api"):
+        lent = StridedMemoryView(tensor, -1)
+    assert _fields(direct) == _fields(lent)
+    assert_c_layout_matches(direct)
+
+
 REFUSED = {
     "sparse": lambda: torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (3,)),
     "sparse-csr": lambda: torch.eye(3).to_sparse_csr(),
@@ -146,6 +169,14 @@ REFUSED = {
     "negative-bit": lambda: torch._neg_view(torch.arange(3.0)),
     "conjugate-bit": lambda: torch.arange(3.0).to(torch.complex64).conj(),
 }
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", [name for name in REFUSED if not name.endswith("-bit")])
+def test_stable_abi_read_into_the_view_leaves_what_it_cannot_read(name):
+    """A tensor torch cannot export (sparse, quantized, meta, nested) is left to the general path, which raises, never read into the view."""
+    StridedMemoryView(torch.ones(1), -1)
+    assert _view._view_from_torch_alone(REFUSED[name]()) is None
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

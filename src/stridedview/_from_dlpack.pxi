@@ -150,7 +150,6 @@ cdef int _view_from_exchange_api(
     """
     cdef DLTensor tensor  # the copy the rest reads; its arrays point into the view's
     cdef int64_t *arrays
-    cdef void *producer_stream = NULL
     cdef int32_t device_type
     if _instance_overrides_dlpack(obj):
         # Python finds an instance's own __dlpack__ first: it must be asked.
@@ -161,6 +160,18 @@ cdef int _view_from_exchange_api(
         # memory a borrowed layout describes.  Nothing between the borrow and the
         # copy below runs Python.
         _check_torch_bits(obj, info, -1)
+        if (
+            info.torch_layout_direct
+            and _torch_layout_direct_enabled
+            and _stable_layout_ready
+            and _torch_layout_stable_enabled
+            and _view_from_torch(view, obj) == 0
+        ):
+            # Straight into the view (_from_torch.pxi): what the fill below would
+            # give, with no DLTensor in between.
+            if view._device_type == kDLCUDA:
+                _dlpack_stream_for(kDLCUDA, stream)  # refuses None as ambiguous
+            return _finish_exchange_view(view, obj, stream, info)
     _borrow_dltensor(obj, info, &tensor)
     if tensor.ndim > 0 and tensor.shape != NULL:
         # Straight into the view's own C arrays (the C-level API's): the fill
@@ -179,22 +190,31 @@ cdef int _view_from_exchange_api(
     if on_device:
         _dlpack_stream_for(device_type, stream)  # refuses stream None as ambiguous
     _fill_from_dltensor(view, &tensor, 0)
-    # Only a tensor that passed every check gets its streams ordered.
+    return _finish_exchange_view(view, obj, stream, info)
+
+
+cdef int _finish_exchange_view(
+    StridedMemoryView view, object obj, object stream, _ProducerType info
+) except -1:
+    """The end of _view_from_exchange_api, once ``view``'s layout and device are
+    filled and checked: the streams ordered, the producer kept."""
+    cdef void *producer_stream = NULL
+    cdef int32_t device_type = view._device_type
     ready = None
-    if on_device and stream != -1:
+    if (device_type == kDLCUDA or device_type == kDLCUDAManaged) and stream != -1:
         if info.current_work_stream == NULL:
             raise BufferError(
                 f"dlpack: the exchange API of {type(obj).__name__!r} has no "
                 "current_work_stream to order after"
             )
-        if info.current_work_stream(device_type, tensor.device.device_id, &producer_stream) != 0:
+        if info.current_work_stream(device_type, view._device_id, &producer_stream) != 0:
             return _exchange_failed(obj, "current_work_stream")
         producer = <uintptr_t>producer_stream
         # A NULL (or 1, 2) work stream is a default stream of the TENSOR's device,
         # whatever context is current: the driver resolves it there, and decides
         # whether it is the consumer's stream.
         if producer <= 2 or producer != stream:
-            _driver_module().order_after(producer, stream, tensor.device.device_id)
+            _driver_module().order_after(producer, stream, view._device_id)
         ready = stream
     view.exporting_obj = obj
     view.ready_stream = ready

@@ -1,0 +1,105 @@
+# A torch tensor read through torch's stable C ABI straight into the view.
+#
+# Once _torch_bits.pxi has proven the stable ABI's getters against torch's exchange
+# API (_stable_layout_ready), a tensor's layout is read through them into the
+# view's own fields: the extents and strides into its C arrays, the tuples made
+# from those, no DLTensor in between.  It gives exactly the view the exchange API's
+# DLTensor gives through _fill_from_dltensor, and checks what that fill checks;
+# anything it would refuse, and anything this reader does not map (a layout other
+# than strided, a dtype or device it does not know, more than _INLINE_DIMS
+# dimensions), is declined (1), so that the general path reads the tensor again
+# and raises its own error.
+#
+# Invariants: the caller has checked the tensor's negative and conjugate bits
+# (_check_torch_bits), found no instance-level __dlpack__, and holds a reference
+# to the tensor; nothing between the first getter and the last field copied runs
+# Python code, so the pointers the getters lend (extents, strides) stay valid
+# while they are read.  Proven equal to the general path by
+# tests/test_torch_layout.py (every layout, dtype and origin, and random strided
+# tensors, read both ways) and switched off with _set_torch_layout_stable_enabled.
+
+
+cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
+    """Fill ``view``'s layout, dtype and device from the torch tensor ``tensor`` through
+    the stable ABI; 1 (the view's fields partly written, as a fresh view's may be)
+    when the general path must read it.  Streams and ``exporting_obj`` are the
+    caller's."""
+    cdef const void *handle = _tensor_cdata(tensor)
+    cdef DLTensor kind  # only its dtype and device are read
+    cdef int64_t ndim
+    cdef int64_t *extents
+    cdef int64_t *strides
+    cdef void *data
+    if (
+        _read_aoti_kind(handle, &kind) != 0
+        or kind.dtype.bits < 8  # every torch dtype mapped is whole bytes
+        or (kind.device.device_type == kDLCUDA and kind.device.device_id < 0)
+        or _aoti_get_dim(handle, &ndim) != 0
+        or ndim < 0
+        or ndim > _INLINE_DIMS
+        or _aoti_get_sizes(handle, &extents) != 0
+        or _aoti_get_strides(handle, &strides) != 0
+        or _aoti_get_data_ptr(handle, &data) != 0
+        or (ndim > 0 and (extents == NULL or strides == NULL))
+    ):
+        return 1
+
+    # _fill_from_dltensor's checks, on the lent arrays as they are copied.
+    cdef int64_t *dims = _c_dims_storage(view, ndim)
+    cdef int32_t i, count = <int32_t>ndim
+    cdef int64_t extent
+    cdef int64_t size = 1
+    cdef bint empty = False
+    cdef bint overflow = False
+    for i in range(count):
+        extent = extents[i]
+        dims[i] = extent
+        dims[count + i] = strides[i]
+        if extent <= 0:
+            if extent < 0:
+                return 1
+            empty = True
+        elif not overflow:
+            if size > INT64_MAX // extent:
+                overflow = True
+            else:
+                size *= extent
+    if empty:
+        size = 0
+    elif overflow:
+        return 1  # the element count passes int64
+    cdef Py_ssize_t itemsize = kind.dtype.bits // 8
+    if (size > 0 and data == NULL) or not _byte_offsets_fit(
+        count, dims, dims + count, size, itemsize
+    ):
+        return 1
+
+    view._ptr = <uintptr_t>data
+    view.ptr = _address_int(view._ptr)
+    view.shape = _int64_tuple(dims, count)
+    view.strides = _int64_tuple(dims + count, count)
+    view.dtype = _dtype_from_dlpack(kind.dtype, 0)
+    view._itemsize = itemsize
+    view._size = size
+    view.readonly = False  # the exchange API's DLTensor carries no READ_ONLY flag
+    view._device_type = kind.device.device_type
+    if kind.device.device_type == kDLCPU:
+        view._device_id = -1
+        view.is_device_accessible = False
+    else:
+        view._device_id = kind.device.device_id
+        view.is_device_accessible = True
+    return 0
+
+
+def _view_from_torch_alone(tensor):
+    """``_view_from_torch`` on a new view, with nothing around it (no bits check, no
+    streams): the view, or None where it leaves the tensor to the general path (or
+    the stable-ABI reader is not proven); for tests."""
+    if _bits_state() == _BITS_UNCALIBRATED:
+        _calibrate_torch_bits()
+    cdef StridedMemoryView view = _new_view()
+    if not _stable_layout_ready or _view_from_torch(view, tensor) != 0:
+        return None
+    view.exporting_obj = tensor
+    return view
