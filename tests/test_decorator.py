@@ -728,3 +728,33 @@ def test_proxy_view_by_keyword_is_the_positional_view():
         assert str(by_keyword.value) == str(positional.value)
 
     without_stream(CAIProducer())
+
+
+def test_proxy_view_descriptor_called_every_other_way():
+    """The ``view`` descriptor's own entry (what the interpreter calls for a keyword call) takes
+    a proxy receiver through the unbound method, a kept bound method and functools.partial,
+    by keyword and positionally, to the same view; no receiver, or one of another type, is
+    refused with CPython's own messages."""
+    import functools
+
+    array = np.arange(12.0).reshape(3, 4)[:, ::2]
+    proxy = ViewableArgument(array)
+    bound = proxy.view
+    calls = [
+        lambda: ViewableArgument.view(proxy, stream_ptr=-1),
+        lambda: ViewableArgument.view(proxy, -1),
+        lambda: bound(stream_ptr=-1),
+        lambda: functools.partial(ViewableArgument.view, proxy)(stream_ptr=-1),
+        lambda: functools.partial(ViewableArgument.view, proxy, stream_ptr=-1)(),
+    ]
+    for call in calls:
+        view = call()
+        assert (view.ptr, view.shape, view.strides, view.dtype, view.exporting_obj) == (
+            array.ctypes.data, (3, 2), (4, 2), array.dtype, array
+        )
+    with pytest.raises(TypeError, match=r"^unbound method ViewableArgument\.view\(\) needs an argument$"):
+        ViewableArgument.view(stream_ptr=-1)
+    with pytest.raises(TypeError, match=r"^descriptor 'view' for '.*ViewableArgument' objects doesn't apply to a '(numpy\.)?ndarray' object$"):
+        ViewableArgument.view(array, stream_ptr=-1)
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'stream_ptr'"):
+        ViewableArgument.view(proxy, -1, stream_ptr=-1)

@@ -193,31 +193,40 @@ cdef int _view_from_exchange_api(
     return _finish_exchange_view(view, obj, stream, info)
 
 
-cdef int _finish_exchange_view(
+cdef inline int _finish_exchange_view(
     StridedMemoryView view, object obj, object stream, _ProducerType info
 ) except -1:
     """The end of _view_from_exchange_api, once ``view``'s layout and device are
     filled and checked: the streams ordered, the producer kept."""
-    cdef void *producer_stream = NULL
     cdef int32_t device_type = view._device_type
-    ready = None
     if (device_type == kDLCUDA or device_type == kDLCUDAManaged) and stream != -1:
-        if info.current_work_stream == NULL:
-            raise BufferError(
-                f"dlpack: the exchange API of {type(obj).__name__!r} has no "
-                "current_work_stream to order after"
-            )
-        if info.current_work_stream(device_type, view._device_id, &producer_stream) != 0:
-            return _exchange_failed(obj, "current_work_stream")
-        producer = <uintptr_t>producer_stream
-        # A NULL (or 1, 2) work stream is a default stream of the TENSOR's device,
-        # whatever context is current: the driver resolves it there, and decides
-        # whether it is the consumer's stream.
-        if producer <= 2 or producer != stream:
-            _driver_module().order_after(producer, stream, view._device_id)
-        ready = stream
+        return _order_exchange_view(view, obj, stream, info)
     view.exporting_obj = obj
-    view.ready_stream = ready
+    view.ready_stream = None  # host memory, or the caller opted out (-1)
+    return 0
+
+
+cdef int _order_exchange_view(
+    StridedMemoryView view, object obj, object stream, _ProducerType info
+) except -1:
+    """_finish_exchange_view for device memory and a stream: the caller's stream made
+    to wait for the producer's current work stream."""
+    cdef void *producer_stream = NULL
+    if info.current_work_stream == NULL:
+        raise BufferError(
+            f"dlpack: the exchange API of {type(obj).__name__!r} has no "
+            "current_work_stream to order after"
+        )
+    if info.current_work_stream(view._device_type, view._device_id, &producer_stream) != 0:
+        return _exchange_failed(obj, "current_work_stream")
+    producer = <uintptr_t>producer_stream
+    # A NULL (or 1, 2) work stream is a default stream of the TENSOR's device,
+    # whatever context is current: the driver resolves it there, and decides
+    # whether it is the consumer's stream.
+    if producer <= 2 or producer != stream:
+        _driver_module().order_after(producer, stream, view._device_id)
+    view.exporting_obj = obj
+    view.ready_stream = stream
     return 0
 
 

@@ -118,6 +118,19 @@ cdef extern from "Python.h":
 cdef _FastcallKeywords _generated_proxy_view = NULL
 cdef PyMethodDef_entry _proxy_view_entry  # static: as long-lived as the type
 
+# The method descriptor's own vectorcall (CPython's public PyMethodDescrObject):
+# what the interpreter calls for a call it does not specialise, which on 3.11 to
+# 3.13 includes every call with keywords (arg.view(stream_ptr=s)).  CPython's
+# entry checks the receiver's type and the recursion depth, then calls ml_meth;
+# _proxy_view_vectorcall takes a ViewableArgument receiver straight to
+# _proxy_view_call and hands anything else (no receiver, another type) to
+# CPython's entry, which raises as it always has.
+cdef extern from "Python.h":
+    ctypedef struct PyMethodDescrObject_vectorcall "PyMethodDescrObject":
+        vectorcallfunc vectorcall
+
+cdef vectorcallfunc _descriptor_vectorcall = NULL
+
 
 cdef object _proxy_view_call(
     PyObject *proxy, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
@@ -140,6 +153,18 @@ cdef object _proxy_view_call(
     return _take_reference(_generated_proxy_view(proxy, args, nargs, kwnames))
 
 
+cdef object _proxy_view_vectorcall(
+    PyObject *descriptor, PyObject *const *args, size_t nargsf, PyObject *kwnames
+):
+    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
+    if count >= 1 and Py_TYPE_ptr(args[0]) == <void *>ViewableArgument:
+        if count == 1 and kwnames != NULL and _only_stream_ptr(kwnames):
+            # view(stream_ptr=s), the form users write: straight to the view.
+            return _proxy_view(<ViewableArgument>args[0], <object>args[1])
+        return _proxy_view_call(args[0], args + 1, count - 1, kwnames)
+    return _take_reference(_descriptor_vectorcall(descriptor, args, nargsf, kwnames))
+
+
 cdef int _install_proxy_view() except -1:
     global _generated_proxy_view, _proxy_view_entry
     cdef PyTypeObject_methods *tp = <PyTypeObject_methods *>ViewableArgument
@@ -155,6 +180,12 @@ cdef int _install_proxy_view() except -1:
     _proxy_view_entry.ml_meth = <void *>_proxy_view_call
     descriptor = PyDescr_NewMethod(tp, &_proxy_view_entry)
     _generated_proxy_view = <_FastcallKeywords>entry.ml_meth
+    global _descriptor_vectorcall
+    _descriptor_vectorcall = (<PyMethodDescrObject_vectorcall *><PyObject *>descriptor).vectorcall
+    if _descriptor_vectorcall != NULL:
+        (<PyMethodDescrObject_vectorcall *><PyObject *>descriptor).vectorcall = (
+            <vectorcallfunc><void *>_proxy_view_vectorcall
+        )
     (<dict><object>tp.tp_dict)["view"] = descriptor
     PyType_Modified(<PyTypeObject_dict *>tp)
     return 0

@@ -417,7 +417,7 @@ cdef const void *_tensor_cdata(object tensor) noexcept:
     return <const char *><PyObject *>tensor + _tensor_cdata_offset
 
 
-cdef int _check_torch_bits(object tensor, _ProducerType info, int is_complex) except -1:
+cdef inline int _check_torch_bits(object tensor, _ProducerType info, int is_complex) except -1:
     """Refuse torch tensors whose memory does not hold their values.
 
     A tensor with the negative or the conjugate bit set is a lazy view: its memory
