@@ -340,3 +340,161 @@ def test_a_view_made_from_a_reused_object_starts_empty():
         _check(exported.shape == (3,) and exported.strides == (8,), exported.strides)
         zero_d = StridedMemoryView(np.float32(2.0), -1)
         _check(zero_d.shape == () and np.from_dlpack(zero_d).shape == (), zero_d)
+
+
+# --- Kept views ----------------------------------------------------------------------
+# A launcher's proxy keeps the last view it made; when the proxy is parked and nothing
+# else holds that view, the view is emptied (fields None, C fields zero, as a new one
+# starts) and the proxy's next view() fills it again instead of allocating one.
+
+
+def _c_layout_matches(view):
+    from test_hot_path_review import assert_c_layout_matches
+
+    assert_c_layout_matches(view)
+    return True
+
+
+def _fields(view):
+    return (
+        view.ptr, view.shape, view.strides, view.dtype, view.device_id,
+        view.is_device_accessible, view.readonly, view.exporting_obj, view.ready_stream,
+    )
+
+
+def test_a_launch_loop_fills_its_views_again_as_new_ones():
+    """Launch after launch, over arrays of other ranks, dtypes, flags and producers, each
+    proxy's view (filled again where the build keeps views) gives what a new view of the
+    same argument gives, C layout included; in a build with the GIL the objects are reused."""
+    class HostInterface:
+        """A producer through numpy's array interface only (a host buffer's)."""
+
+        def __init__(self, array):
+            self.__array_interface__ = array.__array_interface__
+            self.array = array
+
+    rounds = [
+        (np.arange(12.0).reshape(3, 4)[:, ::2], np.array(2.5, dtype=np.float32),
+         np.frombuffer(b"abcdefgh", dtype=np.uint8)),
+        (np.zeros((2, 1, 3), dtype=np.int16)[::-1], np.arange(5),
+         HostInterface(np.arange(8, dtype=np.int32).reshape(2, 4)[:, 1:])),
+        (np.arange(6.0)[::3], np.zeros((1,) * 8, dtype=np.complex64), np.arange(4.0)),
+    ]
+    seen_ids = []
+
+    @args_viewable_as_strided_memory((0, 1, 2))
+    def launch(a, b, c):
+        got = []
+        for arg in (a, b, c):
+            view = arg.view(stream_ptr=-1)
+            fresh = StridedMemoryView(arg.obj, stream_ptr=-1)
+            got.append((_fields(view) == _fields(fresh), _c_layout_matches(view), id(view)))
+        return got
+
+    for _ in range(4):
+        for arrays in rounds:
+            got = launch(*arrays)
+            _check(all(same and c_same for same, c_same, _ in got), got)
+            seen_ids.append(tuple(ident for _, _, ident in got))
+    if _view.gil_fast_paths:
+        # Three views in all, passed from launch to launch (spare proxies come back in
+        # any order).
+        ids = {ident for launch_ids in seen_ids for ident in launch_ids}
+        _check(len(ids) == 3, f"views were not filled again: {seen_ids}")
+
+
+def test_a_view_the_function_returns_is_never_filled_again():
+    """Views the function returns (or stores) keep their fields through later launches of
+    other arrays."""
+    kept = []
+
+    @args_viewable_as_strided_memory((0,))
+    def take(a):
+        view = a.view(-1)
+        kept.append((view, _fields(view)))
+        return view
+
+    arrays = [np.arange(float(n + 1)) * (n + 1) for n in range(10)]
+    for array in arrays:
+        take(array)
+        take(np.zeros((2, 2), dtype=np.int8))  # a later launch that would refill it
+    for (view, fields), array in zip(kept[::2], arrays):
+        _check(_fields(view) == fields and view.exporting_obj is array, (view, fields))
+
+
+def test_a_parked_view_found_through_the_collector_is_never_filled_again():
+    """An emptied view reached through the collector (a parked proxy's) and held stays
+    empty (as a new view: read-only flags and all cleared) through later launches: the
+    launch fills a view of its own."""
+    read_only = np.frombuffer(b"abcdefgh" * 4, dtype=np.float64)
+    _views(read_only, read_only[1:], read_only[::2])
+    gc.collect()
+    proxies = [o for o in gc.get_objects() if type(o) is ViewableArgument and o.obj is None]
+    parked = [
+        r for p in proxies for r in gc.get_referents(p) if type(r) is StridedMemoryView
+    ]
+    if not _view.gil_fast_paths:
+        _check(not parked, "a build without spares keeps views")
+        return
+    _check(parked, "no parked view found (none kept?)")
+    new = _fields(StridedMemoryView.__new__(StridedMemoryView))
+    _check(all(_fields(v) == new for v in parked), [_fields(v) for v in parked])
+    for _ in range(20):
+        ptrs = _views(*_arrays(3, start=7))
+        _check(all(p != 0 for p in ptrs), ptrs)
+    _check(all(v.dtype is None and v.shape is None and v.ptr is None for v in parked), parked)
+
+
+def test_a_launch_holds_nothing_of_its_views_once_it_returns():
+    """Once a launch returns, its views hold nothing: an array is freed when its last
+    reference goes (no collection needed), and a capsule's deleter has run once, whether
+    the proxy was parked or kept by the function."""
+    import weakref
+
+    from producers import DLPackProducer, deleter_calls
+
+    for _ in range(3):
+        array = np.arange(4.0)
+        alive = weakref.ref(array)
+        _views(array, np.arange(2.0), np.arange(3.0))
+        del array
+        _check(alive() is None, "an array outlived its launch")
+
+    kept_proxies = []
+
+    @args_viewable_as_strided_memory((0,))
+    def view_once(a, keep):
+        a.view(-1)
+        if keep:
+            kept_proxies.append(a)
+
+    for keep in (False, True, False):
+        producer = DLPackProducer(device=(1, 0))
+        view_once(producer, keep)
+        _check(deleter_calls(producer) == 1, (keep, deleter_calls(producer)))
+
+
+def test_a_view_in_a_traceback_is_never_filled_again():
+    """A view a raising function left in its traceback keeps its fields through later
+    launches."""
+
+    @args_viewable_as_strided_memory((0,))
+    def fail(a):
+        view = a.view(-1)  # noqa: F841 - kept by the traceback's frame
+        raise RuntimeError("after the view")
+
+    array = np.arange(5.0)
+    try:
+        fail(array)
+    except RuntimeError as exc:
+        error = exc
+    tb = error.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    view = tb.tb_frame.f_locals["view"]
+    before = _fields(view)
+    for _ in range(10):
+        _views(*_arrays(3, start=3))
+        fail_free = _views(np.arange(2.0), np.arange(2.0), np.arange(2.0))
+        _check(fail_free, fail_free)
+    _check(_fields(view) == before and view.exporting_obj is array, (_fields(view), before))

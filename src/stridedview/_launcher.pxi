@@ -18,11 +18,22 @@
 #   taking a reference through gc.get_objects()), and the list itself would be
 #   shared state: spares are compiled out there (SV_GIL_FAST_PATHS is 0) and
 #   every launch makes new proxies.
+# - Kept views (_proxy_view, _park_proxy): a launcher's proxy keeps the last view
+#   it made.  When the proxy is parked and that view is held by the proxy alone
+#   (reference count 1) and holds no resource (capsule, buffer, shape block), the
+#   view is emptied to the state a new one starts in (object fields None, C fields
+#   zero; no Python code runs until the proxy is listed), and the proxy's next
+#   view() fills it again, again only while the proxy holds its only reference.
+#   A view anyone else holds (the function's return value, a traceback, the
+#   collector's caller) is let go instead, and a proxy the function keeps drops its
+#   kept view, so nothing of a launch's views outlives the launch.  Like spares,
+#   this rests on the GIL and is compiled out with them.
 # - The launcher (_launch) reads its own fields, set once in __cinit__ and
 #   __init__; a launcher made without __init__ has ``_name_at`` () and
 #   ``by_keyword`` () (set in __cinit__), and refuses to be called.
 #
-# Proven equal to the general path by tests/test_launch_reuse.py and
+# Proven equal to the general path by tests/test_launch_reuse.py (kept views
+# included: filled again as new ones, never while held elsewhere) and
 # tests/test_decorator.py (proxies kept, nested, threaded, raising, found by the
 # collector; every argument form against Cython's wrapper).
 
@@ -42,6 +53,10 @@ cdef class ViewableArgument:
     cdef _ProducerType _info
     # The parameter name the launcher wrapped obj for (None: made directly), for errors.
     cdef object _name
+    # The last view a launcher's proxy made (None: none kept), and whether it has been
+    # emptied since, to be filled again by the next view() (see _park_proxy).
+    cdef StridedMemoryView _kept_view
+    cdef bint _kept_view_empty
 
     def __init__(self, obj):
         self.obj = obj
@@ -62,7 +77,21 @@ cdef class ViewableArgument:
 
 cdef StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
     """``proxy.view(stream_ptr)``."""
-    cdef StridedMemoryView view = _new_view()
+    cdef StridedMemoryView view
+    if (
+        SV_GIL_FAST_PATHS
+        and proxy._kept_view_empty
+        and Py_REFCNT_ptr(<PyObject *>proxy._kept_view) == 1
+    ):
+        # The view this spare proxy made in an earlier launch, emptied when the
+        # proxy was parked, and held by nothing else since: filled again.
+        proxy._kept_view_empty = False
+        view = proxy._kept_view
+    else:
+        view = _new_view()
+        if SV_GIL_FAST_PATHS and proxy._name is not None:  # a launcher's proxy
+            proxy._kept_view_empty = False
+            proxy._kept_view = view
     info = proxy._info
     # Kept only while obj is still of the type it describes (__class__ can be
     # assigned) and that type is unchanged.
@@ -247,22 +276,52 @@ cdef inline void _drop_proxy(PyObject *proxy) noexcept:
         or Py_REFCNT_ptr(proxy) != 1
         or _spare_proxy_count == _SPARE_PROXY_SLOTS
     ):
+        if SV_GIL_FAST_PATHS and Py_REFCNT_ptr(proxy) != 1:
+            _forget_kept_view(<ViewableArgument>proxy)  # a proxy the function kept
         Py_DECREF_ptr(proxy)
         return
     _park_proxy(proxy)
 
 
+cdef void _forget_kept_view(ViewableArgument proxy) noexcept:
+    """Drop ``proxy``'s kept view: a proxy the launch function kept does not keep its
+    last view alive too."""
+    cdef object view = proxy._kept_view  # released on return, the field cleared first
+    proxy._kept_view = None
+    proxy._kept_view_empty = False
+
+
 cdef void _park_proxy(PyObject *proxy) noexcept:
     global _spare_proxy_count
     cdef ViewableArgument argument = <ViewableArgument>proxy
-    # Emptied and listed before obj and _info are released: releasing them may
-    # run Python code (a __del__), which may launch and take this spare.
+    cdef PyObject *view = <PyObject *>argument._kept_view
+    cdef PyObject *view_fields[8]  # an emptied view's old references
+    cdef bint emptied = False
+    cdef object dropped_view = None
+    cdef int i
+    # Emptied and listed before anything is released: releasing obj, _info or a
+    # view's fields may run Python code (a __del__), which may launch and take
+    # this spare, and must then find it consistent.
     cdef object obj = argument.obj
     cdef object info = argument._info
     argument.obj = None
     argument._info = None
+    if view != <PyObject *>None and not argument._kept_view_empty:
+        if Py_REFCNT_ptr(view) == 1 and not _holds_resources(<StridedMemoryView>view):
+            # Held by the proxy alone: emptied as a new view starts, no Python code run.
+            SV_VIEW_EMPTY(view, view_fields)
+            argument._kept_view_empty = True
+            emptied = True
+        else:
+            # Kept by someone else, or holding a capsule, a buffer or a shape block
+            # (whose release may run Python code): the proxy lets it go.
+            dropped_view = argument._kept_view
+            argument._kept_view = None
     _spare_proxies[_spare_proxy_count] = proxy  # the launcher's reference, handed over
     _spare_proxy_count += 1
+    if emptied:
+        for i in range(8):
+            Py_DECREF_ptr(view_fields[i])
 
 
 cdef int _check_viewable(object value, object name, _ProducerType info) except -1:

@@ -210,33 +210,55 @@ cdef extern from *:
     #define SV_VIEW_FREE_COUNT 0
     #define SV_VIEW_FREE_POP() ((PyObject *)NULL)
     #endif
+    /* Every byte of a view from `start` on zeroed but for the inline arrays,
+       then the vtable and the object fields (None): the state Cython's tp_new
+       leaves a view in, from `start` on. */
+    #define SV_VIEW_RESET_FROM(o, start) do { \
+        SV_VIEW_STRUCT *sv_reset = (SV_VIEW_STRUCT *)(o); \
+        const size_t sv_from = offsetof(SV_VIEW_STRUCT, _inline_dims); \
+        const size_t sv_to = sv_from + sizeof(sv_reset->_inline_dims); \
+        memset((char *)sv_reset + (start), 0, sv_from - (start)); \
+        memset((char *)sv_reset + sv_to, 0, sizeof(SV_VIEW_STRUCT) - sv_to); \
+        sv_reset->__pyx_vtab = __pyx_vtabptr_11stridedview_5_view_StridedMemoryView; \
+        Py_INCREF(Py_None); sv_reset->ptr = Py_None; \
+        Py_INCREF(Py_None); sv_reset->shape = Py_None; \
+        Py_INCREF(Py_None); sv_reset->strides = Py_None; \
+        Py_INCREF(Py_None); sv_reset->dtype = Py_None; \
+        Py_INCREF(Py_None); sv_reset->exporting_obj = Py_None; \
+        Py_INCREF(Py_None); sv_reset->ready_stream = Py_None; \
+        Py_INCREF(Py_None); \
+        sv_reset->_memory_owner = (struct __pyx_obj_11stridedview_5_view_StridedMemoryView *)Py_None; \
+        Py_INCREF(Py_None); sv_reset->_interface = Py_None; \
+    } while (0)
     /* A freed view made as Cython's tp_new makes one, but for the inline
        arrays: every byte before and after them zeroed, then the header, the
        vtable and the object fields (None), then tracked by the collector. */
     #define SV_VIEW_PREPARE(o) do { \
-        SV_VIEW_STRUCT *sv_view = (SV_VIEW_STRUCT *)(o); \
-        const size_t sv_from = offsetof(SV_VIEW_STRUCT, _inline_dims); \
-        const size_t sv_to = sv_from + sizeof(sv_view->_inline_dims); \
-        memset((char *)sv_view, 0, sv_from); \
-        memset((char *)sv_view + sv_to, 0, sizeof(SV_VIEW_STRUCT) - sv_to); \
-        (void)PyObject_INIT((PyObject *)sv_view, \
+        SV_VIEW_RESET_FROM((o), 0); \
+        (void)PyObject_INIT((PyObject *)(o), \
             __pyx_mstate_global->__pyx_ptype_11stridedview_5_view_StridedMemoryView); \
-        sv_view->__pyx_vtab = __pyx_vtabptr_11stridedview_5_view_StridedMemoryView; \
-        Py_INCREF(Py_None); sv_view->ptr = Py_None; \
-        Py_INCREF(Py_None); sv_view->shape = Py_None; \
-        Py_INCREF(Py_None); sv_view->strides = Py_None; \
-        Py_INCREF(Py_None); sv_view->dtype = Py_None; \
-        Py_INCREF(Py_None); sv_view->exporting_obj = Py_None; \
-        Py_INCREF(Py_None); sv_view->ready_stream = Py_None; \
-        Py_INCREF(Py_None); \
-        sv_view->_memory_owner = (struct __pyx_obj_11stridedview_5_view_StridedMemoryView *)Py_None; \
-        Py_INCREF(Py_None); sv_view->_interface = Py_None; \
-        PyObject_GC_Track(sv_view); \
+        PyObject_GC_Track(o); \
+    } while (0)
+    /* A live view, tracked and referenced, made as SV_VIEW_PREPARE makes one but
+       for its header: its object fields' references are moved to `old[0..7]`,
+       for the caller to drop once no code can see the view half emptied. */
+    #define SV_VIEW_EMPTY(o, old) do { \
+        SV_VIEW_STRUCT *sv_empty = (SV_VIEW_STRUCT *)(o); \
+        (old)[0] = sv_empty->ptr; \
+        (old)[1] = sv_empty->shape; \
+        (old)[2] = sv_empty->strides; \
+        (old)[3] = sv_empty->dtype; \
+        (old)[4] = sv_empty->exporting_obj; \
+        (old)[5] = sv_empty->ready_stream; \
+        (old)[6] = (PyObject *)sv_empty->_memory_owner; \
+        (old)[7] = sv_empty->_interface; \
+        SV_VIEW_RESET_FROM((o), sizeof(PyObject)); \
     } while (0)
     """
     Py_ssize_t SV_VIEW_FREE_COUNT
     PyObject *SV_VIEW_FREE_POP() noexcept
     void SV_VIEW_PREPARE(PyObject *) noexcept
+    void SV_VIEW_EMPTY(PyObject *, PyObject **) noexcept
 
 
 cdef inline StridedMemoryView _new_view():
