@@ -24,37 +24,27 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     the stable ABI; 1 (the view's fields partly written, as a fresh view's may be)
     when the general path must read it.  Streams and ``exporting_obj`` are the
     caller's."""
-    cdef const void *handle = _tensor_cdata(tensor)
-    cdef DLTensor kind  # only its dtype and device are read
-    cdef int64_t ndim
-    cdef int64_t *extents
-    cdef int64_t *strides
-    cdef void *data
+    cdef DLTensor lent  # its arrays are torch's, read before any Python code runs
     if (
-        _read_aoti_kind(handle, &kind) != 0
-        or kind.dtype.bits < 8  # every torch dtype mapped is whole bytes
-        or (kind.device.device_type == kDLCUDA and kind.device.device_id < 0)
-        or _aoti_get_dim(handle, &ndim) != 0
-        or ndim < 0
-        or ndim > _INLINE_DIMS
-        or _aoti_get_sizes(handle, &extents) != 0
-        or _aoti_get_strides(handle, &strides) != 0
-        or _aoti_get_data_ptr(handle, &data) != 0
-        or (ndim > 0 and (extents == NULL or strides == NULL))
+        _fill_by_stable_abi(_tensor_cdata(tensor), &lent) != 0
+        or lent.dtype.bits < 8  # every torch dtype mapped is whole bytes
+        or (lent.device.device_type == kDLCUDA and lent.device.device_id < 0)
+        or lent.ndim > _INLINE_DIMS
+        or (lent.ndim > 0 and (lent.shape == NULL or lent.strides == NULL))
     ):
         return 1
 
     # _fill_from_dltensor's checks, on the lent arrays as they are copied.
-    cdef int64_t *dims = _c_dims_storage(view, ndim)
-    cdef int32_t i, count = <int32_t>ndim
+    cdef int32_t i, count = lent.ndim
+    cdef int64_t *dims = _c_dims_storage(view, count)
     cdef int64_t extent
     cdef int64_t size = 1
     cdef bint empty = False
     cdef bint overflow = False
     for i in range(count):
-        extent = extents[i]
+        extent = lent.shape[i]
         dims[i] = extent
-        dims[count + i] = strides[i]
+        dims[count + i] = lent.strides[i]
         if extent <= 0:
             if extent < 0:
                 return 1
@@ -68,26 +58,26 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
         size = 0
     elif overflow:
         return 1  # the element count passes int64
-    cdef Py_ssize_t itemsize = kind.dtype.bits // 8
-    if (size > 0 and data == NULL) or not _byte_offsets_fit(
+    cdef Py_ssize_t itemsize = lent.dtype.bits // 8
+    if (size > 0 and lent.data == NULL) or not _byte_offsets_fit(
         count, dims, dims + count, size, itemsize
     ):
         return 1
 
-    view._ptr = <uintptr_t>data
+    view._ptr = <uintptr_t>lent.data
     view.ptr = _address_int(view._ptr)
     view.shape = _int64_tuple(dims, count)
     view.strides = _int64_tuple(dims + count, count)
-    view.dtype = _dtype_from_dlpack(kind.dtype, 0)
+    view.dtype = _dtype_from_dlpack(lent.dtype, 0)
     view._itemsize = itemsize
     view._size = size
     view.readonly = False  # the exchange API's DLTensor carries no READ_ONLY flag
-    view._device_type = kind.device.device_type
-    if kind.device.device_type == kDLCPU:
+    view._device_type = lent.device.device_type
+    if lent.device.device_type == kDLCPU:
         view._device_id = -1
         view.is_device_accessible = False
     else:
-        view._device_id = kind.device.device_id
+        view._device_id = lent.device.device_id
         view.is_device_accessible = True
     return 0
 

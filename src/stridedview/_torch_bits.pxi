@@ -126,12 +126,13 @@ cdef bint _torch_layout_stable_enabled = True
 cdef object _aoti_getters = _AOTI_GETTERS  # what the next calibration resolves
 
 
-cdef inline int _read_aoti_kind(const void *tensor, DLTensor *out) noexcept nogil:
-    """Fill ``out``'s dtype and device from the at::Tensor at ``tensor`` through the stable
-    ABI; -1 for anything not mapped: a layout other than strided, an unmapped dtype, a
-    device other than CPU and CUDA, or an error code.  Both stable-ABI readers start
-    here (_fill_by_stable_abi, and _view_from_torch in _from_torch.pxi)."""
+cdef inline int _fill_by_stable_abi(const void *tensor, DLTensor *out) noexcept nogil:
+    """Fill ``out`` from the at::Tensor at ``tensor`` through the stable ABI; -1 (out
+    partly written) for anything it does not map: a layout other than strided, an
+    unmapped dtype, a device other than CPU and CUDA, or an error code.  The arrays
+    are torch's, lent until Python code runs."""
     cdef int32_t layout, dtype, device_type, device_index
+    cdef int64_t ndim
     if _aoti_get_layout(tensor, &layout) != 0 or layout != _aoti_layout_strided:
         return -1  # checked first: a sparse tensor's strides and data throw
     if _aoti_get_dtype(tensor, &dtype) != 0 or dtype < 0 or dtype >= _AOTI_DTYPE_SLOTS:
@@ -151,16 +152,8 @@ cdef inline int _read_aoti_kind(const void *tensor, DLTensor *out) noexcept nogi
         out.device.device_id = device_index
     else:
         return -1
-    return 0
-
-
-cdef int _fill_by_stable_abi(const void *tensor, DLTensor *out) noexcept nogil:
-    """Fill ``out`` from the at::Tensor at ``tensor`` through the stable ABI; -1 (out
-    partly written) for anything it does not map (_read_aoti_kind) or an error code."""
-    cdef int64_t ndim
     if (
-        _read_aoti_kind(tensor, out) != 0
-        or _aoti_get_dim(tensor, &ndim) != 0
+        _aoti_get_dim(tensor, &ndim) != 0
         or ndim < 0
         or ndim > 0x7FFFFFFF
         or _aoti_get_sizes(tensor, &out.shape) != 0
