@@ -112,6 +112,129 @@ def test_fake_driver_refuses_what_the_checks_refuse(fake):
     assert result[0] == CUresult.CUDA_ERROR_INVALID_VALUE
 
 
+class Index:
+    """An integer that is no int: only ``__index__`` (what ``operator.index`` takes)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+# One bad value per integer parameter: the parameter, the value and, for box_dim and
+# element_strides, the entry it sits at (the message names it).
+NON_INTEGERS = [
+    ("box_dim-float", "box_dim", (4, 8.9), 1),
+    ("box_dim-whole-float", "box_dim", (4.0, 8), 0),
+    ("box_dim-str-entries", "box_dim", ("4", "8"), 0),
+    ("box_dim-bool", "box_dim", (True, 8), 0),
+    ("box_dim-numpy-bool", "box_dim", (np.True_, 8), 0),
+    ("box_dim-numpy-float", "box_dim", (4, np.float64(8.0)), 1),
+    ("box_dim-numpy-float-array", "box_dim", np.array([4.0, 8.0]), 0),
+    ("box_dim-None-entry", "box_dim", (4, None), 1),
+    ("element_strides-float", "element_strides", (1.9, 1), 0),
+    ("element_strides-str", "element_strides", (1, "1"), 1),
+    ("element_strides-bool", "element_strides", (1, True), 1),
+    ("element_strides-numpy-float", "element_strides", (np.float32(1), 1), 0),
+    ("element_strides-None-entry", "element_strides", (None, 1), 0),
+    ("swizzle-float", "swizzle", 1.99, None),
+    ("swizzle-str", "swizzle", "1", None),
+    ("swizzle-bool", "swizzle", True, None),
+    ("swizzle-numpy-float", "swizzle", np.float64(1.0), None),
+    ("interleave-float", "interleave", 0.6, None),
+    ("interleave-str", "interleave", "0", None),
+    ("interleave-bool", "interleave", False, None),
+    ("interleave-numpy-float", "interleave", np.float32(0.0), None),
+    ("l2_promotion-float", "l2_promotion", 1.0, None),
+    ("l2_promotion-str", "l2_promotion", "1", None),
+    ("l2_promotion-bool", "l2_promotion", True, None),
+    ("l2_promotion-numpy-bool", "l2_promotion", np.True_, None),
+    ("l2_promotion-numpy-float", "l2_promotion", np.float64(2.0), None),
+    ("oob_fill-float", "oob_fill", 0.0, None),
+    ("oob_fill-str", "oob_fill", "0", None),
+    ("oob_fill-bool", "oob_fill", False, None),
+    ("oob_fill-numpy-float", "oob_fill", np.float64(1.0), None),
+]
+
+
+@pytest.mark.parametrize("parameter, value, entry", [t[1:] for t in NON_INTEGERS], ids=[t[0] for t in NON_INTEGERS])
+@pytest.mark.parametrize("through", ["keywords", "options"])
+def test_non_integers_are_a_type_error(fake, parameter, value, entry, through):
+    """A float, str, bool or None where an integer is due is a TypeError naming it, never truncated."""
+    arguments = {"box_dim": (2, 8), parameter: value}
+    if entry is None:
+        message = f"tensor map: {parameter} must be an int or a driver enum (got {value!r})"
+    else:
+        message = f"tensor map: {parameter}[{entry}] must be an int (got {value[entry]!r})"
+    v = view(fake, (4, 512), np.float16)
+    fake.clear_calls()
+    with pytest.raises(TypeError) as info:
+        if through == "options":
+            v.as_tensor_map(options=arguments)
+        else:
+            v.as_tensor_map(**arguments)
+    assert str(info.value) == message
+    assert "cuTensorMapEncodeTiled" not in fake.names()
+
+
+NOT_SEQUENCES = [
+    ("int", 8), ("str", "28"), ("bytes", b"\x02\x08"), ("None-element_strides", None),
+]
+
+
+@pytest.mark.parametrize("value", [t[1] for t in NOT_SEQUENCES], ids=[t[0] for t in NOT_SEQUENCES])
+def test_box_dim_must_be_a_sequence_of_integers(fake, value):
+    """box_dim (and element_strides) is a sequence of integers: not an int, a str or bytes."""
+    v = view(fake, (4, 512), np.float16)
+    if value is None:  # None means "all ones" for element_strides, but box_dim has no default
+        with pytest.raises(ValueError, match="^tensor map: box_dim is required$"):
+            v.as_tensor_map(options={"box_dim": None})
+        return
+    with pytest.raises(TypeError) as info:
+        v.as_tensor_map(value)
+    assert str(info.value) == f"tensor map: box_dim must be a sequence of ints (got {value!r})"
+    with pytest.raises(TypeError) as info:
+        v.as_tensor_map((2, 8), element_strides=value)
+    assert str(info.value) == f"tensor map: element_strides must be a sequence of ints (got {value!r})"
+
+
+INTEGERS = [
+    ("int", lambda x: x),
+    ("numpy-int64", np.int64),
+    ("numpy-int32", np.int32),
+    ("numpy-uint8", np.uint8),
+    ("index-only", Index),
+]
+
+
+@pytest.mark.parametrize("make", [t[1] for t in INTEGERS], ids=[t[0] for t in INTEGERS])
+def test_integers_of_any_kind_are_accepted(fake, make):
+    """Python ints, numpy integer scalars and any object with __index__ encode as the plain ints."""
+    v = view(fake, (8, 512), np.float16)
+    plain = v.as_tensor_map(
+        (4, 32), element_strides=(2, 1), swizzle=2, interleave=0, l2_promotion=3, oob_fill=1,
+    )
+    made = v.as_tensor_map(
+        (make(4), make(32)), element_strides=(make(2), make(1)), swizzle=make(2),
+        interleave=make(0), l2_promotion=make(3), oob_fill=make(1),
+    )
+    assert made.descriptor.encoded == plain.descriptor.encoded
+    assert (made.box_dim, made.element_strides, made.swizzle) == ((32, 4), (1, 2), 2)
+    assert all(type(x) is int for x in made.box_dim + made.element_strides)
+    assert all(type(x) is int for x in (made.swizzle, made.interleave, made.l2_promotion, made.oob_fill))
+
+
+def test_integer_arrays_and_driver_enums_are_accepted(fake):
+    """A numpy integer array for box_dim, and the driver's enum values for the options, are accepted."""
+    from fake_driver import CUtensorMapFloatOOBfill as O, CUtensorMapL2promotion as L
+    from fake_driver import CUtensorMapSwizzle as S
+
+    v = view(fake, (8, 512), np.float16)
+    tmap = v.as_tensor_map(np.array([4, 32]), swizzle=S(2), l2_promotion=L(1), oob_fill=O(1))
+    assert tmap.box_dim == (32, 4) and (tmap.swizzle, tmap.l2_promotion, tmap.oob_fill) == (2, 1, 1)
+
+
 @pytest.mark.gpu
 def test_gpu_tensor_map_encodes_on_a_tma_device():
     """On a GPU with TMA (compute capability 9.0+), the real driver accepts the encoding."""
