@@ -763,6 +763,7 @@ TRIGGERS = [
     ("tmap-no-box", lambda f, m: _tmap(box_dim=None), ValueError, "tensor map: box_dim is required"),
     ("tmap-host", lambda f, m: StridedMemoryView(np.zeros((4, 16), np.float32)).as_tensor_map((2, 4)), ValueError, "tensor map: the view is host memory (device_id -1); TMA reads device memory"),
     ("tmap-rank", lambda f, m: _tmap(shape=(1,) * 6, box_dim=(1,) * 6), ValueError, "tensor map: rank 6 is outside 1 to 5"),
+    ("tmap-nan-fill-integer", lambda f, m: _tmap(typestr="<i4", oob_fill=1), ValueError, "tensor map: oob_fill 1 (NaN) is for floating-point data; data type 3 (int32) is an integer type"),
     ("tmap-itemsize", lambda f, m: _tmap(data_type=np.float64), ValueError, "tensor map: data type 8 has 8-byte elements"),
     ("tmap-align", lambda f, m: _tmap(data=(0x10008, False)), ValueError, "tensor map: the global address 0x10008 is not 16-byte aligned"),
     ("tmap-interleave-rank", lambda f, m: _tmap(interleave=1), ValueError, "tensor map: interleave 1 needs rank 3 to 5 (got 2)"),

@@ -235,6 +235,90 @@ def test_integer_arrays_and_driver_enums_are_accepted(fake):
     assert tmap.box_dim == (32, 4) and (tmap.swizzle, tmap.l2_promotion, tmap.oob_fill) == (2, 1, 1)
 
 
+# The TMA data types are uint8/16/32/64, int32/64 (integers) and float16/32/64, bfloat16,
+# float32_ftz, tfloat32 and tfloat32_ftz (floating point); NaN fill is for the latter only.
+INTEGER_DATA = [
+    ("uint8", np.uint8, None, 0),
+    ("uint16", np.uint16, None, 1),
+    ("uint32", np.uint32, None, 2),
+    ("int32", np.int32, None, 3),
+    ("uint64", np.uint64, None, 4),
+    ("int64", np.int64, None, 5),
+    ("float16-as-uint16", np.float16, np.uint16, 1),
+    ("float32-as-int32", np.float32, np.int32, 3),
+    ("float64-as-code-4", np.float64, 4, 4),
+    ("bool-as-uint8", np.bool_, np.uint8, 0),
+]
+
+
+@pytest.mark.parametrize("oob_fill", [1, np.int64(1), "enum"], ids=["int", "numpy-int", "enum"])
+@pytest.mark.parametrize("dtype, data_type, code", [t[1:] for t in INTEGER_DATA], ids=[t[0] for t in INTEGER_DATA])
+def test_nan_fill_is_refused_for_integer_data(fake, dtype, data_type, code, oob_fill):
+    """oob_fill 1 (NaN) with an integer TMA data type is a ValueError; the driver is not called."""
+    from fake_driver import CUtensorMapFloatOOBfill as O
+
+    if isinstance(oob_fill, str):
+        oob_fill = O(1)
+    size = np.dtype(dtype).itemsize
+    v = view(fake, (4, 64), dtype)
+    box = (2, max(1, 16 // size))
+    assert v.as_tensor_map(box, data_type=data_type).data_type == code  # fill 0 is fine
+    fake.clear_calls()
+    with pytest.raises(ValueError) as info:
+        v.as_tensor_map(box, data_type=data_type, oob_fill=oob_fill)
+    assert str(info.value).startswith(
+        f"tensor map: oob_fill 1 (NaN) is for floating-point data; data type {code} ("
+    ), str(info.value)
+    assert "cuTensorMapEncodeTiled" not in fake.names()
+
+
+FLOAT_DATA = [
+    ("float16", np.float16, None, 6),
+    ("float32", np.float32, None, 7),
+    ("float64", np.float64, None, 8),
+    ("int16-as-float16", np.int16, np.float16, 6),
+    ("float32-ftz", np.float32, 10, 10),
+    ("tfloat32", np.float32, 11, 11),
+    ("tfloat32-ftz", np.float32, 12, 12),
+]
+
+
+@pytest.mark.parametrize("dtype, data_type, code", [t[1:] for t in FLOAT_DATA], ids=[t[0] for t in FLOAT_DATA])
+def test_nan_fill_is_encoded_for_floating_point_data(fake, dtype, data_type, code):
+    """oob_fill 1 (NaN) with a floating-point TMA data type (by dtype or data_type=) is encoded."""
+    size = np.dtype(dtype).itemsize
+    tmap = view(fake, (4, 64), dtype).as_tensor_map((2, 16 // size), data_type=data_type, oob_fill=1)
+    assert tmap.descriptor.encoded["oob_fill"] == 1 and tmap.data_type == code
+
+
+def test_nan_fill_for_bfloat16(fake):
+    """bfloat16 (ml_dtypes) is floating point: NaN fill is encoded."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    v = view(fake, (4, 64), np.uint16).view(dtype=ml_dtypes.bfloat16)
+    assert v.as_tensor_map((2, 8), oob_fill=1).descriptor.encoded["oob_fill"] == 1
+
+
+@pytest.mark.parametrize("code", range(13), ids=[f"type-{c}" for c in range(13)])
+def test_fake_driver_refuses_nan_fill_for_integer_types(fake, code):
+    """The fake's cuTensorMapEncodeTiled, called directly, answers NaN fill for an integer type
+    with CUDA_ERROR_INVALID_VALUE (the driver's rule), and encodes it for a floating-point one."""
+    from fake_driver import CUtensorMapDataType as T, CUtensorMapFloatOOBfill as O
+    from fake_driver import CUtensorMapInterleave as I, CUtensorMapL2promotion as L, CUtensorMapSwizzle as S
+    from fake_driver import CUresult
+
+    fake.cuInit(0)
+    fake.cuCtxSetCurrent(fake.cuDevicePrimaryCtxRetain(0)[1])
+
+    def encode(fill):
+        return fake.cuTensorMapEncodeTiled(
+            T(code), 2, 0x10000, (128, 64), (1024,), (16, 16), (1, 1), I(0), S(0), L(0), O(fill),
+        )
+
+    assert encode(0)[0] == CUresult.CUDA_SUCCESS
+    expected = CUresult.CUDA_ERROR_INVALID_VALUE if code <= 5 else CUresult.CUDA_SUCCESS
+    assert encode(1)[0] == expected
+
+
 @pytest.mark.gpu
 def test_gpu_tensor_map_encodes_on_a_tma_device():
     """On a GPU with TMA (compute capability 9.0+), the real driver accepts the encoding."""

@@ -25,12 +25,16 @@ _DATA_TYPES = {
     "uint8": 0, "uint16": 1, "uint32": 2, "int32": 3, "uint64": 4, "int64": 5,
     "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9,
 }
+# The integer CUtensorMapDataTypes (uint8, uint16, uint32, int32, uint64, int64): the
+# driver fills out of bounds with NaN only for floating-point data.
+_INTEGER_TYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "int32", 4: "uint64", 5: "int64"}
 # The element size of each CUtensorMapDataType (float32_ftz, tfloat32, tfloat32_ftz: 10-12).
 _TYPE_SIZES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4, 12: 4}
 _INTERLEAVE_NONE, _INTERLEAVE_16B, _INTERLEAVE_32B = 0, 1, 2
 _SWIZZLE_SPAN = {0: None, 1: 32, 2: 64, 3: 128}  # CU_TENSOR_MAP_SWIZZLE_NONE, 32B, 64B, 128B
 _L2_PROMOTIONS = (0, 1, 2, 3)
-_OOB_FILLS = (0, 1)
+_OOB_FILL_NONE, _OOB_FILL_NAN = 0, 1  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+_OOB_FILLS = (_OOB_FILL_NONE, _OOB_FILL_NAN)
 
 
 class TensorMap:
@@ -173,6 +177,11 @@ def encode_tiled(
     swizzle = _option(swizzle, "swizzle", tuple(_SWIZZLE_SPAN))
     l2_promotion = _option(l2_promotion, "l2_promotion", _L2_PROMOTIONS)
     oob_fill = _option(oob_fill, "oob_fill", _OOB_FILLS)
+    if oob_fill == _OOB_FILL_NAN and code in _INTEGER_TYPES:
+        raise ValueError(
+            f"tensor map: oob_fill 1 (NaN) is for floating-point data; data type {code} "
+            f"({_INTEGER_TYPES[code]}) is an integer type"
+        )
     box = _ints(box_dim, "box_dim", rank)
     steps = (1,) * rank if element_strides is None else _ints(element_strides, "element_strides", rank)
     alignment = 32 if interleave == _INTERLEAVE_32B else 16
