@@ -199,6 +199,22 @@ def test_box_dim_must_be_a_sequence_of_integers(fake, value):
     assert str(info.value) == f"tensor map: element_strides must be a sequence of ints (got {value!r})"
 
 
+DATA_TYPE_NOT_INTEGERS = [
+    ("float", 7.0), ("fraction", 7.9), ("str", "7"), ("bool", True),
+]
+
+
+@pytest.mark.parametrize("value", [t[1] for t in DATA_TYPE_NOT_INTEGERS], ids=[t[0] for t in DATA_TYPE_NOT_INTEGERS])
+def test_data_type_code_must_be_an_integer(fake, value):
+    """data_type is a dtype or an integer CUtensorMapDataType: a float, str or bool code is a TypeError."""
+    v = view(fake, (4, 16), np.float32)
+    with pytest.raises(TypeError) as info:
+        v.as_tensor_map((2, 4), data_type=value)
+    assert str(info.value) == f"tensor map: data_type must be a dtype or a CUtensorMapDataType (got {value!r})"
+    for code in (np.int64(11), Index(11)):  # an integer code of any kind: tfloat32
+        assert v.as_tensor_map((2, 4), data_type=code).data_type == 11
+
+
 INTEGERS = [
     ("int", lambda x: x),
     ("numpy-int64", np.int64),
