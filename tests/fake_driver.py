@@ -51,7 +51,8 @@ keeps, and refuses what the real driver refuses (shared/CUDA_SEMANTICS.md):
   ``(name, stream model, write tags it is guaranteed to see, arguments)`` and to its
   stream as a write tagged ``("copy", n)``.
 - ``cuTensorMapEncodeTiled`` checks the documented rules (alignment, rank, strides,
-  box and element strides, interleave and swizzle) and returns a ``CUtensorMap``
+  box and element strides, interleave and swizzle, NaN out-of-bounds fill only for a
+  floating-point data type) and returns a ``CUtensorMap``
   holding the arguments it was given (``encoded``).
 - Host-blocking calls (``cuStreamSynchronize``, ``cuEventSynchronize``,
   ``cuCtxSynchronize``) succeed but are appended to ``violations``; so is an event
@@ -985,6 +986,9 @@ class FakeDriver:
             or (interleave == 0 and (box[0] * size) % 16)
             or (interleave == 0 and swizzle != 0 and box[0] * size > 16 << int(swizzle))
             or (interleave == 2 and swizzle != 1)
+            # NAN_REQUEST_ZERO_FMA "can only be used when tensorDataType represents a
+            # floating-point data type": not uint8/16/32/64 or int32/64 (0 to 5).
+            or (oob_fill != 0 and int(data_type) <= 5)
         )
         if invalid:
             raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)

@@ -2,13 +2,21 @@
 
 The driver's rules are checked here first, each violation named in a
 ValueError (TypeError for a value of the wrong type), so that the one driver
-call made is one the driver accepts.  The driver orders dimensions innermost
+call made is one the driver accepts.  An integer argument (each entry of
+``box_dim`` and ``element_strides``, ``interleave``, ``swizzle``,
+``l2_promotion``, ``oob_fill``, an int ``data_type``) is what
+``operator.index`` takes: an int, a numpy integer, a driver enum; a float, a
+string or None is refused, never truncated, and so is a bool (Python's or
+numpy's), which is no count or mode here.  The driver orders dimensions innermost
 first; the view's axis order (row-major, as ``shape``) is what the caller
 passes, and is reversed here.  The innermost axis must be contiguous (its
 stride is the element size, implicit in the encoding).
 """
 
 from __future__ import annotations
+
+import operator
+import sys
 
 from stridedview import _driver
 
@@ -17,12 +25,16 @@ _DATA_TYPES = {
     "uint8": 0, "uint16": 1, "uint32": 2, "int32": 3, "uint64": 4, "int64": 5,
     "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9,
 }
+# The integer CUtensorMapDataTypes (uint8, uint16, uint32, int32, uint64, int64): the
+# driver fills out of bounds with NaN only for floating-point data.
+_INTEGER_TYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "int32", 4: "uint64", 5: "int64"}
 # The element size of each CUtensorMapDataType (float32_ftz, tfloat32, tfloat32_ftz: 10-12).
 _TYPE_SIZES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4, 12: 4}
 _INTERLEAVE_NONE, _INTERLEAVE_16B, _INTERLEAVE_32B = 0, 1, 2
 _SWIZZLE_SPAN = {0: None, 1: 32, 2: 64, 3: 128}  # CU_TENSOR_MAP_SWIZZLE_NONE, 32B, 64B, 128B
 _L2_PROMOTIONS = (0, 1, 2, 3)
-_OOB_FILLS = (0, 1)
+_OOB_FILL_NONE, _OOB_FILL_NAN = 0, 1  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+_OOB_FILLS = (_OOB_FILL_NONE, _OOB_FILL_NAN)
 
 
 class TensorMap:
@@ -60,22 +72,47 @@ class TensorMap:
         )
 
 
+def _is_bool(value) -> bool:
+    """A Python or numpy bool (numpy looked up, never imported)."""
+    if isinstance(value, bool):
+        return True
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.bool_)
+
+
+def _integer(value, name, expected):
+    """``operator.index(value)``, a bool refused: an int, never a truncated float."""
+    number = None
+    if not _is_bool(value):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            pass
+    if number is None:
+        raise TypeError(f"tensor map: {name} must be {expected} (got {value!r})")
+    return number
+
+
 def _option(value, name, allowed, default=0) -> int:
     if value is None:
         return default
-    if isinstance(value, (bool, type)) or not hasattr(value, "__index__") and not hasattr(value, "__int__"):
-        raise TypeError(f"tensor map: {name} must be an int or a driver enum (got {value!r})")
-    number = int(value)
+    number = _integer(value, name, "an int or a driver enum")
     if number not in allowed:
         raise ValueError(f"tensor map: {name} {number} is not one of {tuple(allowed)}")
     return number
 
 
 def _ints(values, name, rank):
-    try:
-        result = tuple(int(v) for v in values)
-    except TypeError:
-        raise TypeError(f"tensor map: {name} must be a sequence of ints (got {values!r})") from None
+    # A str or bytes iterates, but into characters or bytes, not counts.
+    items = None
+    if not isinstance(values, (str, bytes, bytearray)):
+        try:
+            items = iter(values)
+        except TypeError:
+            pass
+    if items is None:
+        raise TypeError(f"tensor map: {name} must be a sequence of ints (got {values!r})")
+    result = tuple(_integer(v, f"{name}[{i}]", "an int") for i, v in enumerate(items))
     if len(result) != rank:
         raise ValueError(f"tensor map: {name} {result} must have one entry per axis ({rank})")
     return result
@@ -90,8 +127,8 @@ def _data_type(view, data_type):
                 f"{', '.join(_DATA_TYPES)}); pass data_type= to encode its bytes as another"
             )
         return code
-    if hasattr(data_type, "__index__") and not isinstance(data_type, (bool, type)):
-        code = int(data_type)
+    if hasattr(data_type, "__index__") and not isinstance(data_type, type) and not _is_bool(data_type):
+        code = operator.index(data_type)
         if code not in _TYPE_SIZES:
             raise ValueError(f"tensor map: data_type {code} is not a CUtensorMapDataType")
         return code
@@ -140,6 +177,11 @@ def encode_tiled(
     swizzle = _option(swizzle, "swizzle", tuple(_SWIZZLE_SPAN))
     l2_promotion = _option(l2_promotion, "l2_promotion", _L2_PROMOTIONS)
     oob_fill = _option(oob_fill, "oob_fill", _OOB_FILLS)
+    if oob_fill == _OOB_FILL_NAN and code in _INTEGER_TYPES:
+        raise ValueError(
+            f"tensor map: oob_fill 1 (NaN) is for floating-point data; data type {code} "
+            f"({_INTEGER_TYPES[code]}) is an integer type"
+        )
     box = _ints(box_dim, "box_dim", rank)
     steps = (1,) * rank if element_strides is None else _ints(element_strides, "element_strides", rank)
     alignment = 32 if interleave == _INTERLEAVE_32B else 16

@@ -440,7 +440,8 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
         cuda.core's signature.  ``box_dim`` and ``element_strides`` are given in
         the view's axis order (row-major, as its shape); the rules of the driver
-        are checked first and each violation named (ValueError).  Returns a
+        are checked first and each violation named (ValueError; TypeError for an
+        integer argument that ``operator.index`` refuses, or a bool).  Returns a
         ``stridedview.TensorMap``.  See docs/beyond.md.
         """
         return _tensor_map_module().encode_tiled(
