@@ -498,3 +498,60 @@ def test_a_view_in_a_traceback_is_never_filled_again():
         fail_free = _views(np.arange(2.0), np.arange(2.0), np.arange(2.0))
         _check(fail_free, fail_free)
     _check(_fields(view) == before and view.exporting_obj is array, (_fields(view), before))
+
+
+
+_handed_out = []  # ids of the proxies and views a _recorded launch was given
+
+
+@args_viewable_as_strided_memory((0, 1, 2))
+def _recorded(a, b, c):
+    # ids only: holding the objects would change the counts under test
+    _handed_out.extend(map(id, (a, b, c, a.view(-1), b.view(-1), c.view(-1))))
+
+
+
+def _launch_while_held_as_arguments(proxy, view, rounds):
+    """Launch ``rounds`` times while ``proxy`` and ``view`` are this frame's parameters
+    (on CPython 3.14 and later, borrowed stack references of the caller's locals)."""
+    for round_ in range(rounds):
+        _recorded(*_arrays(3, start=100 + round_))
+
+
+def _park_and_find():
+    """A proxy the last launch parked (the next launch's first candidate) and its
+    emptied view, found through the collector: (None, None) in a build without spares."""
+    _handed_out.clear()
+    _recorded(*_arrays(3))
+    last_parked = set(_handed_out[:3])
+    gc.collect()
+    proxy = next((o for o in gc.get_objects() if id(o) in last_parked), None)
+    if proxy is None:
+        return None, None
+    view = next((r for r in gc.get_referents(proxy) if type(r) is StridedMemoryView), None)
+    return proxy, view
+
+
+@pytest.mark.parametrize("passed_on", [False, True], ids=["local", "local-and-argument"])
+def test_objects_held_only_by_frame_locals_are_never_reused(passed_on):
+    """A spare proxy and its emptied view, held by nothing but a local variable (and the
+    parameters it is passed to, which CPython 3.14 and later pass as borrowed stack
+    references, uncounted), are never handed to a later launch: the reference count
+    the launcher reads still counts the local that backs every borrowed reference."""
+    # The collector's list, the generators and the returned tuple are gone: the two
+    # locals are the only references the test holds.
+    proxy, view = _park_and_find()
+    if not _view.gil_fast_paths:  # spares compiled out: every launch's proxies are freed
+        _check(proxy is None, "an emptied proxy kept by a build without spares")
+        return
+    _check(proxy is not None and view is not None, "no parked proxy and view (none kept?)")
+    _handed_out.clear()
+    if passed_on:
+        _launch_while_held_as_arguments(proxy, view, 20)
+    else:
+        for round_ in range(20):
+            _recorded(*_arrays(3, start=200 + round_))
+    _check(len(_handed_out) == 20 * 6, len(_handed_out))
+    _check(id(proxy) not in _handed_out, "a proxy held by a local was handed to a launch")
+    _check(id(view) not in _handed_out, "a view held by a local was filled by a launch")
+    _check(proxy.obj is None and view.ptr is None, (proxy.obj, view.ptr))
