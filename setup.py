@@ -1,5 +1,21 @@
-"""Build the Cython core. Everything else lives in pyproject.toml."""
+"""Build the Cython core. Everything else lives in pyproject.toml.
 
+One build switch, read from the environment:
+
+STRIDEDVIEW_NO_GIL_FAST_PATHS=1
+    Compile the extension with SV_NO_GIL_FAST_PATHS defined: the fast paths whose shared
+    state only the GIL protects are left out, as in a free-threaded build
+    (docs/internals.md, "How to switch each off"; ``stridedview._view.gil_fast_paths`` is
+    then False).  A build to compare against: CI builds CPython 3.12 so.  Every other
+    compile flag stays the interpreter's, as in any ``pip install``.  Remove ``build/``
+    first when switching: setuptools does not recompile an extension newer than its sources.
+
+The define is passed here, as a define macro, rather than through CFLAGS: setuptools 84
+and later let an environment CFLAGS *replace* the interpreter's compile flags (no -O, no
+-DNDEBUG) instead of adding to them.
+"""
+
+import os
 import shutil
 import sys
 
@@ -9,12 +25,14 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 CXX_GUARD = "src/stridedview/_cxx_guard.cpp"
+NO_GIL_FAST_PATHS = ("SV_NO_GIL_FAST_PATHS", "1")
 
 
 class BuildExt(build_ext):
     """Build without _cxx_guard.cpp where there is no C++ compiler: the extension then
     defines SV_WITHOUT_CXX_GUARD and never calls torch's C++ functions that can throw
-    (torch tensors' layouts come from torch's exchange API instead)."""
+    (torch tensors' layouts come from torch's exchange API instead).  Say so, too, when
+    STRIDEDVIEW_NO_GIL_FAST_PATHS=1 compiles the GIL fast paths out."""
 
     def build_extensions(self):
         if self.compiler.compiler_type == "unix":
@@ -26,6 +44,13 @@ class BuildExt(build_ext):
             # so it wins).  MSVC's /O2 is already its highest level.
             for extension in self.extensions:
                 extension.extra_compile_args.append("-O3")
+        if any(NO_GIL_FAST_PATHS in extension.define_macros for extension in self.extensions):
+            # One line (pip shows it with -v): a build that is not what users get.
+            print(
+                "stridedview: STRIDEDVIEW_NO_GIL_FAST_PATHS=1: built with -DSV_NO_GIL_FAST_PATHS "
+                "(the GIL fast paths compiled out)",
+                file=sys.stderr,
+            )
         compiler_cxx = getattr(self.compiler, "compiler_cxx", None)
         if compiler_cxx and shutil.which(compiler_cxx[0]) is None:
             for extension in self.extensions:
@@ -45,6 +70,16 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+def _define_macros():
+    macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+    switch = os.environ.get("STRIDEDVIEW_NO_GIL_FAST_PATHS", "")
+    if switch not in ("", "0", "1"):
+        sys.exit(f"STRIDEDVIEW_NO_GIL_FAST_PATHS={switch!r}: set it to 1 (or 0, or leave it unset)")
+    if switch == "1":
+        macros.append(NO_GIL_FAST_PATHS)
+    return macros
+
+
 extensions = [
     # include/: stridedview.h, the C API header shipped for extensions (get_include()).
     Extension(
@@ -57,7 +92,7 @@ extensions = [
         # extension links nothing of numpy's and loads no numpy at import.  Built
         # against numpy 2's headers, it runs with numpy 1.x and 2.x alike.
         include_dirs=["src/stridedview/include", numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        define_macros=_define_macros(),
     ),
 ]
 
