@@ -291,37 +291,64 @@ cdef void _forget_kept_view(ViewableArgument proxy) noexcept:
     proxy._kept_view_empty = False
 
 
+cdef extern from *:
+    """
+    #define SV_PROXY_STRUCT struct __pyx_obj_11stridedview_5_view_ViewableArgument
+    /* A parked proxy's fields, read and moved without taking references: obj and
+       _info moved to old[0], old[1] (None left in their place); the kept view and
+       whether it has been emptied. */
+    #define SV_PROXY_EMPTY(p, old) do { \
+        SV_PROXY_STRUCT *sv_proxy = (SV_PROXY_STRUCT *)(p); \
+        (old)[0] = sv_proxy->obj; \
+        sv_proxy->obj = SV_NONE_NEW(); \
+        (old)[1] = (PyObject *)sv_proxy->_info; \
+        sv_proxy->_info = (void *)SV_NONE_NEW(); \
+    } while (0)
+    #define SV_PROXY_KEPT_VIEW(p) ((PyObject *)((SV_PROXY_STRUCT *)(p))->_kept_view)
+    #define SV_PROXY_KEPT_VIEW_EMPTY(p) (((SV_PROXY_STRUCT *)(p))->_kept_view_empty)
+    /* The kept view's reference moved to *old (None left), or emptied marked. */
+    #define SV_PROXY_TAKE_KEPT_VIEW(p, old) do { \
+        SV_PROXY_STRUCT *sv_proxy = (SV_PROXY_STRUCT *)(p); \
+        *(old) = (PyObject *)sv_proxy->_kept_view; \
+        sv_proxy->_kept_view = (void *)SV_NONE_NEW(); \
+    } while (0)
+    #define SV_PROXY_MARK_KEPT_VIEW_EMPTY(p) (((SV_PROXY_STRUCT *)(p))->_kept_view_empty = 1)
+    """
+    void SV_PROXY_EMPTY(PyObject *, PyObject **) noexcept
+    PyObject *SV_PROXY_KEPT_VIEW(PyObject *) noexcept
+    bint SV_PROXY_KEPT_VIEW_EMPTY(PyObject *) noexcept
+    void SV_PROXY_TAKE_KEPT_VIEW(PyObject *, PyObject **) noexcept
+    void SV_PROXY_MARK_KEPT_VIEW_EMPTY(PyObject *) noexcept
+
+
 cdef void _park_proxy(PyObject *proxy) noexcept:
     global _spare_proxy_count
-    cdef ViewableArgument argument = <ViewableArgument>proxy
-    cdef PyObject *view = <PyObject *>argument._kept_view
-    cdef PyObject *view_fields[8]  # an emptied view's old references
-    cdef bint emptied = False
-    cdef object dropped_view = None
+    cdef PyObject *view = SV_PROXY_KEPT_VIEW(proxy)
+    # The references the proxy and its view let go of: obj and _info, then an emptied
+    # view's eight fields or the view itself; released once the proxy is listed.
+    cdef PyObject *released[10]
+    cdef int release_count = 2
     cdef int i
     # Emptied and listed before anything is released: releasing obj, _info or a
     # view's fields may run Python code (a __del__), which may launch and take
-    # this spare, and must then find it consistent.
-    cdef object obj = argument.obj
-    cdef object info = argument._info
-    argument.obj = None
-    argument._info = None
-    if view != <PyObject *>None and not argument._kept_view_empty:
+    # this spare, and must then find it consistent.  Fields are moved, not copied:
+    # no reference is taken or dropped until the end.
+    SV_PROXY_EMPTY(proxy, released)
+    if view != <PyObject *>None and not SV_PROXY_KEPT_VIEW_EMPTY(proxy):
         if Py_REFCNT_ptr(view) == 1 and not _holds_resources(<StridedMemoryView>view):
             # Held by the proxy alone: emptied as a new view starts, no Python code run.
-            SV_VIEW_EMPTY(view, view_fields)
-            argument._kept_view_empty = True
-            emptied = True
+            SV_VIEW_EMPTY(view, released + 2)
+            SV_PROXY_MARK_KEPT_VIEW_EMPTY(proxy)
+            release_count = 10
         else:
             # Kept by someone else, or holding a capsule, a buffer or a shape block
             # (whose release may run Python code): the proxy lets it go.
-            dropped_view = argument._kept_view
-            argument._kept_view = None
+            SV_PROXY_TAKE_KEPT_VIEW(proxy, released + 2)
+            release_count = 3
     _spare_proxies[_spare_proxy_count] = proxy  # the launcher's reference, handed over
     _spare_proxy_count += 1
-    if emptied:
-        for i in range(8):
-            Py_DECREF_ptr(view_fields[i])
+    for i in range(release_count):
+        Py_DECREF_ptr(released[i])
 
 
 cdef int _check_viewable(object value, object name, _ProducerType info) except -1:

@@ -200,6 +200,15 @@ _install_view_dealloc()
 cdef extern from *:
     """
     #define SV_VIEW_STRUCT struct __pyx_obj_11stridedview_5_view_StridedMemoryView
+    /* A reference to None for a field the view or a proxy owns.  None is immortal
+       from CPython 3.12 on (its count is never changed: Py_RETURN_NONE takes no
+       reference there either), so the reference is taken only before 3.12, where a
+       field's None is counted like any other object. */
+    #if PY_VERSION_HEX >= 0x030C0000
+    #define SV_NONE_NEW() (Py_None)
+    #else
+    #define SV_NONE_NEW() (Py_INCREF(Py_None), Py_None)
+    #endif
     #if SV_GIL_FAST_PATHS && CYTHON_USE_FREELISTS && !CYTHON_USE_TYPE_SPECS && !CYTHON_COMPILING_IN_LIMITED_API
     #define SV_VIEW_FREE_COUNT \
         (__pyx_mstate_global->__pyx_freecount_11stridedview_5_view_StridedMemoryView)
@@ -220,15 +229,14 @@ cdef extern from *:
         memset((char *)sv_reset + (start), 0, sv_from - (start)); \
         memset((char *)sv_reset + sv_to, 0, sizeof(SV_VIEW_STRUCT) - sv_to); \
         sv_reset->__pyx_vtab = __pyx_vtabptr_11stridedview_5_view_StridedMemoryView; \
-        Py_INCREF(Py_None); sv_reset->ptr = Py_None; \
-        Py_INCREF(Py_None); sv_reset->shape = Py_None; \
-        Py_INCREF(Py_None); sv_reset->strides = Py_None; \
-        Py_INCREF(Py_None); sv_reset->dtype = Py_None; \
-        Py_INCREF(Py_None); sv_reset->exporting_obj = Py_None; \
-        Py_INCREF(Py_None); sv_reset->ready_stream = Py_None; \
-        Py_INCREF(Py_None); \
-        sv_reset->_memory_owner = (struct __pyx_obj_11stridedview_5_view_StridedMemoryView *)Py_None; \
-        Py_INCREF(Py_None); sv_reset->_interface = Py_None; \
+        sv_reset->ptr = SV_NONE_NEW(); \
+        sv_reset->shape = SV_NONE_NEW(); \
+        sv_reset->strides = SV_NONE_NEW(); \
+        sv_reset->dtype = SV_NONE_NEW(); \
+        sv_reset->exporting_obj = SV_NONE_NEW(); \
+        sv_reset->ready_stream = SV_NONE_NEW(); \
+        sv_reset->_memory_owner = (struct __pyx_obj_11stridedview_5_view_StridedMemoryView *)SV_NONE_NEW(); \
+        sv_reset->_interface = SV_NONE_NEW(); \
     } while (0)
     /* A freed view made as Cython's tp_new makes one, but for the inline
        arrays: every byte before and after them zeroed, then the header, the
