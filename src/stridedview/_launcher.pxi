@@ -223,16 +223,42 @@ cdef int _install_proxy_view() except -1:
 _install_proxy_view()
 
 
-cdef inline ViewableArgument _viewable(object value, object name):
-    """``value`` (not None: the launcher passes None on as it is) as a ViewableArgument;
-    BufferError without a protocol."""
-    info = _producer_type(value)
+cdef extern from *:
+    """
+    #define SV_PROXY_STRUCT struct __pyx_obj_11stridedview_5_view_ViewableArgument
+    /* A proxy's obj, _info and _name set to new references to the given objects,
+       the old ones dropped once all three are set (a spare's are None, or what a
+       caller of __init__ left; a spare's _name is usually the same object). */
+    #define sv_proxy_fill(p, new_obj, new_info, new_name) do { \
+        SV_PROXY_STRUCT *sv_fill = (SV_PROXY_STRUCT *)(p); \
+        PyObject *sv_old_obj = sv_fill->obj; \
+        PyObject *sv_old_info = (PyObject *)sv_fill->_info; \
+        PyObject *sv_old_name = sv_fill->_name; \
+        Py_INCREF(new_obj); \
+        sv_fill->obj = (new_obj); \
+        Py_INCREF(new_info); \
+        sv_fill->_info = (void *)(new_info); \
+        if (sv_old_name != (new_name)) { \
+            Py_INCREF(new_name); \
+            sv_fill->_name = (new_name); \
+            Py_DECREF(sv_old_name); \
+        } \
+        Py_DECREF(sv_old_obj); \
+        Py_DECREF(sv_old_info); \
+    } while (0)
+    """
+    void sv_proxy_fill(PyObject *, PyObject *, PyObject *, PyObject *) noexcept
+
+
+cdef inline PyObject *_viewable(PyObject *value, PyObject *name) except NULL:
+    """A new reference to ``value`` (not None: the launcher passes None on as it is)
+    wrapped as a ViewableArgument for the parameter ``name``; BufferError without a
+    protocol."""
+    info = _producer_type(<object>value)
     if not info.has_dlpack:
-        _check_viewable(value, name, info)
-    cdef ViewableArgument argument = _new_proxy()
-    argument.obj = value
-    argument._info = info
-    argument._name = name
+        _check_viewable(<object>value, <object>name, info)
+    cdef PyObject *argument = _new_proxy()
+    sv_proxy_fill(argument, value, <PyObject *>info, name)
     return argument
 
 
@@ -253,19 +279,21 @@ cdef PyObject *_spare_proxies[_SPARE_PROXY_SLOTS]  # strong references
 cdef Py_ssize_t _spare_proxy_count = 0
 
 
-cdef inline ViewableArgument _new_proxy():
-    """An empty proxy (obj and _info None): a spare if one is free, else a new one."""
+cdef inline PyObject *_new_proxy() except NULL:
+    """A new reference to a proxy: a spare if one is free (emptied: obj and _info
+    None, unless someone called its __init__), else a new one."""
     global _spare_proxy_count
     cdef PyObject *spare
-    if not SV_GIL_FAST_PATHS:
-        return ViewableArgument.__new__(ViewableArgument)
-    while _spare_proxy_count != 0:
-        _spare_proxy_count -= 1
-        spare = _spare_proxies[_spare_proxy_count]
-        if Py_REFCNT_ptr(spare) == 1:
-            return <ViewableArgument>_take_reference(spare)
-        Py_DECREF_ptr(spare)  # another holder found it: it is theirs now
-    return ViewableArgument.__new__(ViewableArgument)
+    if SV_GIL_FAST_PATHS:
+        while _spare_proxy_count != 0:
+            _spare_proxy_count -= 1
+            spare = _spare_proxies[_spare_proxy_count]
+            if Py_REFCNT_ptr(spare) == 1:
+                return spare  # the list's reference, handed over
+            Py_DECREF_ptr(spare)  # another holder found it: it is theirs now
+    proxy = ViewableArgument.__new__(ViewableArgument)
+    Py_INCREF(proxy)  # the caller's reference (the local's is dropped on return)
+    return <PyObject *>proxy
 
 
 cdef inline void _drop_proxy(PyObject *proxy) noexcept:
@@ -293,7 +321,6 @@ cdef void _forget_kept_view(ViewableArgument proxy) noexcept:
 
 cdef extern from *:
     """
-    #define SV_PROXY_STRUCT struct __pyx_obj_11stridedview_5_view_ViewableArgument
     /* A parked proxy's fields, read and moved without taking references: obj and
        _info moved to old[0], old[1] (None left in their place); the kept view and
        whether it has been emptied. */
@@ -438,10 +465,14 @@ cdef object _launch(
     cdef PyObject *stack[_LAUNCH_STACK_ARGS]
     cdef PyObject **items = stack
     cdef PyObject *name
+    # Raw pointers, read without references: the arguments (the caller's array holds
+    # them) and the names (the launcher's tuple).  The stack's references are then the
+    # launcher's only ones to its proxies (see _drop_proxy).
+    cdef PyObject *item
+    cdef PyObject *name_at = <PyObject *>self._name_at
     if self.func is None:
         raise TypeError("args_viewable_as_strided_memory: this launcher was never initialised")
     cdef tuple spill = None  # more arguments than the stack holds: a tuple holds them
-    cdef object item
     # Bit i: stack[i] is a proxy made here (see _drop_proxy); the stack only.
     cdef uint32_t proxies = 0
     if total > _LAUNCH_STACK_ARGS:
@@ -449,27 +480,30 @@ cdef object _launch(
         items = PySequence_Fast_ITEMS(spill)
     try:
         for i in range(count):
-            item = <object>args[i]
+            item = args[i]
             if i < chosen_end:
-                name = PyTuple_GET_ITEM(self._name_at, i)
-                if name != <PyObject *>None and item is not None:
-                    item = _viewable(item, <object>name)
+                name = SV_TUPLE_ITEM(name_at, i)
+                if name != <PyObject *>None and item != <PyObject *>None:
+                    items[i] = _viewable(item, name)
+                    filled += 1
                     if spill is None:  # (a shift past 31 would be undefined)
                         proxies |= <uint32_t>1 << i
-            Py_INCREF(item)
-            items[i] = <PyObject *>item
+                    continue
+            Py_INCREF_ptr(item)
+            items[i] = item
             filled += 1
         for i in range(keyword_count):
-            item = <object>args[count + i]
-            keyword = <object>PyTuple_GET_ITEM(<tuple>kwnames, i)
-            if item is not None and keyword in self.by_keyword:
-                item = _viewable(item, keyword)
+            item = args[count + i]
+            name = SV_TUPLE_ITEM(kwnames, i)
+            if item != <PyObject *>None and <object>name in self.by_keyword:
+                items[count + i] = _viewable(item, name)
+                filled += 1
                 if spill is None:
                     proxies |= <uint32_t>1 << (count + i)
-            Py_INCREF(item)
-            items[count + i] = <PyObject *>item
+                continue
+            Py_INCREF_ptr(item)
+            items[count + i] = item
             filled += 1
-        item = None  # the stack's references are the launcher's only ones (see _drop_proxy)
         return PyObject_Vectorcall(self.func, items, count, kwnames)
     finally:
         if spill is None:  # the spill tuple drops its own items (no spares from it)

@@ -59,6 +59,8 @@ cdef extern from "Python.h":
     object PyVectorcall_Call(object callable, object args, object kwargs)
     PyObject **PySequence_Fast_ITEMS(object)
     void Py_DECREF_ptr "Py_DECREF"(PyObject *)
+    void Py_INCREF_ptr "Py_INCREF"(PyObject *)
+    PyObject *SV_TUPLE_ITEM "PyTuple_GET_ITEM"(PyObject *, Py_ssize_t)  # borrowed
 
 cdef extern from *:
     """
