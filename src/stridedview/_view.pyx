@@ -783,6 +783,80 @@ cdef inline int64_t *_c_dims_storage(StridedMemoryView view, Py_ssize_t ndim) ex
     return dims
 
 
+# --- Checked int64 arithmetic ---------------------------------------------------
+
+cdef extern from *:
+    """
+    /* Checked int64 arithmetic: the one way the core multiplies or adds sizes,
+       strides and item sizes in C.  0 with the exact result in *out, or 1 when
+       it does not fit int64 (*out is then not to be used).  gcc and clang give a
+       multiply or an add and one branch; other compilers (MSVC) the portable
+       forms, which compare against the limits before computing. */
+    #if defined(__has_builtin)
+    #  if __has_builtin(__builtin_mul_overflow) && __has_builtin(__builtin_add_overflow)
+    #    define SV_OVERFLOW_BUILTINS 1
+    #  endif
+    #endif
+    #if !defined(SV_OVERFLOW_BUILTINS) && defined(__GNUC__) && __GNUC__ >= 5
+    #  define SV_OVERFLOW_BUILTINS 1
+    #endif
+    #ifndef SV_OVERFLOW_BUILTINS
+    #  define SV_OVERFLOW_BUILTINS 0
+    #endif
+    static inline int sv_mul_i64_portable(int64_t a, int64_t b, int64_t *out) {
+        if (a > 0 ? (b > 0 ? a > INT64_MAX / b : b < INT64_MIN / a)
+                  : (b > 0 ? a < INT64_MIN / b : (a != 0 && b < INT64_MAX / a)))
+            return 1;
+        *out = a * b;
+        return 0;
+    }
+    static inline int sv_add_i64_portable(int64_t a, int64_t b, int64_t *out) {
+        if (b > 0 ? a > INT64_MAX - b : a < INT64_MIN - b)
+            return 1;
+        *out = a + b;
+        return 0;
+    }
+    static inline int sv_mul_i64(int64_t a, int64_t b, int64_t *out) {
+    #if SV_OVERFLOW_BUILTINS
+        return __builtin_mul_overflow(a, b, out);
+    #else
+        return sv_mul_i64_portable(a, b, out);
+    #endif
+    }
+    static inline int sv_add_i64(int64_t a, int64_t b, int64_t *out) {
+    #if SV_OVERFLOW_BUILTINS
+        return __builtin_add_overflow(a, b, out);
+    #else
+        return sv_add_i64_portable(a, b, out);
+    #endif
+    }
+    /* The byte counts are checked against int64, which is Py_ssize_t (a buffer's
+       len and strides) on every platform stridedview is built for, the 64-bit
+       ones; a build where it is not stops here rather than truncate them. */
+    typedef char sv_py_ssize_t_is_int64[sizeof(Py_ssize_t) == sizeof(int64_t) ? 1 : -1];
+    """
+    int sv_mul_i64(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    int sv_add_i64(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    int sv_mul_i64_portable(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    int sv_add_i64_portable(int64_t a, int64_t b, int64_t *out) noexcept nogil
+
+
+def _checked_int64_both_ways(int64_t a, int64_t b):
+    """``((a * b, a + b), (the same, portably))`` as the checked helpers give them, None
+    where one reports an overflow; for tests, which compare both with exact integers."""
+    cdef int64_t product, total
+    answers = []
+    for portable in (False, True):
+        if portable:
+            mul_overflow = sv_mul_i64_portable(a, b, &product)
+            add_overflow = sv_add_i64_portable(a, b, &total)
+        else:
+            mul_overflow = sv_mul_i64(a, b, &product)
+            add_overflow = sv_add_i64(a, b, &total)
+        answers.append((None if mul_overflow else product, None if add_overflow else total))
+    return tuple(answers)
+
+
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
     """Row-major element strides for ``shape`` (whose extents are also in ``extents``).
 
@@ -813,7 +887,7 @@ cdef extern from *:
     /* _byte_offsets_fit in 128-bit arithmetic, where the compiler has it: the
        spans below and above element 0 are summed in elements, stopping as soon
        as one passes INT64_MAX (so no sum can overflow), then scaled by the item
-       size.  -1: no 128-bit integers here, use the portable check. */
+       size (sv_mul_i64).  -1: no 128-bit integers here, use the portable check. */
     static inline int sv_byte_offsets_fit_128(
         Py_ssize_t ndim, const int64_t *extents, const int64_t *strides,
         int64_t size, Py_ssize_t itemsize)
@@ -821,11 +895,12 @@ cdef extern from *:
     #if defined(__SIZEOF_INT128__)
         const unsigned __int128 limit = (unsigned __int128)INT64_MAX;
         unsigned __int128 above = 0, below = 0;
+        int64_t bytes;
         Py_ssize_t i;
         if (size == 0) return 1;
         if (itemsize < 1) itemsize = 1;
         if (strides == NULL)
-            return (unsigned __int128)(uint64_t)(size - 1) * (uint64_t)itemsize <= limit;
+            return !sv_mul_i64(size - 1, itemsize, &bytes);
         for (i = 0; i < ndim; i++) {
             int64_t stride = strides[i];
             if (extents[i] <= 1) continue;
@@ -838,7 +913,10 @@ cdef extern from *:
                 if (below > limit) return 0;
             }
         }
-        return above * (uint64_t)itemsize <= limit && below * (uint64_t)itemsize <= limit;
+        /* Both spans are within int64 here: one checked product each (two 128-bit
+           products took ten times the instructions). */
+        return !sv_mul_i64((int64_t)above, itemsize, &bytes)
+            && !sv_mul_i64((int64_t)below, itemsize, &bytes);
     #else
         (void)ndim; (void)extents; (void)strides; (void)size; (void)itemsize;
         return -1;
@@ -892,43 +970,33 @@ cdef bint _byte_offsets_fit_portable(
     Py_ssize_t ndim, const int64_t *extents, const int64_t *strides, int64_t size,
     Py_ssize_t itemsize
 ) noexcept:
-    """Whether every element lies within int64 bytes of element 0, in 64-bit arithmetic.
+    """Whether every element lies within int64 bytes of element 0, in checked int64
+    arithmetic (sv_mul_i64, sv_add_i64).
 
     ``strides`` are in elements, NULL for row-major.  Only dimensions of extent > 1
     step, and an empty layout addresses nothing: their strides may be anything.
-    The spans below and above element 0 are summed apart, each kept <= 2**63 - 1.
+    The byte spans below and above element 0 are summed apart, each kept within
+    2**63 - 1.
     """
-    cdef uint64_t limit = <uint64_t>INT64_MAX
-    cdef uint64_t above = 0, below = 0, step, span, steps, per_item
+    cdef int64_t above = 0, below = 0, reach
     cdef Py_ssize_t i
     if size == 0:
         return True
     if itemsize < 1:
         itemsize = 1
-    per_item = limit // <uint64_t>itemsize
     if strides == NULL:
-        return <uint64_t>(size - 1) <= per_item
+        return not sv_mul_i64(size - 1, itemsize, &reach)
     for i in range(ndim):
         if extents[i] <= 1:
             continue
-        steps = <uint64_t>(extents[i] - 1)
-        step = <uint64_t>strides[i] if strides[i] >= 0 else <uint64_t>0 - <uint64_t>strides[i]
-        if step > per_item:
+        if sv_mul_i64(extents[i] - 1, strides[i], &reach) or sv_mul_i64(reach, itemsize, &reach):
             return False
-        step *= <uint64_t>itemsize
-        # Below 2**31 both, the product fits; only larger ones need the division.
-        if (steps | step) >> 31 and step != 0 and steps > limit // step:
+        if reach >= 0:
+            if sv_add_i64(above, reach, &above):
+                return False
+        elif sv_add_i64(below, reach, &below):
             return False
-        span = step * steps
-        if strides[i] >= 0:
-            if span > limit - above:
-                return False
-            above += span
-        else:
-            if span > limit - below:
-                return False
-            below += span
-    return True
+    return below >= -INT64_MAX
 
 
 cdef object _exported_stride(object stride, Py_ssize_t itemsize):
