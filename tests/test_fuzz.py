@@ -273,6 +273,8 @@ def model_tensor(device, ndim, shape, strides, data, byte_offset, dtype, flags):
         raise Refused(BufferError, f"dlpack: dtype {name} is sub-byte and not padded")
     if not byte_offsets_fit(extents, element_strides, numpy_dtype(code, bits).itemsize):
         raise Refused(BufferError, "dlpack: byte offsets from element 0 must fit in int64 (got shape ")
+    if size * numpy_dtype(code, bits).itemsize > INT64_MAX:
+        raise Refused(BufferError, "dlpack: nbytes (size * itemsize) must fit in int64 (got shape ")
     device_type, device_id = device
     return {
         "ptr": data + byte_offset,
@@ -931,6 +933,8 @@ def model_cai(interface, stream_ptr, known):
         element_strides = tuple(element_strides)
     if not byte_offsets_fit(shape, element_strides, dtype.itemsize):
         raise Refused(BufferError, CAI + "byte offsets from the first element must fit in int64 (got ")
+    if size * dtype.itemsize > INT64_MAX:
+        raise Refused(BufferError, CAI + "nbytes (size * itemsize) must fit in int64 (got shape ")
     if interface.get("mask") is not None:
         raise Refused(BufferError, CAI + "masked arrays are not supported ('mask' is ")
     producer_stream = None

@@ -10,7 +10,10 @@
 # The exported Py_buffer: ``buf`` is element [0, ..., 0] (strides may be negative
 # or zero, as PEP 3118 allows), ``len`` the element bytes (``nbytes``), shape and
 # byte strides in one malloc'ed block that also holds the format string, freed by
-# __releasebuffer__ (``internal`` points at it).  ``obj`` is the view, which keeps
+# __releasebuffer__ (``internal`` points at it).  Every byte count is checked
+# against int64 (Py_ssize_t) before it is written: a view whose nbytes or byte
+# offsets would pass it is refused (BufferError), never exported with a len that
+# wrapped (_view.pyx, "Byte counts").  ``obj`` is the view, which keeps
 # its memory owner alive.  Nothing is cached: each export asks numpy for the
 # format of the dtype, so no module state is shared between threads.
 
@@ -97,20 +100,27 @@ cdef int _export_buffer(StridedMemoryView view, Py_buffer *buffer, int flags) ex
             f"buffer: the view (shape {view.shape}, strides {view.strides}) is not "
             "contiguous, as the request requires"
         )
+    # len (nbytes) and every element's byte offset fit int64, Py_ssize_t here (checked
+    # again: a len that wrapped would let a consumer read past the memory).
+    cdef int64_t nbytes = _view_nbytes(view, "buffer")
     flen = 0 if fmt is None else len(fmt) + 1
     block = <Py_ssize_t *>malloc(2 * ndim * sizeof(Py_ssize_t) + flen + 1)
     if block == NULL:
         raise MemoryError()
     for i in range(ndim):
         block[i] = <Py_ssize_t>view._dims[i]
-        block[ndim + i] = <Py_ssize_t>(view._dims[ndim + i] * view._itemsize)
+        # A stride whose bytes pass int64 is 0, as every export gives it (with every
+        # byte offset in int64, only one that never steps can): the product fits.
+        block[ndim + i] = <Py_ssize_t>(
+            _exported_stride_c(view._dims[ndim + i], view._itemsize) * view._itemsize
+        )
     text = <char *>(block + 2 * ndim)
     if fmt is not None:
         memcpy(text, <char *>fmt, len(fmt))
         text[len(fmt)] = 0
     buffer.buf = <void *>view._ptr
     buffer.obj = view
-    buffer.len = <Py_ssize_t>(view._size * view._itemsize)
+    buffer.len = <Py_ssize_t>nbytes
     buffer.readonly = view.readonly
     buffer.itemsize = <Py_ssize_t>view._itemsize
     buffer.format = text if fmt is not None else NULL
@@ -149,6 +159,7 @@ cdef dict _host_array_interface(StridedMemoryView view):
             "e.g. numpy.asarray(view.view(dtype=numpy.uint16)).view(dtype)"
         )
     itemsize = dtype.itemsize
+    _view_nbytes(view, "array interface")
     interface = {
         "version": 3,
         "shape": view.shape,

@@ -1,10 +1,12 @@
 """Copies between views: ``StridedMemoryView.copy_from`` and ``copy_to``.
 
-Everything is checked before anything is written: the destination must be
-writable and free of self-overlap, shapes and dtypes must be equal, and the two
-views' byte bounds must not intersect (addresses are unique across host and
-device memory under CUDA's unified addressing, so one comparison serves every
-pair).
+Everything is checked before anything is written: both views' byte counts must
+fit int64 (as every view's do), the destination must be writable and free of
+self-overlap, shapes and dtypes must be equal, and the two views' byte bounds
+must not intersect (addresses are unique across host and device memory under
+CUDA's unified addressing, so one comparison serves every pair).  The byte
+arithmetic below is in Python ints and so cannot wrap; each count it hands numpy
+or the driver is at most nbytes or a byte offset, within int64.
 
 Host to host (both views in host or pinned memory): numpy's ``copyto`` on two
 arrays laid over the views' memory with an unsigned integer (or opaque ``V<n>``)
@@ -29,6 +31,7 @@ from __future__ import annotations
 import itertools
 
 from stridedview import _driver
+from stridedview._view import _checked_nbytes
 
 # DLPack device types.
 _CPU, _CUDA, _CUDA_HOST, _CUDA_MANAGED = 1, 2, 3, 13
@@ -52,6 +55,10 @@ def copy(dst, src, stream, blocking) -> None:
             raise TypeError(
                 f"copy: the {role} must be a StridedMemoryView (got {type(view).__name__!r})"
             )
+    for view in (dst, src):
+        # Every byte count below (bounds, byte strides, widths, pitches, the driver's
+        # size_t arguments) is then within int64, as each view keeps it.
+        _checked_nbytes(view, "copy")
     if dst.readonly:
         raise BufferError("copy: the destination view is read-only")
     if dst.shape != src.shape:

@@ -69,6 +69,7 @@ cdef int _api_dltensor_from_py_object(void *py_object, DLTensor *out) except -1:
             "dlpack: a padded sub-byte view cannot be lent as a DLTensor, which has no "
             "flags (use managed_tensor_from_py_object_no_sync or __dlpack__)"
         )
+    _view_nbytes(view, "dlpack")
     out.data = NULL if view._size == 0 else <void *>view._ptr
     out.device.device_type = view._device_type
     if view._device_type == kDLCPU:
@@ -186,14 +187,14 @@ cdef DLManagedTensorVersioned *_new_host_tensor(DLTensor *prototype) except NULL
     for i in range(ndim):
         if prototype.shape[i] < 0:
             raise BufferError(f"dlpack: shape[{i}] must be >= 0 (got {prototype.shape[i]})")
-        if prototype.shape[i] and count > INT64_MAX // prototype.shape[i]:
+        if sv_mul_i64(count, prototype.shape[i], &count):
             raise BufferError("dlpack: element count overflows int64")
-        count *= prototype.shape[i]
     cdef int64_t itemsize = dtype.itemsize
-    if count > INT64_MAX // itemsize:
+    cdef int64_t nbytes
+    if sv_mul_i64(count, itemsize, &nbytes):
         raise BufferError("dlpack: byte count overflows int64")
 
-    cdef void *data = sv_aligned_alloc(_HOST_ALLOCATION_ALIGNMENT, <size_t>max(count * itemsize, 1))
+    cdef void *data = sv_aligned_alloc(_HOST_ALLOCATION_ALIGNMENT, <size_t>max(nbytes, 1))
     if data == NULL:
         raise MemoryError()
     cdef DLManagedTensorVersioned *tensor = <DLManagedTensorVersioned *>malloc(
@@ -203,11 +204,16 @@ cdef DLManagedTensorVersioned *_new_host_tensor(DLTensor *prototype) except NULL
         sv_aligned_free(data)
         raise MemoryError()
     cdef int64_t *dims = <int64_t *>(<char *>tensor + sizeof(DLManagedTensorVersioned))
+    # Row-major.  A step can pass int64 only in an empty tensor (else each is at most
+    # the element count), whose strides address nothing: 0 there, as
+    # _row_major_strides gives it.
     cdef int64_t step = 1
+    cdef bint step_overflow = False
     for i in range(ndim - 1, -1, -1):
         dims[i] = prototype.shape[i]
-        dims[ndim + i] = step
-        step *= prototype.shape[i] if prototype.shape[i] > 1 else 1
+        dims[ndim + i] = 0 if step_overflow else step
+        if prototype.shape[i] > 1 and not step_overflow:
+            step_overflow = sv_mul_i64(step, prototype.shape[i], &step)
     tensor.version.major = DLPACK_MAJOR_VERSION
     tensor.version.minor = DLPACK_MINOR_VERSION
     tensor.manager_ctx = data

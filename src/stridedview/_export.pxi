@@ -87,7 +87,7 @@ cdef void *_export_managed_tensor(
     """A new DLPack managed tensor over ``view``'s memory, holding a reference to ``view``
     that its deleter drops."""
     cdef DLDataType dl_dtype = _dlpack_dtype_of(view.dtype)
-    cdef Py_ssize_t ndim = len(view.shape)
+    cdef Py_ssize_t ndim = view._ndim
     cdef size_t header = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)
     cdef char *block
     cdef DLTensor *tensor
@@ -107,20 +107,16 @@ cdef void *_export_managed_tensor(
             f"dlpack: a {what} view cannot be exported as a legacy capsule "
             "(ask with max_version=(1, 0) or later)"
         )
+    _view_nbytes(view, "dlpack")  # a consumer computes byte offsets and nbytes in int64
     device_type, device_id = view.__dlpack_device__()
 
     block = <char *>malloc(header + 2 * ndim * sizeof(int64_t) + 1)
     if block == NULL:
         raise MemoryError()
     dims = <int64_t *>(block + header)
-    itemsize = view.dtype.itemsize
-    try:
-        for i in range(ndim):
-            dims[i] = view.shape[i]
-            dims[ndim + i] = _exported_stride(view.strides[i], itemsize)
-    except BaseException:
-        free(block)
-        raise
+    for i in range(ndim):  # from the view's C layout, which mirrors shape and strides
+        dims[i] = view._dims[i]
+        dims[ndim + i] = _exported_stride_c(view._dims[ndim + i], view._itemsize)
     if versioned:
         versioned_tensor = <DLManagedTensorVersioned *>block
         versioned_tensor.version.major = DLPACK_MAJOR_VERSION
@@ -251,6 +247,7 @@ cdef object _export_cai(StridedMemoryView view):
             f"cuda array interface: dtype {dtype} has no typestr ({dtype.str!r} names "
             "another type or none); export it through DLPack"
         )
+    _view_nbytes(view, _CAI_NAME)
     ready = view.ready_stream
     interface = {
         "version": 3,

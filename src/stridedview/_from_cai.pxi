@@ -56,6 +56,7 @@ cdef int _view_from_cai(
             f"cuda array interface: 'typestr' {cai['typestr']!r} has item size 0"
         )
     cdef int64_t size = _extents_product(extents, ndim, shape, _CAI_NAME)
+    cdef int64_t nbytes
 
     data = cai.get("data", _MISSING)
     if data is _MISSING:
@@ -76,6 +77,11 @@ cdef int _view_from_cai(
         raise BufferError(
             "cuda array interface: byte offsets from the first element must fit in int64 "
             f"(got 'shape' {shape}, 'strides' {strides}, item size {itemsize})"
+        )
+    if sv_mul_i64(size, itemsize, &nbytes):
+        _check_layout_bytes(
+            _CAI_NAME, ndim, extents, NULL if strides is None else element_strides_c, size,
+            itemsize, shape, element_strides,
         )
 
     mask = cai.get("mask")
@@ -192,10 +198,8 @@ cdef int64_t _extents_product(
     for i in range(ndim):
         if extents[i] == 0:
             return 0
-        if size > INT64_MAX // extents[i]:
-            overflow = True
-        else:
-            size *= extents[i]
+        if not overflow:
+            overflow = sv_mul_i64(size, extents[i], &size)
     if overflow:
         raise BufferError(f"{where}: element count overflows int64 (shape {shape})")
     return size

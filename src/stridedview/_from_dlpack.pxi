@@ -406,6 +406,7 @@ cdef int _fill_from_dltensor(
     cdef int32_t i
     cdef int64_t extent
     cdef int64_t size = 1
+    cdef int64_t nbytes
     cdef bint empty = False
     cdef bint overflow = False
 
@@ -421,10 +422,7 @@ cdef int _fill_from_dltensor(
         if extent == 0:
             empty = True
         elif not overflow:
-            if size > INT64_MAX // extent:
-                overflow = True
-            else:
-                size *= extent
+            overflow = sv_mul_i64(size, extent, &size)
     shape = _int64_tuple(tensor.shape, ndim)
     if empty:
         size = 0
@@ -456,6 +454,10 @@ cdef int _fill_from_dltensor(
         raise BufferError(
             f"dlpack: byte offsets from element 0 must fit in int64 (got shape {shape}, "
             f"strides {strides} in elements, itemsize {itemsize})"
+        )
+    if sv_mul_i64(size, itemsize, &nbytes):
+        _check_layout_bytes(
+            "dlpack", ndim, tensor.shape, tensor.strides, size, itemsize, shape, strides
         )
 
     view._ptr = <uintptr_t>tensor.data + <uintptr_t>tensor.byte_offset

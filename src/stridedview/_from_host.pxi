@@ -102,6 +102,7 @@ cdef tuple _buffer_layout(object obj, Py_buffer *buf):
     """``(shape, element strides, dtype, size)`` of an exported buffer, checked."""
     cdef Py_ssize_t i, ndim = buf.ndim
     cdef int64_t extents[_CAI_MAX_NDIM]
+    cdef int64_t element_strides[_CAI_MAX_NDIM]
     if ndim < 0 or ndim > _CAI_MAX_NDIM:
         raise BufferError(f"buffer: ndim must be from 0 to {_CAI_MAX_NDIM} (got {ndim})")
     if buf.suboffsets != NULL:
@@ -132,6 +133,11 @@ cdef tuple _buffer_layout(object obj, Py_buffer *buf):
                     f"{itemsize}"
                 )
         strides = tuple([stride // itemsize for stride in byte_strides])
+    for i in range(ndim):
+        element_strides[i] = strides[i]
+    _check_layout_bytes(
+        _BUFFER_NAME, ndim, extents, element_strides, size, itemsize, shape, strides
+    )
     if buf.buf == NULL and size != 0:
         raise BufferError(f"buffer: the pointer is NULL for {size} elements (shape {shape})")
     return shape, strides, dtype, size
@@ -268,6 +274,10 @@ cdef int _view_from_array_interface(
             strides, shape, extents, itemsize, element_strides_c, _AI_NAME
         )
         element_strides = _int64_tuple(element_strides_c, <int32_t>ndim)
+    _check_layout_bytes(
+        _AI_NAME, ndim, extents, NULL if strides is None else element_strides_c, size,
+        itemsize, shape, element_strides,
+    )
     mask = ai.get("mask")
     if mask is not None:
         raise BufferError(
@@ -445,8 +455,10 @@ cdef tuple _requested_layout(
                 f"buffer: the buffer's {nbytes} bytes are not a whole number of "
                 f"{itemsize}-byte elements"
             )
-        return (nbytes // itemsize,), (1,), nbytes // itemsize
+        # Checked below as a shape given would be (a Buffer's size may be any int).
+        shape = (nbytes // itemsize,)
     cdef int64_t extents[_CAI_MAX_NDIM]
+    cdef int64_t element_strides[_CAI_MAX_NDIM]
     cdef Py_ssize_t i
     shape = _int_tuple(shape, "shape")
     if len(shape) > _CAI_MAX_NDIM:
@@ -482,6 +494,11 @@ cdef tuple _requested_layout(
             f"buffer: the layout needs {end} bytes, the buffer has {nbytes} (shape {shape}, "
             f"strides {strides}, itemsize {itemsize})"
         )
+    for i in range(len(shape)):
+        element_strides[i] = strides[i]
+    _check_layout_bytes(
+        _BUFFER_NAME, len(shape), extents, element_strides, size, itemsize, shape, strides
+    )
     return shape, strides, size
 
 

@@ -164,20 +164,29 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     # declined, so that the general path raises its own error.
     cdef int64_t *shape = _c_dims_storage(view, ndim)
     cdef int64_t *element_strides = shape + ndim
-    cdef int64_t size = 1
+    cdef int64_t size
     cdef bint empty = False
+    cdef bint overflow = False
     cdef int i
     # numpy's own rule: strides of extent-1 axes are not checked, nor are any of
     # a C-contiguous or one-element array; a stride it would refuse is declined.
     cdef bint c_contiguous = (PyArray_FLAGS(array) & NPY_ARRAY_C_CONTIGUOUS) != 0
+    # nbytes, the extents' product times the item size, in one checked chain: numpy
+    # keeps it within npy_intp ("array is too big"), and so the element count too;
+    # checked all the same, for a product's cost (an overflow flag or'ed in).
+    cdef int64_t nbytes = itemsize
     for i in range(ndim):
         shape[i] = extents[i]
         if extents[i] == 0:
             empty = True
         elif not empty:
-            size *= extents[i]  # numpy keeps every element count within npy_intp
+            overflow |= sv_mul_i64(nbytes, extents[i], &nbytes)
     if empty:
         size = 0
+    elif overflow:
+        return False
+    else:
+        size = nbytes >> shift
     cdef bint check = not c_contiguous and size != 1
     for i in range(ndim):
         if byte_strides[i] & inexact_bits == 0:

@@ -50,19 +50,19 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
                 return 1
             empty = True
         elif not overflow:
-            if size > INT64_MAX // extent:
-                overflow = True
-            else:
-                size *= extent
+            overflow = sv_mul_i64(size, extent, &size)
     if empty:
         size = 0
     elif overflow:
         return 1  # the element count passes int64
     cdef Py_ssize_t itemsize = lent.dtype.bits // 8
-    if (size > 0 and lent.data == NULL) or not _byte_offsets_fit(
-        count, dims, dims + count, size, itemsize
+    cdef int64_t nbytes
+    if (
+        (size > 0 and lent.data == NULL)
+        or sv_mul_i64(size, itemsize, &nbytes)
+        or not _byte_offsets_fit(count, dims, dims + count, size, itemsize)
     ):
-        return 1
+        return 1  # (an expanded tensor can hold more than int64 bytes' worth of elements)
 
     view._ptr = <uintptr_t>lent.data
     view.ptr = _address_int(view._ptr)

@@ -2,7 +2,8 @@
 # derived view uses.  Nothing here reads memory or calls the driver; offsets are
 # in elements relative to element [0, ..., 0] unless a name says bytes.  Python
 # ints throughout, so that no intermediate product can wrap; the results are
-# checked against int64 and the address space once, in _check_layout.
+# checked against int64 and the address space once, in _relaid (_check_layout and
+# nbytes, the rules every view keeps: _view.pyx, "Byte counts").
 
 from cpython.number cimport PyNumber_Index
 
@@ -495,6 +496,13 @@ cdef StridedMemoryView _relaid(
             f"layout: {what} would have {size} elements, more than int64 holds (shape {shape})"
         )
     _check_layout(shape, strides, itemsize, ptr, what)
+    # numpy's rule, as every view keeps it: size * itemsize fits too (a broadcast
+    # layout of few bytes may hold more elements than int64 bytes' worth).
+    if size * itemsize >= _INT64_LIMIT:
+        raise BufferError(
+            f"layout: {what} would have nbytes {size * itemsize}, more than int64 holds "
+            f"(shape {shape}, strides {strides}, itemsize {itemsize})"
+        )
     cdef StridedMemoryView view = _derive(base)
     view._ptr = ptr
     view.ptr = ptr

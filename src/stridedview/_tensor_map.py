@@ -19,6 +19,7 @@ import operator
 import sys
 
 from stridedview import _driver
+from stridedview._view import _checked_nbytes
 
 # CUtensorMapDataType values, by numpy dtype name (ml_dtypes' bfloat16 included).
 _DATA_TYPES = {
@@ -163,6 +164,7 @@ def encode_tiled(
         raise ValueError("tensor map: box_dim is required")
     if not view.is_device_accessible:
         raise ValueError("tensor map: the view is host memory (device_id -1); TMA reads device memory")
+    _checked_nbytes(view, "tensor map")  # the byte strides below fit int64, as every view's do
     rank = len(view.shape)
     if not 1 <= rank <= 5:
         raise ValueError(f"tensor map: rank {rank} is outside 1 to 5")

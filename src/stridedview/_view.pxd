@@ -10,7 +10,11 @@
 #     cdef const int64_t *strides = view.c_strides()  # ndim strides, in elements
 #
 # Each accessor is a field read compiled into the caller (no Python attribute
-# lookup, no call).  The arrays belong to the view: valid while it lives.  Only
+# lookup, no call).  The arrays belong to the view: valid while it lives.
+# ``c_size() * c_itemsize()`` and each element's byte offset from element 0
+# (the sum of ``(extent - 1) * stride * itemsize``) fit int64: a layout whose
+# would not is refused when the view is made, so int64 arithmetic on them never
+# wraps.  Only
 # the accessors (``c_*``) are the API; the underscored fields may change.  C and
 # C++ extensions get the same through ``stridedview/stridedview.h`` (see
 # ``stridedview.get_include()``).

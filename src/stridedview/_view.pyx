@@ -17,7 +17,7 @@ from cpython.type cimport PyType_IsSubtype
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdlib cimport free, malloc
 from libc.stdint cimport (
-    INT64_MAX, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t,
+    INT64_MAX, INT64_MIN, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t,
 )
 
 from stridedview._dlpack cimport *
@@ -157,12 +157,14 @@ cdef class StridedMemoryView:
     too; asked again without a keyword the producer does not know), and a
     capsule flagged IS_COPIED is refused.  The view keeps ``obj`` alive (and
     holds a buffer-protocol buffer until it is deallocated).  Every element it
-    reaches lies within 2**63 - 1 bytes of element 0 (a layout reaching farther
-    is a ``BufferError``).  A type's DLPack 1.3 C exchange API
-    (``__dlpack_c_exchange_api__``) is used in place of ``__dlpack__`` only while
-    the type's DLPack methods are those of the class offering it.  A view of a
-    StridedMemoryView takes that view's fields, its ``exporting_obj`` and its
-    memory owner (no capsule, no driver, no chain however deep views nest).
+    reaches lies within 2**63 - 1 bytes of element 0, and ``nbytes`` (``size *
+    itemsize``) is at most 2**63 - 1, as numpy requires (a layout reaching
+    farther, or a broadcast of more elements than that, is a ``BufferError``).
+    A type's DLPack 1.3 C exchange API (``__dlpack_c_exchange_api__``) is used
+    in place of ``__dlpack__`` only while the type's DLPack methods are those of
+    the class offering it.  A view of a StridedMemoryView takes that view's
+    fields, its ``exporting_obj`` and its memory owner (no capsule, no driver,
+    no chain however deep views nest).
 
     Streams.  ``stream_ptr`` names the stream on which the caller will use the
     data: an int handle (0 the null stream, 1 the legacy default stream, 2 the
@@ -347,8 +349,10 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @property
     def nbytes(self):
-        """``size * itemsize``: the bytes the elements occupy, gaps between them not counted."""
-        return self._size * self.dtype.itemsize
+        """``size * itemsize``: the bytes the elements occupy, gaps between them not counted
+        (shared ones counted once per element).  It fits int64: a layout whose nbytes
+        would not is refused when the view is made, as numpy refuses it."""
+        return _view_nbytes(self, "layout")
 
     @property
     def is_c_contiguous(self):
@@ -594,14 +598,18 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @property
     def byte_strides(self):
-        """The strides in bytes (``strides`` times ``itemsize``), a tuple."""
+        """The strides in bytes (``strides`` times ``itemsize``), a tuple, as the array
+        interfaces give them: 0 for a stride whose bytes would pass int64, which only an
+        axis that never steps (extent <= 1, or an empty view) can have."""
         itemsize = self.dtype.itemsize
-        return tuple([stride * itemsize for stride in self.strides])
+        _view_nbytes(self, "layout")
+        return tuple([_exported_stride(stride, itemsize) * itemsize for stride in self.strides])
 
     @property
     def byte_bounds(self):
         """``(low, high)``: the lowest address an element occupies and one past the highest
         (numpy's ``byte_bounds``); ``(ptr, ptr)`` for an empty view, which touches nothing."""
+        _view_nbytes(self, "layout")
         bounds = _offset_bounds(self.shape, self.strides)
         if bounds is None:
             return (self._ptr, self._ptr)
@@ -786,6 +794,154 @@ cdef inline int64_t *_c_dims_storage(StridedMemoryView view, Py_ssize_t ndim) ex
     return dims
 
 
+# --- Byte counts ---------------------------------------------------------------
+# A view's byte counts fit int64 from the moment it is made: its element count
+# (the product of the extents), its nbytes (size * itemsize), and the byte offset
+# of every element from element 0 (the sums of (extent - 1) * stride * itemsize
+# above and below it).  numpy's rule is the same ("array is too big" when size *
+# itemsize passes Py_ssize_t): a broadcast layout whose few bytes hold more than
+# int64 bytes' worth of elements cannot be made either, from any producer or by
+# any derived view, so nbytes, a buffer's len, the byte strides and byte bounds
+# an export gives, and what a C consumer computes from c_size() and c_itemsize(),
+# never wrap.  Every entry point checks its layout before it fills the view
+# (_check_layout_bytes, or the same C checks inline on the hot paths); every
+# export checks again before it hands a byte count on (_view_nbytes), so that a
+# layout that ever slipped past would be refused there rather than wrap.
+
+cdef extern from *:
+    """
+    /* Checked int64 arithmetic: the one way the core multiplies or adds sizes,
+       strides and item sizes in C.  0 with the exact result in *out, or 1 when
+       it does not fit int64 (*out is then not to be used).  gcc and clang give a
+       multiply or an add and one branch; other compilers (MSVC) the portable
+       forms, which compare against the limits before computing. */
+    #if defined(__has_builtin)
+    #  if __has_builtin(__builtin_mul_overflow) && __has_builtin(__builtin_add_overflow)
+    #    define SV_OVERFLOW_BUILTINS 1
+    #  endif
+    #endif
+    #if !defined(SV_OVERFLOW_BUILTINS) && defined(__GNUC__) && __GNUC__ >= 5
+    #  define SV_OVERFLOW_BUILTINS 1
+    #endif
+    #ifndef SV_OVERFLOW_BUILTINS
+    #  define SV_OVERFLOW_BUILTINS 0
+    #endif
+    static inline int sv_mul_i64_portable(int64_t a, int64_t b, int64_t *out) {
+        if (a > 0 ? (b > 0 ? a > INT64_MAX / b : b < INT64_MIN / a)
+                  : (b > 0 ? a < INT64_MIN / b : (a != 0 && b < INT64_MAX / a)))
+            return 1;
+        *out = a * b;
+        return 0;
+    }
+    static inline int sv_add_i64_portable(int64_t a, int64_t b, int64_t *out) {
+        if (b > 0 ? a > INT64_MAX - b : a < INT64_MIN - b)
+            return 1;
+        *out = a + b;
+        return 0;
+    }
+    static inline int sv_mul_i64(int64_t a, int64_t b, int64_t *out) {
+    #if SV_OVERFLOW_BUILTINS
+        return __builtin_mul_overflow(a, b, out);
+    #else
+        return sv_mul_i64_portable(a, b, out);
+    #endif
+    }
+    static inline int sv_add_i64(int64_t a, int64_t b, int64_t *out) {
+    #if SV_OVERFLOW_BUILTINS
+        return __builtin_add_overflow(a, b, out);
+    #else
+        return sv_add_i64_portable(a, b, out);
+    #endif
+    }
+    /* The byte counts are checked against int64, which is Py_ssize_t (a buffer's
+       len and strides) on every platform stridedview is built for, the 64-bit
+       ones; a build where it is not stops here rather than truncate them. */
+    typedef char sv_py_ssize_t_is_int64[sizeof(Py_ssize_t) == sizeof(int64_t) ? 1 : -1];
+    """
+    int sv_mul_i64(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    int sv_add_i64(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    int sv_mul_i64_portable(int64_t a, int64_t b, int64_t *out) noexcept nogil
+    int sv_add_i64_portable(int64_t a, int64_t b, int64_t *out) noexcept nogil
+
+
+def _checked_int64_both_ways(int64_t a, int64_t b):
+    """``((a * b, a + b), (the same, portably))`` as the checked helpers give them, None
+    where one reports an overflow; for tests, which compare both with exact integers."""
+    cdef int64_t product, total
+    answers = []
+    for portable in (False, True):
+        if portable:
+            mul_overflow = sv_mul_i64_portable(a, b, &product)
+            add_overflow = sv_add_i64_portable(a, b, &total)
+        else:
+            mul_overflow = sv_mul_i64(a, b, &product)
+            add_overflow = sv_add_i64(a, b, &total)
+        answers.append((None if mul_overflow else product, None if add_overflow else total))
+    return tuple(answers)
+
+
+cdef int _check_layout_bytes(
+    str where, Py_ssize_t ndim, const int64_t *extents, const int64_t *strides, int64_t size,
+    Py_ssize_t itemsize, tuple shape, tuple shown_strides,
+) except -1:
+    """Refuse a layout whose byte offsets or nbytes pass int64 (BufferError naming it).
+
+    ``extents`` and ``strides`` (in elements; NULL for row-major) are the layout as
+    C values, ``shape`` and ``shown_strides`` the same as quoted; ``where`` names
+    the protocol or the operation.  The entry points without a hot path call it
+    as their check; the others call it once their inline check has failed.
+    """
+    cdef int64_t nbytes
+    if not _byte_offsets_fit(ndim, extents, strides, size, itemsize):
+        raise BufferError(
+            f"{where}: byte offsets from element 0 must fit in int64 (got shape {shape}, "
+            f"strides {shown_strides} in elements, itemsize {itemsize})"
+        )
+    if sv_mul_i64(size, itemsize, &nbytes):
+        raise BufferError(
+            f"{where}: nbytes (size * itemsize) must fit in int64 (got shape {shape}, "
+            f"strides {shown_strides} in elements, itemsize {itemsize})"
+        )
+    return 0
+
+
+cdef inline int64_t _view_nbytes(StridedMemoryView view, str where) except -1:
+    """``view``'s nbytes, once its byte counts are checked again (every export's check).
+
+    Each view was checked when it was made: this refuses, with ``where`` naming the
+    export, a layout that slipped past a check, rather than hand on a byte count
+    that wrapped.  A view made by ``__new__`` alone has no element: 0.
+    """
+    cdef int64_t nbytes
+    cdef const int64_t *dims = view._dims
+    if sv_mul_i64(view._size, view._itemsize, &nbytes) or not _byte_offsets_fit(
+        view._ndim, dims, dims + view._ndim, view._size, view._itemsize
+    ):
+        _check_layout_bytes(
+            where, view._ndim, dims, dims + view._ndim, view._size, view._itemsize,
+            view.shape, view.strides,
+        )
+    return nbytes
+
+
+def _checked_nbytes(StridedMemoryView view, str where):
+    """``view.nbytes`` with its byte counts checked, refused as ``where`` (_copy.py and
+    _tensor_map.py check the views they are handed with it)."""
+    return _view_nbytes(view, where)
+
+
+def _view_with_unchecked_layout(StridedMemoryView base, shape, strides):
+    """A view of ``base``'s memory with ``shape`` and ``strides`` (elements) and no check of
+    its byte counts: what a view would be had a check at its making been missed.  For
+    tests, which prove with it that each export refuses such a layout on its own."""
+    cdef StridedMemoryView view = _derive(base)
+    view.shape = tuple(shape)
+    view.strides = tuple(strides)
+    view._size = _element_count(view.shape)
+    _store_c_layout(view)
+    return view
+
+
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
     """Row-major element strides for ``shape`` (whose extents are also in ``extents``).
 
@@ -816,7 +972,7 @@ cdef extern from *:
     /* _byte_offsets_fit in 128-bit arithmetic, where the compiler has it: the
        spans below and above element 0 are summed in elements, stopping as soon
        as one passes INT64_MAX (so no sum can overflow), then scaled by the item
-       size.  -1: no 128-bit integers here, use the portable check. */
+       size (sv_mul_i64).  -1: no 128-bit integers here, use the portable check. */
     static inline int sv_byte_offsets_fit_128(
         Py_ssize_t ndim, const int64_t *extents, const int64_t *strides,
         int64_t size, Py_ssize_t itemsize)
@@ -824,11 +980,12 @@ cdef extern from *:
     #if defined(__SIZEOF_INT128__)
         const unsigned __int128 limit = (unsigned __int128)INT64_MAX;
         unsigned __int128 above = 0, below = 0;
+        int64_t bytes;
         Py_ssize_t i;
         if (size == 0) return 1;
         if (itemsize < 1) itemsize = 1;
         if (strides == NULL)
-            return (unsigned __int128)(uint64_t)(size - 1) * (uint64_t)itemsize <= limit;
+            return !sv_mul_i64(size - 1, itemsize, &bytes);
         for (i = 0; i < ndim; i++) {
             int64_t stride = strides[i];
             if (extents[i] <= 1) continue;
@@ -841,7 +998,10 @@ cdef extern from *:
                 if (below > limit) return 0;
             }
         }
-        return above * (uint64_t)itemsize <= limit && below * (uint64_t)itemsize <= limit;
+        /* Both spans are within int64 here: one checked product each (two 128-bit
+           products took ten times the instructions). */
+        return !sv_mul_i64((int64_t)above, itemsize, &bytes)
+            && !sv_mul_i64((int64_t)below, itemsize, &bytes);
     #else
         (void)ndim; (void)extents; (void)strides; (void)size; (void)itemsize;
         return -1;
@@ -895,43 +1055,42 @@ cdef bint _byte_offsets_fit_portable(
     Py_ssize_t ndim, const int64_t *extents, const int64_t *strides, int64_t size,
     Py_ssize_t itemsize
 ) noexcept:
-    """Whether every element lies within int64 bytes of element 0, in 64-bit arithmetic.
+    """Whether every element lies within int64 bytes of element 0, in checked int64
+    arithmetic (sv_mul_i64, sv_add_i64).
 
     ``strides`` are in elements, NULL for row-major.  Only dimensions of extent > 1
     step, and an empty layout addresses nothing: their strides may be anything.
-    The spans below and above element 0 are summed apart, each kept <= 2**63 - 1.
+    The byte spans below and above element 0 are summed apart, each kept within
+    2**63 - 1.
     """
-    cdef uint64_t limit = <uint64_t>INT64_MAX
-    cdef uint64_t above = 0, below = 0, step, span, steps, per_item
+    cdef int64_t above = 0, below = 0, reach
     cdef Py_ssize_t i
     if size == 0:
         return True
     if itemsize < 1:
         itemsize = 1
-    per_item = limit // <uint64_t>itemsize
     if strides == NULL:
-        return <uint64_t>(size - 1) <= per_item
+        return not sv_mul_i64(size - 1, itemsize, &reach)
     for i in range(ndim):
         if extents[i] <= 1:
             continue
-        steps = <uint64_t>(extents[i] - 1)
-        step = <uint64_t>strides[i] if strides[i] >= 0 else <uint64_t>0 - <uint64_t>strides[i]
-        if step > per_item:
+        if sv_mul_i64(extents[i] - 1, strides[i], &reach) or sv_mul_i64(reach, itemsize, &reach):
             return False
-        step *= <uint64_t>itemsize
-        # Below 2**31 both, the product fits; only larger ones need the division.
-        if (steps | step) >> 31 and step != 0 and steps > limit // step:
+        if reach >= 0:
+            if sv_add_i64(above, reach, &above):
+                return False
+        elif sv_add_i64(below, reach, &below):
             return False
-        span = step * steps
-        if strides[i] >= 0:
-            if span > limit - above:
-                return False
-            above += span
-        else:
-            if span > limit - below:
-                return False
-            below += span
-    return True
+    return below >= -INT64_MAX
+
+
+cdef inline int64_t _exported_stride_c(int64_t stride, int64_t itemsize) noexcept:
+    """_exported_stride on C values (the DLPack and buffer exports): ``stride``, or 0
+    where its bytes pass int64 (so ``result * itemsize`` fits)."""
+    cdef int64_t byte_stride
+    if sv_mul_i64(stride, itemsize, &byte_stride) or byte_stride == INT64_MIN:
+        return 0
+    return stride
 
 
 cdef object _exported_stride(object stride, Py_ssize_t itemsize):

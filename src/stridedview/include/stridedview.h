@@ -19,7 +19,10 @@
  *
  * Each accessor is one load at an offset the installed stridedview reports, so
  * an extension built against this header keeps working when the view's object
- * layout changes.  The arrays belong to the view: valid while it lives.  The
+ * layout changes.  The arrays belong to the view: valid while it lives.
+ * Size * itemsize and each element's byte offset from element 0 (the sum of
+ * (extent - 1) * stride * itemsize) fit int64: a layout whose would not is
+ * refused when the view is made, so int64 arithmetic on them never wraps.  The
  * accessors read fields; they take no reference and need the GIL only as any
  * read of a live object does.
  *
