@@ -494,6 +494,24 @@ def _again():
     view.__init__(np.zeros(3))
 
 
+def _init_parked_view():
+    import gc
+
+    from stridedview import ViewableArgument
+
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        x.view(-1)
+
+    launch(np.zeros(2))
+    gc.collect()
+    parked = [
+        r for o in gc.get_objects() if type(o) is ViewableArgument and o.obj is None
+        for r in gc.get_referents(o) if type(r) is StridedMemoryView
+    ]
+    parked[0].__init__(np.zeros(3))
+
+
 def _torch_neg():
     torch = pytest.importorskip("torch")
     return StridedMemoryView(torch._neg_view(torch.arange(3.0)))
@@ -730,6 +748,7 @@ TRIGGERS = [
     ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports none of DLPack"),
     ("view-of-uninitialised", lambda f, m: StridedMemoryView(StridedMemoryView.__new__(StridedMemoryView)), BufferError, "stridedview: the StridedMemoryView to view is not initialised"),
     ("init-twice", lambda f, m: _again(), TypeError, "StridedMemoryView is already initialised"),
+    ("init-parked", lambda f, m: _init_parked_view(), TypeError, "StridedMemoryView is kept empty by a launcher, for its proxy's next view() to fill: make a new view, StridedMemoryView(obj)"),
     # handing a host view on
     ("buffer-device", lambda f, m: memoryview(device_view()), BufferError, "buffer: the view holds CUDA device memory (device "),
     ("buffer-writable", lambda f, m: get_buffer(StridedMemoryView(readonly_array()), PyBUF_WRITABLE), BufferError, "buffer: the view is read-only; a writable buffer was requested"),
@@ -784,6 +803,14 @@ UNTRIGGERED = {
     ("BufferError", "buffer: the pointer is NULL for "): "an exporter breaking the buffer protocol (NULL memory for elements)",
     ("BufferError", "buffer: itemsize must be > 0 (got "): "an exporter breaking the buffer protocol (item size 0)",
 }
+
+
+if not stridedview._view.gil_fast_paths:
+    # No launcher keeps a view there: the parked view's refusal has nothing to refuse.
+    TRIGGERS = [t for t in TRIGGERS if t[0] != "init-parked"]
+    UNTRIGGERED[("TypeError", "StridedMemoryView is kept empty by a launcher, for its proxy's next view() to fill: make a new view, StridedMemoryView(obj)")] = (
+        "a build without the GIL fast paths (-DSV_NO_GIL_FAST_PATHS, free-threaded) keeps no view"
+    )
 
 
 def _bfloat16_view():

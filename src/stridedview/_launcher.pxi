@@ -28,12 +28,20 @@
 #   collector's caller) is let go instead, and a proxy the function keeps drops its
 #   kept view, so nothing of a launch's views outlives the launch.  Like spares,
 #   this rests on the GIL and is compiled out with them.
+#   An emptied view can still be reached (gc.get_objects(), a __del__ run by the
+#   release of its old fields), so nothing may fill it but its proxy: it is
+#   marked ``_parked`` as it is emptied, and StridedMemoryView.__init__ refuses a
+#   parked view (and any view not new); and the proxy fills it again only if it
+#   still holds nothing a fill would overwrite and not release
+#   (SV_VIEW_HOLDS_NOTHING: no capsule, held buffer or C layout, which every
+#   complete fill sets), whatever its proxy's flag says, else lets it go.
 # - The launcher (_launch) reads its own fields, set once in __cinit__ and
 #   __init__; a launcher made without __init__ has ``_name_at`` () and
 #   ``by_keyword`` () (set in __cinit__), and refuses to be called.
 #
 # Proven equal to the general path by tests/test_launch_reuse.py (kept views
-# included: filled again as new ones, never while held elsewhere) and
+# included: filled again as new ones, never while held elsewhere, never filled
+# from outside) and
 # tests/test_decorator.py (proxies kept, nested, threaded, raising, found by the
 # collector; every argument form against Cython's wrapper).
 
@@ -82,9 +90,12 @@ cdef StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
         SV_GIL_FAST_PATHS
         and proxy._kept_view_empty
         and Py_REFCNT_ptr(<PyObject *>proxy._kept_view) == 1
+        and SV_VIEW_HOLDS_NOTHING(<PyObject *>proxy._kept_view)
     ):
         # The view this spare proxy made in an earlier launch, emptied when the
-        # proxy was parked, and held by nothing else since: filled again.
+        # proxy was parked, held by nothing else since, and found empty (what it
+        # holds, not the flag: a fill over a capsule would lose its deleter):
+        # filled again.  Anything else is let go (below), and released.
         proxy._kept_view_empty = False
         view = proxy._kept_view
     else:
@@ -310,6 +321,9 @@ cdef void _park_proxy(PyObject *proxy) noexcept:
         if Py_REFCNT_ptr(view) == 1 and not _holds_resources(<StridedMemoryView>view):
             # Held by the proxy alone: emptied as a new view starts, no Python code run.
             SV_VIEW_EMPTY(view, view_fields)
+            # Before any release below may run Python code that finds the view
+            # (gc.get_objects()): __init__ refuses it from here on.
+            (<StridedMemoryView>view)._parked = True
             argument._kept_view_empty = True
             emptied = True
         else:
@@ -322,6 +336,16 @@ cdef void _park_proxy(PyObject *proxy) noexcept:
     if emptied:
         for i in range(8):
             Py_DECREF_ptr(view_fields[i])
+
+
+def _fill_parked_view(StridedMemoryView view, obj, stream_ptr=None):
+    """Fill a launcher's parked view in place, as no public call can (__init__ refuses
+    it), and say whether it did (a parked view still new only): what a fill from
+    outside would leave, for the tests of the proxy's check of what its kept view holds."""
+    if not (view._parked and _is_new(view)):
+        return False
+    _view_from_any(view, obj, stream_ptr)
+    return True
 
 
 cdef int _check_viewable(object value, object name, _ProducerType info) except -1:
