@@ -512,6 +512,20 @@ def _init_parked_view():
     parked[0].__init__(np.zeros(3))
 
 
+def _init_proxy_again():
+    from stridedview import ViewableArgument
+
+    ViewableArgument(np.zeros(2)).__init__(np.zeros(3))
+
+
+def _init_launcher_again():
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        return x
+
+    launch.__init__(launch.__wrapped__, ((0, "x"),), ())
+
+
 def _torch_neg():
     torch = pytest.importorskip("torch")
     return StridedMemoryView(torch._neg_view(torch.arange(3.0)))
@@ -740,6 +754,8 @@ TRIGGERS = [
     ("numpy-structured-dtype", lambda f, m: StridedMemoryView(np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")])), BufferError, "dlpack: numpy cannot export dtype \"[('a', '<f4'), ('b', '<i4')]\" through DLPack ("),
     ("numpy-datetime-dtype", lambda f, m: StridedMemoryView(np.zeros(2, dtype="M8[s]")), BufferError, "dlpack: numpy cannot export dtype 'datetime64[s]' through DLPack ("),
     ("decorator-uninitialised", lambda f, m: _call_uninitialised_launcher(), TypeError, "args_viewable_as_strided_memory: this launcher was never initialised"),
+    ("decorator-init-twice", lambda f, m: _init_launcher_again(), TypeError, "args_viewable_as_strided_memory: this launcher is already initialised"),
+    ("proxy-init-twice", lambda f, m: _init_proxy_again(), TypeError, "ViewableArgument is already initialised (a launcher's proxy, even an emptied one, is its launcher's): make a new one, ViewableArgument(obj)"),
     # driver
     ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),
     ("driver-unloadable", lambda f, m: _no_driver_library(), CUDAError, "the CUDA driver could not be used for cuInit ("),

@@ -12,6 +12,7 @@ once a launch returns; and a reused proxy behaves as a new one.
 from __future__ import annotations
 
 import gc
+import re
 import sys
 import threading
 
@@ -608,6 +609,86 @@ def test_a_kept_view_holding_something_is_let_go_not_filled_over():
     gc.collect()
     leaked = _not_released_once(*intruders, *launched)
     _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
+
+
+def test_a_proxy_cannot_be_initialised_again():
+    """A parked proxy found through the collector, a proxy the function kept and a proxy
+    made directly refuse __init__: a parked one would view (and keep its view of) an object
+    its launcher never passed, holding that capsule until some later launch took the spare
+    (deleter calls 0 of 1 once everything else was dropped).  Every capsule is released
+    exactly once as soon as nothing holds it, with no launch after."""
+    kept = []
+
+    @args_viewable_as_strided_memory((0,))
+    def keep(a):
+        kept.append(a)
+
+    keep(np.arange(2.0))
+    launched = _capsule_producers(3)
+    _views(*launched)
+    spares = _spare_proxies()
+    if _view.gil_fast_paths:
+        _check(len(spares) >= 3, f"{len(spares)} spare proxies found (none kept?)")
+    intruder = _capsule_producers(1)[0]
+    refusals = []
+    for proxy in spares + kept + [ViewableArgument(np.arange(3.0))]:
+        message = _refusal(proxy.__init__, intruder)
+        refusals.append(message)
+        if message is None:
+            proxy.view(-1)  # what its new holder would do next; the view is dropped at once
+    del spares, kept, proxy
+    gc.collect()
+    leaked = _not_released_once(intruder, *launched)
+    _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
+    _check(
+        all(m is not None and m.startswith("ViewableArgument is already initialised")
+            for m in refusals),
+        refusals,
+    )
+    fresh = ViewableArgument.__new__(ViewableArgument)
+    fresh.__init__(np.arange(4.0))  # a proxy nobody initialised: once
+    _check(fresh.view(-1).shape == (4,), "a new proxy's __init__ was refused")
+
+
+def test_a_launcher_cannot_be_initialised_again():
+    """A launcher's __init__ refuses once it has a function.  Called from an argument's
+    property while the launch wraps its arguments, a new argument table was read past its
+    end (a crash); a launcher made without __init__ takes one (after a failed one too)."""
+    message = "args_viewable_as_strided_memory: this launcher is already initialised"
+
+    @args_viewable_as_strided_memory((0, 1, 2))
+    def launch(a, b, c):
+        return a.view(-1).ptr, b.view(-1).ptr, c.view(-1).ptr
+
+    with pytest.raises(TypeError, match=re.escape(message)):
+        launch.__init__(lambda x: x, ((0, "x"),), ())
+    refusals = []
+
+    class Reinitialising:
+        """Host memory through the array interface; reading its CAI re-initialises the launcher."""
+
+        def __init__(self, array):
+            self.array = array
+            self.__array_interface__ = array.__array_interface__
+
+        @property
+        def __cuda_array_interface__(self):
+            refusals.append(_refusal(launch.__init__, lambda x: x, ((0, "x"),), ()))
+            return None
+
+    arrays = _arrays(3)
+    for _ in range(3):
+        got = launch(Reinitialising(arrays[0]), arrays[1], arrays[2])
+        _check(got == tuple(a.ctypes.data for a in arrays), got)
+    _check(refusals and all(m == message for m in refusals), refusals)
+
+    bare = type(launch).__new__(type(launch))
+    with pytest.raises(ValueError):
+        bare.__init__(launch.__wrapped__, ((0,),), ())  # a malformed table: nothing set
+    bare.__init__(launch.__wrapped__, ((0, "a"), (1, "b"), (2, "c")), ())
+    _check(bare(*arrays) == tuple(a.ctypes.data for a in arrays), "the late __init__ was lost")
+    with pytest.raises(TypeError, match=re.escape(message)):
+        bare.__init__(launch.__wrapped__, (), ())
 
 
 @pytest.mark.parametrize(

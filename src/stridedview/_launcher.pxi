@@ -35,13 +35,19 @@
 #   still holds nothing a fill would overwrite and not release
 #   (SV_VIEW_HOLDS_NOTHING: no capsule, held buffer or C layout, which every
 #   complete fill sets), whatever its proxy's flag says, else lets it go.
+# - Only launchers fill their proxies: ViewableArgument.__init__ refuses a proxy
+#   that has an object or belongs to a launcher (``_name`` set, parked ones
+#   included), so a proxy found through the collector cannot be made to view,
+#   and keep a view of, an object of its own.
 # - The launcher (_launch) reads its own fields, set once in __cinit__ and
-#   __init__; a launcher made without __init__ has ``_name_at`` () and
+#   __init__ (which refuses a launcher already initialised: _launch indexes
+#   ``_name_at`` while it runs, and an argument's property may call Python
+#   code); a launcher made without __init__ has ``_name_at`` () and
 #   ``by_keyword`` () (set in __cinit__), and refuses to be called.
 #
 # Proven equal to the general path by tests/test_launch_reuse.py (kept views
 # included: filled again as new ones, never while held elsewhere, never filled
-# from outside) and
+# or re-initialised from outside) and
 # tests/test_decorator.py (proxies kept, nested, threaded, raising, found by the
 # collector; every argument form against Cython's wrapper).
 
@@ -67,6 +73,14 @@ cdef class ViewableArgument:
     cdef bint _kept_view_empty
 
     def __init__(self, obj):
+        # Once only, and never on a launcher's proxy (_name set), parked ones included:
+        # a proxy filled from outside would view, and keep a view of, an object its
+        # launcher never passed, until a later launch takes it.
+        if self.obj is not None or self._name is not None:
+            raise TypeError(
+                "ViewableArgument is already initialised (a launcher's proxy, even an "
+                "emptied one, is its launcher's): make a new one, ViewableArgument(obj)"
+            )
         self.obj = obj
         self._info = None
 
@@ -394,12 +408,17 @@ cdef class _ViewableLauncher:
         self.by_keyword = ()
 
     def __init__(self, func, tuple by_position, tuple by_keyword):
-        self.func = func
-        self.by_keyword = by_keyword
+        # Once only: _launch reads _name_at by index for as long as it runs, and a
+        # launch may run Python code (an argument's properties) that could call this.
+        if self.func is not None:
+            raise TypeError("args_viewable_as_strided_memory: this launcher is already initialised")
         name_at = [None] * (by_position[-1][0] + 1 if by_position else 0)
         for position, name in by_position:
             name_at[position] = name
+        # Set together once all is computed: a failed __init__ leaves the launcher new.
         self._name_at = tuple(name_at)
+        self.by_keyword = by_keyword
+        self.func = func
 
     def __call__(self, *args, **kwargs):
         # Only callers that hold a tuple and a dict come here (PyObject_Call's
