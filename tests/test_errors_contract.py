@@ -494,6 +494,38 @@ def _again():
     view.__init__(np.zeros(3))
 
 
+def _init_parked_view():
+    import gc
+
+    from stridedview import ViewableArgument
+
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        x.view(-1)
+
+    launch(np.zeros(2))
+    gc.collect()
+    parked = [
+        r for o in gc.get_objects() if type(o) is ViewableArgument and o.obj is None
+        for r in gc.get_referents(o) if type(r) is StridedMemoryView
+    ]
+    parked[0].__init__(np.zeros(3))
+
+
+def _init_proxy_again():
+    from stridedview import ViewableArgument
+
+    ViewableArgument(np.zeros(2)).__init__(np.zeros(3))
+
+
+def _init_launcher_again():
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        return x
+
+    launch.__init__(launch.__wrapped__, ((0, "x"),), ())
+
+
 def _torch_neg():
     torch = pytest.importorskip("torch")
     return StridedMemoryView(torch._neg_view(torch.arange(3.0)))
@@ -722,6 +754,8 @@ TRIGGERS = [
     ("numpy-structured-dtype", lambda f, m: StridedMemoryView(np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")])), BufferError, "dlpack: numpy cannot export dtype \"[('a', '<f4'), ('b', '<i4')]\" through DLPack ("),
     ("numpy-datetime-dtype", lambda f, m: StridedMemoryView(np.zeros(2, dtype="M8[s]")), BufferError, "dlpack: numpy cannot export dtype 'datetime64[s]' through DLPack ("),
     ("decorator-uninitialised", lambda f, m: _call_uninitialised_launcher(), TypeError, "args_viewable_as_strided_memory: this launcher was never initialised"),
+    ("decorator-init-twice", lambda f, m: _init_launcher_again(), TypeError, "args_viewable_as_strided_memory: this launcher is already initialised"),
+    ("proxy-init-twice", lambda f, m: _init_proxy_again(), TypeError, "ViewableArgument is already initialised (a launcher's proxy, even an emptied one, is its launcher's): make a new one, ViewableArgument(obj)"),
     # driver
     ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),
     ("driver-unloadable", lambda f, m: _no_driver_library(), CUDAError, "the CUDA driver could not be used for cuInit ("),
@@ -730,6 +764,7 @@ TRIGGERS = [
     ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports none of DLPack"),
     ("view-of-uninitialised", lambda f, m: StridedMemoryView(StridedMemoryView.__new__(StridedMemoryView)), BufferError, "stridedview: the StridedMemoryView to view is not initialised"),
     ("init-twice", lambda f, m: _again(), TypeError, "StridedMemoryView is already initialised"),
+    ("init-parked", lambda f, m: _init_parked_view(), TypeError, "StridedMemoryView is kept empty by a launcher, for its proxy's next view() to fill: make a new view, StridedMemoryView(obj)"),
     # handing a host view on
     ("buffer-device", lambda f, m: memoryview(device_view()), BufferError, "buffer: the view holds CUDA device memory (device "),
     ("buffer-writable", lambda f, m: get_buffer(StridedMemoryView(readonly_array()), PyBUF_WRITABLE), BufferError, "buffer: the view is read-only; a writable buffer was requested"),
@@ -787,6 +822,14 @@ UNTRIGGERED = {
     ("BufferError", "buffer: the pointer is NULL for "): "an exporter breaking the buffer protocol (NULL memory for elements)",
     ("BufferError", "buffer: itemsize must be > 0 (got "): "an exporter breaking the buffer protocol (item size 0)",
 }
+
+
+if not stridedview._view.gil_fast_paths:
+    # No launcher keeps a view there: the parked view's refusal has nothing to refuse.
+    TRIGGERS = [t for t in TRIGGERS if t[0] != "init-parked"]
+    UNTRIGGERED[("TypeError", "StridedMemoryView is kept empty by a launcher, for its proxy's next view() to fill: make a new view, StridedMemoryView(obj)")] = (
+        "a build without the GIL fast paths (-DSV_NO_GIL_FAST_PATHS, free-threaded) keeps no view"
+    )
 
 
 def _bfloat16_view():

@@ -12,6 +12,7 @@ once a launch returns; and a reused proxy behaves as a new one.
 from __future__ import annotations
 
 import gc
+import re
 import sys
 import threading
 
@@ -510,7 +511,6 @@ def _recorded(a, b, c):
     _handed_out.extend(map(id, (a, b, c, a.view(-1), b.view(-1), c.view(-1))))
 
 
-
 def _launch_while_held_as_arguments(proxy, view, rounds):
     """Launch ``rounds`` times while ``proxy`` and ``view`` are this frame's parameters
     (on CPython 3.14 and later, borrowed stack references of the caller's locals)."""
@@ -555,3 +555,300 @@ def test_objects_held_only_by_frame_locals_are_never_reused(passed_on):
     _check(id(proxy) not in _handed_out, "a proxy held by a local was handed to a launch")
     _check(id(view) not in _handed_out, "a view held by a local was filled by a launch")
     _check(proxy.obj is None and view.ptr is None, (proxy.obj, view.ptr))
+
+
+# --- Filled from outside ---------------------------------------------------------------
+# Nothing but a launcher fills a launcher's proxy or the view it keeps, and nothing fills
+# a view twice: a view filled over what it holds loses a capsule's deleter, a proxy filled
+# from outside keeps a view of an object its launcher never passed.  Each test counts the
+# deleter calls of every capsule made (producers nobody else holds): exactly one each.
+
+
+def _not_released_once(*producers):
+    """{tensor id: deleter calls} of every capsule these producers made whose deleter did
+    not run exactly once."""
+    from producers import DELETER_CALLS
+
+    return {
+        tensor_id: DELETER_CALLS[tensor_id]
+        for producer in producers
+        for tensor_id in producer.tensor_ids
+        if DELETER_CALLS[tensor_id] != 1
+    }
+
+
+def _capsule_producers(count):
+    from producers import DLPackProducer
+
+    return [DLPackProducer(device=(1, 0)) for _ in range(count)]
+
+
+def _spare_proxies():
+    gc.collect()
+    return [o for o in gc.get_objects() if type(o) is ViewableArgument and o.obj is None]
+
+
+def _parked_views():
+    """The emptied views the spare proxies keep, as the report found them."""
+    return [
+        r for p in _spare_proxies() for r in gc.get_referents(p) if type(r) is StridedMemoryView
+    ]
+
+
+def _refusal(call, *args):
+    """The message of the TypeError ``call(*args)`` raises, or None if it returns."""
+    try:
+        call(*args)
+    except TypeError as exc:
+        return str(exc)
+    return None
+
+
+def test_a_parked_view_found_through_the_collector_cannot_be_initialised():
+    """The report: a parked proxy's emptied view, found through gc.get_objects(), refuses
+    __init__, bound or called unbound (it was accepted, and the next launch filled the view
+    over the capsule it took: deleter calls 0 of 1); it stays as a new view, the producer is
+    never asked, and every capsule of the launches around it is released exactly once."""
+    launched = _capsule_producers(6)
+    intruder = _capsule_producers(1)[0]
+    _views(*_arrays(3))  # numpy views hold no capsule: kept and emptied
+    parked = _parked_views()
+    if _view.gil_fast_paths:
+        _check(len(parked) >= 3, f"{len(parked)} parked views found (none kept?)")
+    else:
+        _check(not parked, "a build without spares keeps views")
+    refusals = []
+    for view in parked:
+        refusals.append(_refusal(view.__init__, intruder, -1))
+        refusals.append(_refusal(StridedMemoryView.__init__, view, intruder))
+    new = _fields(StridedMemoryView.__new__(StridedMemoryView))
+    emptied = [_fields(view) for view in parked]
+    view = None
+    del parked
+    for start in (0, 3):  # launches that take the spares and fill their views again
+        ptrs = _views(*launched[start:start + 3])
+        _check(ptrs == [p.expected_ptr for p in launched[start:start + 3]], ptrs)
+    gc.collect()
+    leaked = _not_released_once(intruder, *launched)
+    _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
+    _check(
+        all(m is not None and m.startswith("StridedMemoryView is kept empty by a launcher")
+            for m in refusals),
+        refusals,
+    )
+    _check(all(fields == new for fields in emptied), emptied)
+    _check(not intruder.tensor_ids, "a refused __init__ asked the producer for a capsule")
+
+
+def test_a_kept_view_holding_something_is_let_go_not_filled_over():
+    """The proxy fills its kept view again only if the view holds nothing (no capsule,
+    buffer or C layout, which every complete fill sets), whatever the proxy's flag says: a
+    parked view filled in place (no public call can: _view._fill_parked_view stands for a
+    fill from outside) is let go by the next launch, which views its own arguments, and the
+    capsule it took is released exactly once."""
+    _views(*_arrays(3))
+    parked = _parked_views()
+    if not _view.gil_fast_paths:  # no view kept, and a new view is no parked one
+        _check(not parked, "a build without spares keeps views")
+        new = StridedMemoryView.__new__(StridedMemoryView)
+        _check(not _view._fill_parked_view(new, np.arange(2.0), -1), "a new view was filled")
+        return
+    _check(len(parked) >= 3, f"{len(parked)} parked views found (none kept?)")
+    intruders = _capsule_producers(len(parked))
+    filled = [_view._fill_parked_view(v, p, -1) for v, p in zip(parked, intruders)]
+    _check(all(filled), f"parked views not filled: {filled}")
+    del parked
+    launched = _capsule_producers(6)
+    for start in (0, 3):
+        ptrs = _views(*launched[start:start + 3])
+        _check(ptrs == [p.expected_ptr for p in launched[start:start + 3]], ptrs)
+    gc.collect()
+    leaked = _not_released_once(*intruders, *launched)
+    _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
+
+
+def test_a_proxy_cannot_be_initialised_again():
+    """A parked proxy found through the collector, a proxy the function kept and a proxy
+    made directly refuse __init__: a parked one would view (and keep its view of) an object
+    its launcher never passed, holding that capsule until some later launch took the spare
+    (deleter calls 0 of 1 once everything else was dropped).  Every capsule is released
+    exactly once as soon as nothing holds it, with no launch after."""
+    kept = []
+
+    @args_viewable_as_strided_memory((0,))
+    def keep(a):
+        kept.append(a)
+
+    keep(np.arange(2.0))
+    launched = _capsule_producers(3)
+    _views(*launched)
+    spares = _spare_proxies()
+    if _view.gil_fast_paths:
+        _check(len(spares) >= 3, f"{len(spares)} spare proxies found (none kept?)")
+    intruder = _capsule_producers(1)[0]
+    refusals = []
+    for proxy in spares + kept + [ViewableArgument(np.arange(3.0))]:
+        message = _refusal(proxy.__init__, intruder)
+        refusals.append(message)
+        if message is None:
+            proxy.view(-1)  # what its new holder would do next; the view is dropped at once
+    del spares, kept, proxy
+    gc.collect()
+    leaked = _not_released_once(intruder, *launched)
+    _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
+    _check(
+        all(m is not None and m.startswith("ViewableArgument is already initialised")
+            for m in refusals),
+        refusals,
+    )
+    fresh = ViewableArgument.__new__(ViewableArgument)
+    fresh.__init__(np.arange(4.0))  # a proxy nobody initialised: once
+    _check(fresh.view(-1).shape == (4,), "a new proxy's __init__ was refused")
+
+
+def test_a_launcher_cannot_be_initialised_again():
+    """A launcher's __init__ refuses once it has a function.  Called from an argument's
+    property while the launch wraps its arguments, a new argument table was read past its
+    end (a crash); a launcher made without __init__ takes one (after a failed one too)."""
+    message = "args_viewable_as_strided_memory: this launcher is already initialised"
+
+    @args_viewable_as_strided_memory((0, 1, 2))
+    def launch(a, b, c):
+        return a.view(-1).ptr, b.view(-1).ptr, c.view(-1).ptr
+
+    with pytest.raises(TypeError, match=re.escape(message)):
+        launch.__init__(lambda x: x, ((0, "x"),), ())
+    refusals = []
+
+    class Reinitialising:
+        """Host memory through the array interface; reading its CAI re-initialises the launcher."""
+
+        def __init__(self, array):
+            self.array = array
+            self.__array_interface__ = array.__array_interface__
+
+        @property
+        def __cuda_array_interface__(self):
+            refusals.append(_refusal(launch.__init__, lambda x: x, ((0, "x"),), ()))
+            return None
+
+    arrays = _arrays(3)
+    for _ in range(3):
+        got = launch(Reinitialising(arrays[0]), arrays[1], arrays[2])
+        _check(got == tuple(a.ctypes.data for a in arrays), got)
+    _check(refusals and all(m == message for m in refusals), refusals)
+
+    bare = type(launch).__new__(type(launch))
+    with pytest.raises(ValueError):
+        bare.__init__(launch.__wrapped__, ((0,),), ())  # a malformed table: nothing set
+    bare.__init__(launch.__wrapped__, ((0, "a"), (1, "b"), (2, "c")), ())
+    _check(bare(*arrays) == tuple(a.ctypes.data for a in arrays), "the late __init__ was lost")
+    with pytest.raises(TypeError, match=re.escape(message)):
+        bare.__init__(launch.__wrapped__, (), ())
+
+
+@pytest.mark.parametrize(
+    "way", ["init", "init unbound", "init after __new__", "copy", "deepcopy", "pickle", "subclass"]
+)
+def test_no_way_fills_a_view_twice(way):
+    """Every way to fill a view holding a capsule again from outside is refused (a view is
+    final, and neither copied nor pickled); its capsule is released once, when it dies."""
+    import copy
+    import pickle
+
+    first, second = _capsule_producers(2)
+    if way == "init after __new__":
+        view = StridedMemoryView.__new__(StridedMemoryView)
+        view.__init__(first, -1)
+    else:
+        view = StridedMemoryView(first, -1)
+    attempts = {
+        "init": lambda: view.__init__(second, -1),
+        "init unbound": lambda: StridedMemoryView.__init__(view, second),
+        "init after __new__": lambda: view.__init__(second),
+        "copy": lambda: copy.copy(view),
+        "deepcopy": lambda: copy.deepcopy(view),
+        "pickle": lambda: pickle.loads(pickle.dumps(view)),
+        "subclass": lambda: type("Refilled", (StridedMemoryView,), {}),
+    }
+    with pytest.raises(TypeError):
+        attempts[way]()
+    _check(view.exporting_obj is first and view.ptr == first.expected_ptr, view)
+    del view, attempts
+    leaked = _not_released_once(first, second)
+    _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
+    _check(len(first.tensor_ids) == 1 and not second.tensor_ids, "a capsule too many was asked for")
+
+
+def _empty_view_calls(other):
+    """(name, call) for every public attribute and method of a view, on view ``v``."""
+    return [
+        (name, lambda v, name=name: getattr(v, name))
+        for name in dir(StridedMemoryView)
+        if not name.startswith("__") and name not in ("from_dlpack", "from_any_interface")
+    ] + [
+        ("repr", repr),
+        ("__dlpack__", lambda v: v.__dlpack__()),
+        ("__dlpack__ 1.0", lambda v: v.__dlpack__(max_version=(1, 0))),
+        ("__dlpack_device__", lambda v: v.__dlpack_device__()),
+        ("__cuda_array_interface__", lambda v: v.__cuda_array_interface__),
+        ("__array_interface__", lambda v: v.__array_interface__),
+        ("memoryview", memoryview),
+        ("numpy.asarray", np.asarray),
+        ("numpy.from_dlpack", np.from_dlpack),
+        ("a view of it", lambda v: StridedMemoryView(v, -1)),
+        ("_asdict", lambda v: v._asdict()),
+        ("index", lambda v: v[0]),
+        ("iter", lambda v: list(v)),
+        ("transpose", lambda v: v.transpose()),
+        ("reshape", lambda v: v.reshape(1)),
+        ("squeeze", lambda v: v.squeeze()),
+        ("broadcast_to", lambda v: v.broadcast_to((2,))),
+        ("view", lambda v: v.view()),
+        ("view dtype", lambda v: v.view(dtype=np.int8)),
+        ("copy_from", lambda v: v.copy_from(other, None)),
+        ("copy_to", lambda v: v.copy_to(other)),
+        ("as_tensor_map", lambda v: v.as_tensor_map((1,))),
+        ("match", lambda v: _match(v)),
+    ]
+
+
+def _match(view):
+    match view:
+        case StridedMemoryView(ptr, shape, strides, dtype):
+            return ptr, shape, strides, dtype
+    return None
+
+
+@pytest.mark.parametrize("which", ["__new__", "parked"])
+def test_an_empty_view_answers_everything_and_is_initialised_once(which):
+    """A view never initialised (StridedMemoryView.__new__) or a launcher's emptied one:
+    every attribute and method answers or raises an ordinary error (never a crash); the
+    first takes one __init__ (its capsule released once, when it dies), the second none."""
+    if which == "parked":
+        _views(*_arrays(3))
+        views = _parked_views()
+        if not _view.gil_fast_paths:
+            _check(not views, "a build without spares keeps views")
+            return
+        _check(views, "no parked view found (none kept?)")
+        view = views[0]
+        del views
+    else:
+        view = StridedMemoryView.__new__(StridedMemoryView)
+    other = StridedMemoryView.__new__(StridedMemoryView)
+    for name, call in _empty_view_calls(other):
+        try:
+            call(view)
+        except (TypeError, ValueError, BufferError, AttributeError, IndexError):
+            pass
+    producer = _capsule_producers(1)[0]
+    message = _refusal(view.__init__, producer, -1)
+    if which == "parked":
+        _check(message is not None and message.startswith("StridedMemoryView is kept empty"), message)
+    else:
+        _check(message is None and view.ptr == producer.expected_ptr, (message, view))
+        _check(_refusal(view.__init__, producer, -1) == "StridedMemoryView is already initialised", view)
+    del view
+    leaked = _not_released_once(producer)
+    _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")

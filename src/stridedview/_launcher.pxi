@@ -28,12 +28,26 @@
 #   collector's caller) is let go instead, and a proxy the function keeps drops its
 #   kept view, so nothing of a launch's views outlives the launch.  Like spares,
 #   this rests on the GIL and is compiled out with them.
+#   An emptied view can still be reached (gc.get_objects(), a __del__ run by the
+#   release of its old fields), so nothing may fill it but its proxy: it is
+#   marked ``_parked`` as it is emptied, and StridedMemoryView.__init__ refuses a
+#   parked view (and any view not new); and the proxy fills it again only if it
+#   still holds nothing a fill would overwrite and not release
+#   (SV_VIEW_HOLDS_NOTHING: no capsule, held buffer or C layout, which every
+#   complete fill sets), whatever its proxy's flag says, else lets it go.
+# - Only launchers fill their proxies: ViewableArgument.__init__ refuses a proxy
+#   that has an object or belongs to a launcher (``_name`` set, parked ones
+#   included), so a proxy found through the collector cannot be made to view,
+#   and keep a view of, an object of its own.
 # - The launcher (_launch) reads its own fields, set once in __cinit__ and
-#   __init__; a launcher made without __init__ has ``_name_at`` () and
+#   __init__ (which refuses a launcher already initialised: _launch indexes
+#   ``_name_at`` while it runs, and an argument's property may call Python
+#   code); a launcher made without __init__ has ``_name_at`` () and
 #   ``by_keyword`` () (set in __cinit__), and refuses to be called.
 #
 # Proven equal to the general path by tests/test_launch_reuse.py (kept views
-# included: filled again as new ones, never while held elsewhere) and
+# included: filled again as new ones, never while held elsewhere, never filled
+# or re-initialised from outside) and
 # tests/test_decorator.py (proxies kept, nested, threaded, raising, found by the
 # collector; every argument form against Cython's wrapper).
 
@@ -59,6 +73,14 @@ cdef class ViewableArgument:
     cdef bint _kept_view_empty
 
     def __init__(self, obj):
+        # Once only, and never on a launcher's proxy (_name set), parked ones included:
+        # a proxy filled from outside would view, and keep a view of, an object its
+        # launcher never passed, until a later launch takes it.
+        if self.obj is not None or self._name is not None:
+            raise TypeError(
+                "ViewableArgument is already initialised (a launcher's proxy, even an "
+                "emptied one, is its launcher's): make a new one, ViewableArgument(obj)"
+            )
         self.obj = obj
         self._info = None
 
@@ -82,9 +104,12 @@ cdef StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
         SV_GIL_FAST_PATHS
         and proxy._kept_view_empty
         and Py_REFCNT_ptr(<PyObject *>proxy._kept_view) == 1
+        and SV_VIEW_HOLDS_NOTHING(<PyObject *>proxy._kept_view)
     ):
         # The view this spare proxy made in an earlier launch, emptied when the
-        # proxy was parked, and held by nothing else since: filled again.
+        # proxy was parked, held by nothing else since, and found empty (what it
+        # holds, not the flag: a fill over a capsule would lose its deleter):
+        # filled again.  Anything else is let go (below), and released.
         proxy._kept_view_empty = False
         view = proxy._kept_view
     else:
@@ -365,6 +390,9 @@ cdef void _park_proxy(PyObject *proxy) noexcept:
         if Py_REFCNT_ptr(view) == 1 and not _holds_resources(<StridedMemoryView>view):
             # Held by the proxy alone: emptied as a new view starts, no Python code run.
             SV_VIEW_EMPTY(view, released + 2)
+            # Before any release below may run Python code that finds the view
+            # (gc.get_objects()): __init__ refuses it from here on.
+            (<StridedMemoryView>view)._parked = True
             SV_PROXY_MARK_KEPT_VIEW_EMPTY(proxy)
             release_count = 10
         else:
@@ -376,6 +404,16 @@ cdef void _park_proxy(PyObject *proxy) noexcept:
     _spare_proxy_count += 1
     for i in range(release_count):
         Py_DECREF_ptr(released[i])
+
+
+def _fill_parked_view(StridedMemoryView view, obj, stream_ptr=None):
+    """Fill a launcher's parked view in place, as no public call can (__init__ refuses
+    it), and say whether it did (a parked view still new only): what a fill from
+    outside would leave, for the tests of the proxy's check of what its kept view holds."""
+    if not (view._parked and _is_new(view)):
+        return False
+    _view_from_any(view, obj, stream_ptr)
+    return True
 
 
 cdef int _check_viewable(object value, object name, _ProducerType info) except -1:
@@ -424,12 +462,17 @@ cdef class _ViewableLauncher:
         self.by_keyword = ()
 
     def __init__(self, func, tuple by_position, tuple by_keyword):
-        self.func = func
-        self.by_keyword = by_keyword
+        # Once only: _launch reads _name_at by index for as long as it runs, and a
+        # launch may run Python code (an argument's properties) that could call this.
+        if self.func is not None:
+            raise TypeError("args_viewable_as_strided_memory: this launcher is already initialised")
         name_at = [None] * (by_position[-1][0] + 1 if by_position else 0)
         for position, name in by_position:
             name_at[position] = name
+        # Set together once all is computed: a failed __init__ leaves the launcher new.
         self._name_at = tuple(name_at)
+        self.by_keyword = by_keyword
+        self.func = func
 
     def __call__(self, *args, **kwargs):
         # Only callers that hold a tuple and a dict come here (PyObject_Call's

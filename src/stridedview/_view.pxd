@@ -63,6 +63,11 @@ cdef class StridedMemoryView:
     # view derived from another (_derive), the root view that holds them.
     cdef void *_managed
     cdef bint _managed_is_versioned
+    # Set when a launcher's proxy empties this view to fill it again with its next
+    # view() (_park_proxy, _launcher.pxi); __init__ refuses such a view.  Zero in a
+    # new view, and in every view of a build without the GIL fast paths.  (It sits
+    # in the padding after _managed_is_versioned: the object is no larger.)
+    cdef bint _parked
     cdef Py_buffer *_held_buffer
     cdef StridedMemoryView _memory_owner
     # The interface dict an __array_interface__ or CUDA Array Interface view was

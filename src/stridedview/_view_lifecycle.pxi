@@ -26,10 +26,22 @@
 #   ``StridedMemoryView(obj, stream_ptr)`` and ``StridedMemoryView(obj,
 #   stream_ptr=s)`` skip argument parsing; any other call goes to Cython's own
 #   vectorcall, which parses and raises as __init__.
+# - Filling only new views: __init__ fills ``self`` only if it is in the state a
+#   new view starts in (_is_new reads every field, so a view filled before, or
+#   left with anything by a fill that failed half-way, is refused) and is not a launcher's parked
+#   view (``_parked``, _launcher.pxi); filling over a capsule would lose its
+#   deleter.  The constructor's vectorcall needs no such check, and has none: it
+#   fills a view _new_view has just made (a freelist pop re-initialised by
+#   SV_VIEW_PREPARE, which zeroes ``_parked`` too, or tp_new), to which no other
+#   reference exists before it returns; so does Cython's vectorcall, whose
+#   __init__ runs on the object its tp_new has just made.  Nothing here depends
+#   on the GIL: without SV_GIL_FAST_PATHS no view is ever parked, and the check
+#   of the real state is the same.
 #
 # Proven equal to the general path by tests/test_fast_paths.py and
 # tests/test_hot_path_review.py (views from the constructor, __init__ and
-# from_any_interface compared field by field; reused objects start empty).
+# from_any_interface compared field by field; reused objects start empty); a
+# second __init__ by tests/test_launch_reuse.py.
 # docs/internals.md says how each piece can be switched off.
 
 cdef extern from *:
@@ -247,6 +259,16 @@ cdef extern from *:
             __pyx_mstate_global->__pyx_ptype_11stridedview_5_view_StridedMemoryView); \
         PyObject_GC_Track(o); \
     } while (0)
+    /* Whether a view holds nothing a fill would overwrite and not release: no
+       capsule, no held buffer, no C layout (so no shape block; and every complete
+       fill sets one, so a view filled since it was emptied fails this).  Its object
+       fields need no reading: a fill assigns them, releasing what they held.  Read
+       straight from the struct (no reference taken), in one test: a launcher's proxy
+       asks it of its kept view on every view() (_proxy_view). */
+    #define SV_VIEW_HOLDS_NOTHING(o) ( \
+        ((uintptr_t)((SV_VIEW_STRUCT *)(o))->_dims \
+         | (uintptr_t)((SV_VIEW_STRUCT *)(o))->_managed \
+         | (uintptr_t)((SV_VIEW_STRUCT *)(o))->_held_buffer) == 0)
     /* A live view, tracked and referenced, made as SV_VIEW_PREPARE makes one but
        for its header: its object fields' references are moved to `old[0..7]`,
        for the caller to drop once no code can see the view half emptied. */
@@ -267,6 +289,34 @@ cdef extern from *:
     PyObject *SV_VIEW_FREE_POP() noexcept
     void SV_VIEW_PREPARE(PyObject *) noexcept
     void SV_VIEW_EMPTY(PyObject *, PyObject **) noexcept
+    bint SV_VIEW_HOLDS_NOTHING(PyObject *) noexcept
+
+
+cdef bint _is_new(StridedMemoryView view) noexcept:
+    """Whether ``view`` is in the state a new view starts in (tp_new, _new_view, or a
+    launcher's emptied view): every object field None and every C field zero, but the
+    inline shape/stride arrays (never read before being written).  What __init__ checks:
+    its real state, whatever made it or failed half-way through filling it."""
+    return (
+        SV_VIEW_HOLDS_NOTHING(<PyObject *>view)
+        and view.exporting_obj is None
+        and view._memory_owner is None
+        and view.ptr is None
+        and view.shape is None
+        and view.strides is None
+        and view.dtype is None
+        and view.ready_stream is None
+        and view._interface is None
+        and view._ptr == 0
+        and view._ndim == 0
+        and view._itemsize == 0
+        and view._size == 0
+        and view._device_type == 0
+        and view._device_id == 0
+        and not view.is_device_accessible
+        and not view.readonly
+        and not view._managed_is_versioned
+    )
 
 
 cdef inline StridedMemoryView _new_view():
