@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Build a free-threaded CPython 3.13 (PEP 703, `--disable-gil`) from Debian trixie's source
-# package python3.13, or reuse the one an earlier run built on this machine.  CI and
-# developers run this same script; its last line on stdout is the interpreter's path.
+# Build a free-threaded CPython (PEP 703, `--disable-gil`) from a Debian source package,
+# by default trixie's python3.13, or reuse the one an earlier run built on this machine.
+# CI and developers run this same script; its last line on stdout is the interpreter's path.
 #
-#   tools/build_freethreaded_python.sh            # -> .../python3.13t/bin/python3.13t
+#   tools/build_freethreaded_python.sh            # -> .../python3.13t-*/bin/python3.13t
+#   tools/build_freethreaded_python.sh 3.14 SUITE # python3.14 from SUITE's deb-src, once
+#                                                 # Debian serves its source (it does not yet:
+#                                                 # every python3.14/3.15 .dsc answers 404)
 #   STRIDEDVIEW_FT_CACHE=DIR tools/build_freethreaded_python.sh
 #
 # The build is cached under $STRIDEDVIEW_FT_CACHE (default ~/.cache/stridedview), keyed by
@@ -13,12 +16,15 @@
 # sqlite3 and readline (all on this project's machines).  About five minutes on two cores.
 set -euo pipefail
 
+minor="${1:-3.13}"
+suite="${2:-trixie}"
+case "$minor" in 3.1[3-9]) ;; *) echo "free-threaded CPython: $minor: 3.13 or later" >&2; exit 2 ;; esac
 cache="${STRIDEDVIEW_FT_CACHE:-$HOME/.cache/stridedview}"
 mkdir -p "$cache"
 
 find_cached() {  # the newest cached interpreter that runs without the GIL, if any
     local python
-    for python in $(ls -d "$cache"/python3.13t-*/bin/python3.13t 2>/dev/null | sort -r); do
+    for python in $(ls -d "$cache"/python"$minor"t-*/bin/python"$minor"t 2>/dev/null | sort -r); do
         if "$python" -c 'import sys; sys.exit(sys._is_gil_enabled())' 2>/dev/null; then
             echo "$python"
             return 0
@@ -34,28 +40,28 @@ if [ "${STRIDEDVIEW_FT_REBUILD:-0}" != 1 ] && python=$(find_cached); then
 fi
 
 work="$(mktemp -d)"
-sources=/etc/apt/sources.list.d/stridedview-trixie-src.sources
+sources=/etc/apt/sources.list.d/stridedview-$suite-src.sources
 cleanup() {
     rm -f "$sources"
     rm -rf "$work"
 }
 trap cleanup EXIT
 
-echo "free-threaded CPython: fetching Debian trixie's python3.13 source package" >&2
-cat > "$sources" <<'EOF'
+echo "free-threaded CPython: fetching Debian $suite's python$minor source package" >&2
+cat > "$sources" <<EOF
 Types: deb-src
 URIs: http://deb.debian.org/debian
-Suites: trixie
+Suites: $suite
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
 apt-get update -qq >&2
-(cd "$work" && apt-get source --download-only -qq python3.13 >&2)
+(cd "$work" && apt-get source --download-only -qq "python$minor" >&2)
 rm -f "$sources"
 
-orig="$(ls "$work"/python3.13_*.orig.tar.xz | head -n 1)"
-version="$(basename "$orig" | sed -E 's/^python3\.13_([^.]+\.[^.]+\.[^.]+)\.orig\.tar\.xz$/\1/')"
-prefix="$cache/python3.13t-$version"
+orig="$(ls "$work"/python"$minor"_*.orig.tar.xz | head -n 1)"
+version="$(basename "$orig" | sed -E "s/^python${minor//./\\.}_([^.]+\.[^.]+\.[^.]+)\.orig\.tar\.xz\$/\1/")"
+prefix="$cache/python${minor}t-$version"
 tar -xJf "$orig" -C "$work"
 source_dir="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'Python-*' | head -n 1)"
 
@@ -68,7 +74,7 @@ rm -rf "$prefix"
     make -j"$(nproc)" > "$work/make.log" 2>&1 || { tail -n 40 "$work/make.log" >&2; exit 1; }
     make install > "$work/install.log" 2>&1 || { tail -n 40 "$work/install.log" >&2; exit 1; }
 )
-python="$prefix/bin/python3.13t"
+python="$prefix/bin/python${minor}t"
 if ! "$python" -c 'import sys, ssl; sys.exit(sys._is_gil_enabled())'; then
     echo "free-threaded CPython: $python does not run with the GIL off" >&2
     exit 1
