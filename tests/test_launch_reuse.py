@@ -625,12 +625,7 @@ def test_a_parked_view_found_through_the_collector_cannot_be_initialised():
     emptied = [_fields(view) for view in parked]
     view = None
     del parked
-    for start in (0, 3):  # launches that take the spares and fill their views again
-        ptrs = _views(*launched[start:start + 3])
-        _check(ptrs == [p.expected_ptr for p in launched[start:start + 3]], ptrs)
-    gc.collect()
-    leaked = _not_released_once(intruder, *launched)
-    _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
+    _launch_and_check_released(launched, intruder)  # takes the spares, fills their views
     _check(
         all(m is not None and m.startswith("StridedMemoryView is kept empty by a launcher")
             for m in refusals),
@@ -639,6 +634,18 @@ def test_a_parked_view_found_through_the_collector_cannot_be_initialised():
     _check(all(fields == new for fields in emptied), emptied)
     _check(not intruder.tensor_ids, "a refused __init__ asked the producer for a capsule")
 
+
+
+def _launch_and_check_released(launched, *others):
+    """Launch ``launched`` three at a time (the spares and their views taken again), each
+    view at its producer's address, then check that every capsule, ``others``' too, has
+    been released exactly once."""
+    for start in range(0, len(launched), 3):
+        ptrs = _views(*launched[start:start + 3])
+        _check(ptrs == [p.expected_ptr for p in launched[start:start + 3]], ptrs)
+    gc.collect()
+    leaked = _not_released_once(*others, *launched)
+    _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
 
 def test_a_kept_view_holding_something_is_let_go_not_filled_over():
     """The proxy fills its kept view again only if the view holds nothing (no capsule,
@@ -658,13 +665,7 @@ def test_a_kept_view_holding_something_is_let_go_not_filled_over():
     filled = [_view._fill_parked_view(v, p, -1) for v, p in zip(parked, intruders)]
     _check(all(filled), f"parked views not filled: {filled}")
     del parked
-    launched = _capsule_producers(6)
-    for start in (0, 3):
-        ptrs = _views(*launched[start:start + 3])
-        _check(ptrs == [p.expected_ptr for p in launched[start:start + 3]], ptrs)
-    gc.collect()
-    leaked = _not_released_once(*intruders, *launched)
-    _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
+    _launch_and_check_released(_capsule_producers(6), *intruders)
 
 
 def test_a_proxy_cannot_be_initialised_again():
