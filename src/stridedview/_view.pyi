@@ -40,6 +40,9 @@ def _torch_layout_reader() -> Literal[
     "stable abi", "direct", "exchange api", "capsule", "uncalibrated"
 ]: ...
 
+# view.nbytes with its byte counts checked, refused as ``where`` (_copy.py, _tensor_map.py).
+def _checked_nbytes(view: StridedMemoryView, where: str) -> int: ...
+
 @type_check_only
 class _LayoutLike(Protocol):
     """What ``view(layout=...)`` reads: cuda.core's ``_StridedLayout`` has these (and
