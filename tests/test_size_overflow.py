@@ -277,7 +277,8 @@ def _huge_unit_stride_view(stride=BIG):
     bytes) never steps (extent 1)."""
     producer = producers.make_producer("versioned", shape=(1, 3), strides=(stride, 1), dtype="float64")
     view = StridedMemoryView(producer)
-    ctypes.memmove(view.ptr, np.array([1.0, 2.0, 3.0]).ctypes.data, 24)
+    values = np.array([1.0, 2.0, 3.0])  # held until copied: a temporary's address is freed
+    ctypes.memmove(view.ptr, values.ctypes.data, 24)
     return view
 
 
