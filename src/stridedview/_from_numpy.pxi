@@ -61,7 +61,7 @@ cdef int _numpy_export_kind = 0
 
 
 
-cdef bint _numpy_dtype(int type_num, DLDataType *dl_dtype) noexcept:
+cdef inline bint _numpy_dtype(int type_num, DLDataType *dl_dtype) noexcept:
     """The DLPack type numpy exports for a built-in ``type_num``; False for any other.
 
     longdouble, clongdouble, and every non-numeric or user type are left to
@@ -196,9 +196,12 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
         else:
             element_strides[i] = byte_strides[i] // itemsize
     cdef void *data = PyArray_DATA(array)
-    if (size > 0 and data == NULL) or not _byte_offsets_fit(
-        ndim, shape, element_strides, size, itemsize
-    ):
+    if size > 0 and data == NULL:
+        return False
+    # A C-contiguous array's elements lie within its nbytes of element 0 (numpy
+    # ignores only the strides of extent-1 axes, which never step), and nbytes fits
+    # (checked above): only other layouts are checked element by element.
+    if not c_contiguous and not _byte_offsets_fit(ndim, shape, element_strides, size, itemsize):
         return False
     dtype = _dtype_from_dlpack(dl_dtype, 0)
 

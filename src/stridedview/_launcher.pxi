@@ -97,7 +97,7 @@ cdef class ViewableArgument:
         return f"ViewableArgument({self.obj!r})"
 
 
-cdef StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
+cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
     """``proxy.view(stream_ptr)``."""
     cdef StridedMemoryView view
     if (
@@ -373,7 +373,7 @@ cdef extern from *:
     void SV_PROXY_MARK_KEPT_VIEW_EMPTY(PyObject *) noexcept
 
 
-cdef void _park_proxy(PyObject *proxy) noexcept:
+cdef inline void _park_proxy(PyObject *proxy) noexcept:
     global _spare_proxy_count
     cdef PyObject *view = SV_PROXY_KEPT_VIEW(proxy)
     # The references the proxy and its view let go of: obj and _info, then an emptied

@@ -35,6 +35,14 @@ cdef extern from *:
     #else
     #define SV_GIL_FAST_PATHS 1
     #endif
+    /* The hot path's small helpers, inlined at every call whatever the compiler's
+       size estimate: setup.py puts it on their prototypes in the generated C
+       (Cython has no syntax for a function attribute), and C helpers here use it. */
+    #if defined(__GNUC__) || defined(__clang__)
+    #define SV_ALWAYS_INLINE __attribute__((always_inline))
+    #else
+    #define SV_ALWAYS_INLINE
+    #endif
     """
     bint SV_GIL_FAST_PATHS
 
@@ -980,7 +988,7 @@ cdef extern from *:
        spans below and above element 0 are summed in elements, stopping as soon
        as one passes INT64_MAX (so no sum can overflow), then scaled by the item
        size (sv_mul_i64).  -1: no 128-bit integers here, use the portable check. */
-    static inline int sv_byte_offsets_fit_128(
+    static inline SV_ALWAYS_INLINE int sv_byte_offsets_fit_128(
         Py_ssize_t ndim, const int64_t *extents, const int64_t *strides,
         int64_t size, Py_ssize_t itemsize)
     {
