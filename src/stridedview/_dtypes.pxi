@@ -29,6 +29,9 @@ cdef dict _DLPACK_DTYPES = {
 # Codes whose bits may be supported are all < 32: one slot per (code, bits).
 cdef list _dtype_slots = [None] * (32 * 256)
 
+cdef extern from "Python.h":
+    PyObject *PyList_GET_ITEM_ptr "PyList_GET_ITEM"(object, Py_ssize_t) noexcept
+
 
 cdef inline object _dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags):
     """The numpy dtype of one DLPack element type, or BufferError.
@@ -37,10 +40,19 @@ cdef inline object _dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags):
     else (the checks, the first lookup) is _checked_dtype_from_dlpack's.
     """
     cdef object dtype
+    cdef PyObject *slot
     if dl_dtype.code < 32 and dl_dtype.lanes == 1 and dl_dtype.bits >= 8:
-        dtype = _dtype_slots[dl_dtype.code * 256 + dl_dtype.bits]
-        if dtype is not None:
-            return dtype
+        if SV_GIL_FAST_PATHS:
+            # The index is within the list (code < 32, bits < 256), which is never
+            # replaced: a borrowed read, safe while the GIL is held (a slot is only
+            # ever set from None to a dtype, under the GIL).
+            slot = PyList_GET_ITEM_ptr(_dtype_slots, dl_dtype.code * 256 + dl_dtype.bits)
+            if slot != <PyObject *>None:
+                return <object>slot
+        else:
+            dtype = _dtype_slots[dl_dtype.code * 256 + dl_dtype.bits]
+            if dtype is not None:
+                return dtype
     return _checked_dtype_from_dlpack(dl_dtype, flags)
 
 
