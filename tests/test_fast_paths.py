@@ -208,13 +208,20 @@ def test_numpy_adapter_matches_general_path_for_each_dtype(dtype):
         lambda: np.zeros((1, 4), dtype=[("pad", "u1"), ("x", "<f4")])["x"][:, :1],
         lambda: np.lib.stride_tricks.as_strided(np.zeros(8, np.int32), (1, 2), (6, 4)),
         lambda: np.ma.masked_array([1.0, 2.0], mask=[0, 1]),
+        # Byte offsets past int64 (numpy's as_strided allows them): refused both ways.
+        lambda: np.lib.stride_tricks.as_strided(np.zeros(2), (3,), (2**62,)),
+        lambda: np.lib.stride_tricks.as_strided(np.zeros(2), (2, 3), (8, 2**62)),
+        # C-contiguous, a huge stride on an axis that never steps: viewed both ways.
+        lambda: np.lib.stride_tricks.as_strided(np.zeros(4), (1, 4), (2**62, 8)),
     ],
     ids=["0-d", "empty", "empty-reversed", "one-element-odd-stride", "extent-1-odd-stride",
-         "c-contiguous-odd-stride", "masked"],
+         "c-contiguous-odd-stride", "masked", "offsets-past-int64",
+         "offsets-past-int64-2d", "c-contiguous-huge-extent-1-stride"],
 )
 def test_numpy_adapter_edge_layouts(make):
     """numpy's own stride rule (extent-1 axes, one-element and C-contiguous arrays are not
-    checked) and subclasses: the adapter answers exactly as the capsule path."""
+    checked), byte offsets past int64 (the adapter checks them for any array that is not
+    C-contiguous) and subclasses: the adapter answers exactly as the capsule path."""
     assert_same_outcome_both_ways(make())
 
 

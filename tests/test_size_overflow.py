@@ -175,6 +175,15 @@ def test_array_interface_byte_offsets_past_int64_are_refused():
         StridedMemoryView(producer)
 
 
+def test_numpy_array_byte_offsets_past_int64_are_refused():
+    """numpy's as_strided makes three float64 elements 2**62 bytes apart (2**63 bytes from
+    element 0): refused with the message that names the layout, not taken by the numpy
+    adapter (which skips the element-by-element check only for a C-contiguous array)."""
+    array = np.lib.stride_tricks.as_strided(np.zeros(2), (3,), (2**62,))
+    with pytest.raises(BufferError, match=_offsets_message("dlpack", (3,), (2**59,), 8)):
+        StridedMemoryView(array)
+
+
 def test_buffer_protocol_past_int64_bytes_is_refused():
     """An exporter's broadcast buffer whose nbytes passes int64 (_testbuffer makes one) is
     refused, and the buffer released."""
