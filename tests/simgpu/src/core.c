@@ -132,6 +132,12 @@ SG_API long long simgpu_counter(const char *name) {
     return value;
 }
 
+/* Exported for tests: changes SIMGPU_DELAY_US for the operations streams start from now on. */
+SG_API void simgpu_set_delay_us(unsigned int microseconds) {
+    sg_load_config();
+    __atomic_store_n(&sg_cfg.delay_us, microseconds, __ATOMIC_RELAXED);
+}
+
 /* Exported for tests: 1, so a test can tell the simulator from a real driver. */
 SG_API int simgpu_is_simulator(void) { return 1; }
 

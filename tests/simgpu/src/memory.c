@@ -311,7 +311,6 @@ SG_API CUresult cuMemFree_v2(CUdeviceptr p) {
         a = sg_alloc_find(p);
         if (a != NULL && a->kind == A_POOL) {
             /* Freeing a stream-ordered block synchronously. */
-            sg_pool_free_reached(a->pool, 0);
             extern void sg_pool_release_block(sg_alloc *);
             sg_pool_release_block(a);
         } else if (a != NULL) {
@@ -516,7 +515,10 @@ typedef struct {
     size_t size;
     uint64_t stream;   /* the stream whose cuMemFreeAsync returned it */
     int reached;       /* the free has executed in that stream */
+    uint64_t token;    /* names this free (a block freed, reused and freed again is two) */
 } pool_block;
+
+static uint64_t next_free_token = 1;
 
 typedef struct sg_pool {
     sg_obj o;
@@ -648,6 +650,7 @@ void sg_pool_release_block(sg_alloc *a) {
             b->size = a->map_len;
             b->stream = 0;
             b->reached = 1;
+            b->token = next_free_token++;
         } else {
             sg_dev_free_raw(p->dev, a->base, a->map_len);
             p->reserved -= a->map_len;
@@ -656,11 +659,11 @@ void sg_pool_release_block(sg_alloc *a) {
     alloc_remove(a);
 }
 
-void sg_pool_free_reached(uint64_t pool, CUdeviceptr ptr) {
+void sg_pool_free_reached(uint64_t pool, uint64_t token) {
     sg_pool *p = sg_handle_get(pool, K_POOL);
-    if (p == NULL || ptr == 0) return;
+    if (p == NULL) return;
     for (int i = 0; i < p->nblocks; i++)
-        if (p->blocks[i].base == ptr && !p->blocks[i].reached) p->blocks[i].reached = 1;
+        if (p->blocks[i].token == token) p->blocks[i].reached = 1;
 }
 
 static CUresult alloc_async(CUdeviceptr *dptr, size_t size, sg_pool *given, uint64_t stream) {
@@ -723,21 +726,20 @@ SG_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
         free_allocation(a);
     } else {
         sg_pool *p = sg_handle_get(a->pool, K_POOL);
-        uint64_t pool_h = a->pool;
+        uint64_t pool_h = a->pool, token = 0;
         CUdeviceptr base = a->base;
         sg_pool_release_block(a);
-        if (p != NULL) {
-            for (int i = 0; i < p->nblocks; i++) {
-                if (p->blocks[i].base == base) {
-                    p->blocks[i].stream = s->o.h;
-                    p->blocks[i].reached = 0;
-                }
+        for (int i = 0; p != NULL && i < p->nblocks; i++) {
+            if (p->blocks[i].base == base) {
+                p->blocks[i].stream = s->o.h;
+                p->blocks[i].reached = 0;
+                token = p->blocks[i].token;
             }
         }
         sg_op *op = sg_op_new(OP_POOL_FREE);
         if (op) {
             op->u.pool_free.pool = pool_h;
-            op->u.pool_free.ptr = base;
+            op->u.pool_free.token = token;
         }
         r = sg_enqueue(s, op);
     }

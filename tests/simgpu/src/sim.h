@@ -298,7 +298,7 @@ typedef struct sg_op {
         } kernel;
         struct {
             uint64_t pool;
-            CUdeviceptr ptr;
+            uint64_t token;
         } pool_free;
     } u;
 } sg_op;
@@ -366,7 +366,7 @@ unsigned char *sg_worker_addr(CUdeviceptr p, size_t n, int must_be_device, CUres
 int sg_is_device_range(CUdeviceptr p);
 void sg_allocs_of_ctx_free(sg_ctx *c);
 void sg_pools_on_sync(void);
-void sg_pool_free_reached(uint64_t pool, CUdeviceptr ptr);
+void sg_pool_free_reached(uint64_t pool, uint64_t token);
 CUresult sg_dev_alloc_raw(int dev, size_t size, CUdeviceptr *out);
 void sg_dev_free_raw(int dev, CUdeviceptr p, size_t size);
 

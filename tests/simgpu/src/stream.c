@@ -104,7 +104,7 @@ static void op_complete_locked(sg_op *op) {
     switch (op->type) {
     case OP_RECORD: sg_record_reached(op->u.record.event, op->u.record.generation); break;
     case OP_KERNEL: sg_kernel_reached(op->u.kernel.index); break;
-    case OP_POOL_FREE: sg_pool_free_reached(op->u.pool_free.pool, op->u.pool_free.ptr); break;
+    case OP_POOL_FREE: sg_pool_free_reached(op->u.pool_free.pool, op->u.pool_free.token); break;
     default: break;
     }
 }
@@ -129,7 +129,8 @@ static void *worker(void *arg) {
         sg_op *op = s->head;
         while (!deps_done(op)) pthread_cond_wait(&sg_progress, &sg_lock);
         pthread_mutex_unlock(&sg_lock);
-        if (sg_cfg.delay_us) usleep(sg_cfg.delay_us);
+        unsigned delay = __atomic_load_n(&sg_cfg.delay_us, __ATOMIC_RELAXED);
+        if (delay) usleep(delay);
         sg_op_execute(op, s);
         pthread_mutex_lock(&sg_lock);
         op_complete_locked(op);
