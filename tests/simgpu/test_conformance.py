@@ -325,6 +325,16 @@ def test_host_functions_run_in_stream_order_on_another_thread(res):
     assert all(tid != threading.get_ident() for _, tid in seen)
 
 
+def test_host_function_may_not_call_the_driver(sim_only, res):
+    """A host function that calls the driver gets CUDA_ERROR_NOT_PERMITTED (the driver may
+    refuse it; the simulator always does, so no such call can deadlock on its own stream)."""
+    stream = res.stream()
+    seen = []
+    host_fn(stream, lambda: seen.append(drv.cuStreamSynchronize(stream)[0]))
+    ok(drv.cuStreamSynchronize(stream))
+    assert seen == [E.CUDA_ERROR_NOT_PERMITTED]
+
+
 def test_streams_are_concurrent_missing_wait_reads_stale_data(sim_only, res):
     """Without a wait, a stream reads what another stream has not written yet (the delay shows it);
     with cuEventRecord + cuStreamWaitEvent it reads the new data."""
@@ -768,6 +778,19 @@ def test_allocation_belongs_to_its_device(primary, two_devices, res):
     assert ok(drv.cuPointerGetAttribute(A.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pooled)) == 1
     assert int(ok(drv.cuPointerGetAttribute(A.CU_POINTER_ATTRIBUTE_CONTEXT, ptr))) == int(primary[1])
     ok(drv.cuMemFreeAsync(pooled, stream1))
+
+
+def test_stream_ordered_allocation_comes_from_the_streams_device(primary, two_devices, res):
+    """cuMemAllocAsync takes memory from the pool of the stream's device, whatever is current."""
+    ok(drv.cuCtxSetCurrent(primary[1]))
+    stream1 = res.stream()
+    ok(drv.cuCtxSetCurrent(primary[0]))
+    ptr = int(ok(drv.cuMemAllocAsync(4096, stream1)))
+    A = drv.CUpointer_attribute
+    assert ok(drv.cuPointerGetAttribute(A.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)) == 1
+    pool = ok(drv.cuPointerGetAttribute(A.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr))
+    assert int(pool) == int(ok(drv.cuDeviceGetMemPool(ok(drv.cuDeviceGet(1)))))
+    ok(drv.cuMemFreeAsync(ptr, stream1))
 
 
 def test_managed_memory_is_host_accessible(res):

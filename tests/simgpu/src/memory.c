@@ -204,12 +204,12 @@ static sg_alloc *alloc_overlapping(uintptr_t base, size_t size) {
     return NULL;
 }
 
-unsigned char *sg_worker_addr(CUdeviceptr p, size_t n, int must_be_device, CUresult *err) {
+unsigned char *sg_worker_addr(CUdeviceptr p, size_t n, int must_be_known, CUresult *err) {
     sg_alloc *a = sg_alloc_find(p);
     if (a == NULL) {
         /* Unknown memory: host memory the driver does not know (pageable), unless
          * the address lies in a device's range, where nothing is allocated. */
-        if (must_be_device || sg_is_device_range(p)) {
+        if (must_be_known || sg_is_device_range(p)) {
             *err = CUDA_ERROR_INVALID_VALUE;
             return NULL;
         }
@@ -218,13 +218,6 @@ unsigned char *sg_worker_addr(CUdeviceptr p, size_t n, int must_be_device, CUres
     if (n > a->size - (size_t)(p - a->base)) {
         *err = CUDA_ERROR_ILLEGAL_ADDRESS;
         return NULL;
-    }
-    if (must_be_device && a->kind != A_DEVICE && a->kind != A_POOL && a->kind != A_MANAGED) {
-        /* Pinned host memory is device-accessible through its device pointer. */
-        if (a->kind != A_HOST && a->kind != A_REGISTERED) {
-            *err = CUDA_ERROR_INVALID_VALUE;
-            return NULL;
-        }
     }
     if (a->kind == A_DEVICE || a->kind == A_POOL) {
         arena *ar = &arenas[a->dev];
@@ -272,7 +265,7 @@ SG_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
         }
     }
     pthread_mutex_unlock(&sg_lock);
-    API_RETURN(c ? err : err);
+    API_RETURN(err);
 }
 
 SG_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -326,10 +319,7 @@ SG_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_alloc *a = sg_alloc_find(p);
-    if (a != NULL && a->kind != A_REGISTERED && a->kind != A_HOST) {
-        if (base) *base = a->base;
-        if (size) *size = a->size;
-    } else if (a != NULL) {
+    if (a != NULL) {
         if (base) *base = a->base;
         if (size) *size = a->size;
     }
@@ -676,13 +666,9 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, sg_pool *given, uint
         if (s->capture != NULL) {
             r = CUDA_ERROR_NOT_SUPPORTED; /* graph memory nodes are not simulated */
         } else {
-            sg_ctx *c = NULL;
-            sg_pool *p = given;
-            if (p == NULL) {
-                c = sg_current_ctx(&err);
-                p = c ? current_pool(c->dev) : NULL;
-            }
-            r = p ? pool_alloc(p, size, s, dptr) : err;
+            /* The pool current to the stream's device, unless one is given. */
+            sg_pool *p = given ? given : current_pool(s->ctx->dev);
+            r = p ? pool_alloc(p, size, s, dptr) : CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
     pthread_mutex_unlock(&sg_lock);

@@ -358,7 +358,7 @@ SG_API CUresult cuModuleLoad(CUmodule *out, const char *path) {
     if (out == NULL || path == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     size_t size;
     void *data = read_file(path, &size);
-    if (data == NULL) API_RETURN(301); /* CUDA_ERROR_FILE_NOT_FOUND */
+    if (data == NULL) API_RETURN(CUDA_ERROR_FILE_NOT_FOUND);
     CUresult r = load_module(out, data, size);
     free(data);
     API_RETURN(r);
@@ -539,7 +539,7 @@ SG_API CUresult cuLibraryLoadFromFile(CUlibrary *out, const char *path, int *jit
     fill_jit_logs(njit, jit_options, jit_values);
     size_t size;
     void *data = read_file(path, &size);
-    if (data == NULL) API_RETURN(301); /* CUDA_ERROR_FILE_NOT_FOUND */
+    if (data == NULL) API_RETURN(CUDA_ERROR_FILE_NOT_FOUND);
     CUresult r = load_library(out, data, size);
     free(data);
     API_RETURN(r);
@@ -1318,7 +1318,7 @@ SG_API CUresult cuLinkAddFile_v2(CUlinkState h, int type, const char *path, unsi
     fill_jit_logs(n, options, values);
     size_t size;
     void *data = read_file(path, &size);
-    if (data == NULL) API_RETURN(301); /* CUDA_ERROR_FILE_NOT_FOUND */
+    if (data == NULL) API_RETURN(CUDA_ERROR_FILE_NOT_FOUND);
     CUresult r = link_append(H(h), type, data, size);
     free(data);
     API_RETURN(r);

@@ -35,7 +35,9 @@ enum {
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_IMAGE = 200,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_FILE_NOT_FOUND = 301,
     CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
@@ -51,6 +53,7 @@ enum {
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
     CUDA_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
     CUDA_ERROR_STREAM_CAPTURE_UNJOINED = 904,
+    CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905,
     CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
     CUDA_ERROR_CAPTURED_EVENT = 907,
     CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
@@ -195,8 +198,13 @@ CUresult sg_api_leave(int index, CUresult result);
     if (api_index_ < 0) api_index_ = sg_api_index(name); \
     sg_api_enter(api_index_)
 #define API_RETURN(expr) return sg_api_leave(api_index_, (expr))
-#define API_NEED_INIT() \
-    do { if (!sg_initialized) API_RETURN(CUDA_ERROR_NOT_INITIALIZED); } while (0)
+/* The thread is a stream worker running a host function (which may make no CUDA call). */
+extern __thread int sg_in_host_fn;
+#define API_NEED_INIT()                                                          \
+    do {                                                                         \
+        if (!sg_initialized) API_RETURN(CUDA_ERROR_NOT_INITIALIZED);             \
+        if (sg_in_host_fn) API_RETURN(CUDA_ERROR_NOT_PERMITTED);                 \
+    } while (0)
 void sg_count(const char *counter, long long delta);
 
 /* ---- handles --------------------------------------------------------------------- */
@@ -360,9 +368,10 @@ typedef struct sg_alloc {
 void sg_memory_init(void);
 sg_alloc *sg_alloc_find(CUdeviceptr p); /* the allocation holding p, or NULL */
 /* Where a worker reads or writes [p, p+n): device memory through the private view,
- * other memory as is.  *err: INVALID_VALUE for a device address outside any
- * allocation, ILLEGAL_ADDRESS for a range running past its allocation. */
-unsigned char *sg_worker_addr(CUdeviceptr p, size_t n, int must_be_device, CUresult *err);
+ * other memory as is.  *err: INVALID_VALUE for an address outside any allocation
+ * that must be known (or lies in a device's range), ILLEGAL_ADDRESS for a range
+ * running past its allocation. */
+unsigned char *sg_worker_addr(CUdeviceptr p, size_t n, int must_be_known, CUresult *err);
 int sg_is_device_range(CUdeviceptr p);
 void sg_allocs_of_ctx_free(sg_ctx *c);
 void sg_pools_on_sync(void);

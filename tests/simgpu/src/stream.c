@@ -8,6 +8,7 @@
 void sg_handle_each(int kind, void (*fn)(void *obj, void *arg), void *arg);
 
 static unsigned long long next_stream_id = 100;
+__thread int sg_in_host_fn;
 
 /* ---- operations ---------------------------------------------------------------------- */
 
@@ -88,10 +89,14 @@ void sg_op_execute(sg_op *op, sg_stream *s) {
         break;
     }
     case OP_HOSTFN:
+        sg_in_host_fn = 1;
         op->u.hostfn.fn(op->u.hostfn.data);
+        sg_in_host_fn = 0;
         break;
     case OP_CALLBACK:
+        sg_in_host_fn = 1;
         op->u.callback.fn(P(op->u.callback.stream), CUDA_SUCCESS, op->u.callback.data);
+        sg_in_host_fn = 0;
         break;
     default:
         break;
@@ -960,7 +965,7 @@ SG_API CUresult cuStreamWaitEvent(CUstream h, CUevent event, unsigned int flags)
         if (s->capture != NULL && s->capture != cap) {
             capture_invalidate(s->capture);
             pthread_mutex_unlock(&sg_lock);
-            API_RETURN(905); /* CUDA_ERROR_STREAM_CAPTURE_ISOLATION */
+            API_RETURN(CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
         }
         if (cap->status != SG_CAPTURE_ACTIVE) {
             pthread_mutex_unlock(&sg_lock);
@@ -985,7 +990,7 @@ SG_API CUresult cuStreamWaitEvent(CUstream h, CUevent event, unsigned int flags)
                                                          : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         } else {
             capture_invalidate(s->capture);
-            r = 905; /* CUDA_ERROR_STREAM_CAPTURE_ISOLATION */
+            r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
         }
         pthread_mutex_unlock(&sg_lock);
         API_RETURN(r);
@@ -1011,7 +1016,7 @@ static CUresult begin_capture(uint64_t h, int mode) {
     } else if (s->kind == SK_LEGACY) {
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     } else if (s->capture != NULL) {
-        r = 401; /* CUDA_ERROR_ILLEGAL_STATE */
+        r = CUDA_ERROR_ILLEGAL_STATE;
     } else {
         sg_capture *cap = calloc(1, sizeof *cap);
         sg_graph *g = calloc(1, sizeof *g);
@@ -1062,7 +1067,7 @@ SG_API CUresult cuStreamEndCapture(CUstream h, CUgraph *graph) {
     sg_capture *cap = s->capture;
     CUresult r = CUDA_SUCCESS;
     if (cap == NULL) {
-        r = 401; /* CUDA_ERROR_ILLEGAL_STATE */
+        r = CUDA_ERROR_ILLEGAL_STATE;
     } else if (cap->members[0] != s) {
         r = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
     } else if (cap->mode != SG_CAPTURE_MODE_RELAXED && !pthread_equal(cap->thread, pthread_self())) {
