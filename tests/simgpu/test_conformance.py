@@ -622,6 +622,41 @@ def test_capture_fork_and_join_through_events(res):
     assert ok(drv.cuStreamIsCapturing(side)) == Status.CU_STREAM_CAPTURE_STATUS_NONE
 
 
+def test_capture_waits_on_outside_work_only_as_external(res):
+    """A capturing stream waits on an event of uncaptured work only with CU_EVENT_WAIT_EXTERNAL:
+    the graph then waits, each time it runs, for the event's last record.  Without the flag the
+    wait is refused and the capture invalidated."""
+    n = 4096
+    dev = res.alloc(n)
+    ok(drv.cuMemsetD8(dev, 1, n))
+    outside, capturing, runner = res.stream(), res.stream(), res.stream()
+    event = res.event(drv.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+    ok(drv.cuEventRecord(event, outside))
+    mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    ok(drv.cuStreamBeginCapture(capturing, mode))
+    assert drv.cuStreamWaitEvent(capturing, event, 0)[0] == E.CUDA_ERROR_STREAM_CAPTURE_ISOLATION
+    assert drv.cuStreamEndCapture(capturing)[0] == E.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    ok(drv.cuStreamBeginCapture(capturing, mode))
+    ok(drv.cuStreamWaitEvent(capturing, event, drv.CUevent_wait_flags.CU_EVENT_WAIT_EXTERNAL))
+    ok(drv.cuMemsetD8Async(dev, 9, n, capturing))
+    graph = ok(drv.cuStreamEndCapture(capturing))
+    exe = ok(drv.cuGraphInstantiate(graph, 0))
+    gate = Gate().enqueue(outside)
+    ok(drv.cuEventRecord(event, outside))  # the record the graph's run will wait for
+    ok(drv.cuGraphLaunch(exe, runner))
+    time.sleep(0.05)
+    out = np.zeros(n, np.uint8)
+    try:
+        assert drv.cuStreamQuery(runner)[0] == E.CUDA_ERROR_NOT_READY
+    finally:
+        gate.open()
+    ok(drv.cuStreamSynchronize(runner))
+    ok(drv.cuMemcpyDtoH(host_bytes(out), dev, n))
+    assert (out == 9).all()
+    ok(drv.cuGraphExecDestroy(exe))
+    ok(drv.cuGraphDestroy(graph))
+
+
 def test_synchronize_during_capture_invalidates_it(res):
     """A host synchronize of a capturing stream fails and invalidates the capture."""
     Status = drv.CUstreamCaptureStatus
@@ -645,14 +680,14 @@ def test_legacy_stream_during_capture_is_implicit_dependency(res):
 
 
 def test_captured_event_cannot_be_queried(res):
-    """An event last recorded under capture is not a host-visible point: queries are refused."""
+    """An event last recorded under capture is not a host-visible point: a query is refused,
+    and (an invalid operation under capture) invalidates the capture."""
     stream = res.stream()
     event = res.event()
     ok(drv.cuStreamBeginCapture(stream, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
     ok(drv.cuEventRecord(event, stream))
     assert drv.cuEventQuery(event)[0] == E.CUDA_ERROR_CAPTURED_EVENT
-    graph = ok(drv.cuStreamEndCapture(stream))
-    ok(drv.cuGraphDestroy(graph))
+    assert drv.cuStreamEndCapture(stream)[0] == E.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
 
 
 # ---- primary context reset ----------------------------------------------------------------------
@@ -999,6 +1034,16 @@ def test_copy_outside_an_allocation_fails(sim):
     assert all(name in ("CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_INVALID_VALUE") for name in names), names
     if sim is not None:
         assert names[:4] == ["CUDA_ERROR_ILLEGAL_ADDRESS"] * 4 and names[4] == "CUDA_ERROR_INVALID_VALUE"
+
+
+def test_unmapped_host_memory_is_refused(sim_only, res):
+    """A host pointer that is not mapped (NULL, the first page) is refused, never read or written."""
+    dev = res.alloc(4096)
+    stream = res.stream()
+    assert drv.cuMemcpyHtoD(dev, 0, 16)[0] == E.CUDA_ERROR_INVALID_VALUE
+    assert drv.cuMemcpyHtoD(dev, 0x1000, 16)[0] == E.CUDA_ERROR_INVALID_VALUE
+    assert drv.cuMemcpyDtoHAsync(0x1000, dev, 16, stream)[0] == E.CUDA_ERROR_INVALID_VALUE
+    ok(drv.cuMemcpyHtoD(dev, 0, 0))  # nothing to copy
 
 
 def test_mem_get_info_tracks_allocations(res):

@@ -8,6 +8,9 @@
  * pinned host or managed memory. */
 #include "sim.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 void sg_set_ptds(int on);
 
 /* How the driver sees one end of a copy. */
@@ -35,6 +38,21 @@ static size_t span_of(size_t width, size_t height, size_t depth, size_t pitch, s
     return (depth - 1) * slice + (height - 1) * pitch + width;
 }
 
+/* Whether [p, p+n) is mapped in this process: a pageable pointer that is not is refused
+ * (INVALID_VALUE) rather than faulting in the simulator. */
+static int host_range_mapped(uintptr_t p, size_t n) {
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t start = p & ~(uintptr_t)(page - 1), end = p + n;
+    unsigned char vec[256];
+    while (start < end) {
+        size_t pages = (size_t)((end - start + (uintptr_t)page - 1) / (uintptr_t)page);
+        if (pages > sizeof vec) pages = sizeof vec;
+        if (mincore((void *)start, pages * (size_t)page, vec) != 0) return 0;
+        start += pages * (size_t)page;
+    }
+    return 1;
+}
+
 /* Resolves an end: device_required demands memory the driver knows. */
 static CUresult resolve_end(copy_end *e, int device_required, size_t width, size_t height,
                             size_t depth) {
@@ -43,6 +61,9 @@ static CUresult resolve_end(copy_end *e, int device_required, size_t width, size
     if (e->kind == END_PAGEABLE && sg_is_device_range(e->addr)) return CUDA_ERROR_INVALID_VALUE;
     if (device_required && e->kind == END_PAGEABLE) return CUDA_ERROR_INVALID_VALUE;
     size_t span = span_of(width, height, depth, e->pitch, e->slice);
+    if (e->kind == END_PAGEABLE && span > 0 &&
+        (e->addr == 0 || e->addr + span < e->addr || !host_range_mapped((uintptr_t)e->addr, span)))
+        return CUDA_ERROR_INVALID_VALUE;
     e->worker = sg_worker_addr(e->addr, span ? span : 1, 0, &err);
     return e->worker ? CUDA_SUCCESS : err;
 }

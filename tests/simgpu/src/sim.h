@@ -261,6 +261,8 @@ enum {
     OP_CALLBACK,     /* cuStreamAddCallback */
     OP_KERNEL,       /* a launch: marks its log entry executed */
     OP_POOL_FREE,    /* a stream-ordered free reaches its point in the stream */
+    OP_EXTERNAL_WAIT, /* a graph's wait on an event outside it: a wait on the event's
+                         last record when the graph is launched */
 };
 
 typedef struct {
@@ -291,7 +293,7 @@ typedef struct sg_op {
         struct {
             uint64_t event;
             uint64_t generation;
-        } record;
+        } record; /* also OP_EXTERNAL_WAIT's event */
         struct {
             CUhostFn fn;
             void *data;

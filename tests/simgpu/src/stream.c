@@ -355,9 +355,13 @@ static void capture_leave(sg_stream *s) {
 
 static void capture_invalidate(sg_capture *cap) { cap->status = SG_CAPTURE_INVALIDATED; }
 
+/* An event last recorded inside a capture that ends holds no work outside it. */
 static void clear_event_capture(void *obj, void *arg) {
     sg_event *e = obj;
-    if (e->capture == arg) e->capture = NULL;
+    if (e->capture == arg) {
+        e->capture = NULL;
+        e->recorded = 0;
+    }
 }
 
 /* Ends a capture: its streams stop capturing; returns its graph (NULL if none kept). */
@@ -836,6 +840,19 @@ static CUresult event_record(uint64_t event, uint64_t stream, unsigned flags) {
             pthread_mutex_unlock(&sg_lock);
             return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         }
+        if (flags & 1u) {
+            /* An external record: a node of the graph that records the event when
+             * the graph runs, for work outside the graph to wait on. */
+            sg_op *op = sg_op_new(OP_RECORD);
+            if (op == NULL) {
+                pthread_mutex_unlock(&sg_lock);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            op->u.record.event = e->o.h;
+            err = sg_enqueue(s, op);
+            pthread_mutex_unlock(&sg_lock);
+            return err;
+        }
         /* A record under capture marks a point of the graph being built, for waits
          * of other streams to join the capture; nothing is recorded at run time. */
         e->recorded = 1;
@@ -883,10 +900,12 @@ SG_API CUresult cuEventQuery(CUevent h) {
     pthread_mutex_lock(&sg_lock);
     sg_event *e = sg_handle_get(H(h), K_EVENT);
     CUresult r;
-    if (e == NULL)
+    if (e == NULL) {
         r = CUDA_ERROR_INVALID_HANDLE;
-    else if (e->capture != NULL)
+    } else if (e->capture != NULL) {
+        capture_invalidate(e->capture); /* an invalid operation invalidates the capture */
         r = CUDA_ERROR_CAPTURED_EVENT;
+    }
     else if (!e->recorded || sg_point_done(e->stream, e->seq))
         r = CUDA_SUCCESS;
     else
@@ -904,6 +923,7 @@ SG_API CUresult cuEventSynchronize(CUevent h) {
     if (e == NULL) {
         r = CUDA_ERROR_INVALID_HANDLE;
     } else if (e->capture != NULL) {
+        capture_invalidate(e->capture);
         r = CUDA_ERROR_CAPTURED_EVENT;
     } else {
         sg_count("host_waits", 1);
@@ -983,9 +1003,14 @@ SG_API CUresult cuStreamWaitEvent(CUstream h, CUevent event, unsigned int flags)
     }
     if (s->capture != NULL) {
         /* A capturing stream may wait on an event of ordinary work only as an
-         * external wait; the graph keeps no such dependency here. */
+         * external wait: a node that waits, when the graph runs, for the event's
+         * last record then. */
         CUresult r = CUDA_SUCCESS;
-        if (!e->recorded || (flags & 1u)) {
+        if (flags & 1u) {
+            sg_op *op = sg_op_new(OP_EXTERNAL_WAIT);
+            if (op) op->u.record.event = e->o.h;
+            r = sg_enqueue(s, op);
+        } else if (!e->recorded) {
             r = s->capture->status == SG_CAPTURE_ACTIVE ? CUDA_SUCCESS
                                                          : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         } else {
@@ -1310,8 +1335,27 @@ SG_API CUresult cuGraphLaunch(CUgraphExec h, CUstream stream) {
     for (int i = 0; x && i < x->n && r == CUDA_SUCCESS; i++) {
         if (x->nodes[i] == NULL) continue;
         sg_op *op = sg_op_clone(x->nodes[i]);
+        sg_event *e = NULL;
         if (op && op->type == OP_KERNEL) op->u.kernel.index = sg_kernel_relog(op->u.kernel.index, 1);
+        if (op && op->type == OP_EXTERNAL_WAIT) {
+            op->type = OP_NOP;
+            e = sg_handle_get(op->u.record.event, K_EVENT);
+            if (e != NULL && e->recorded && e->capture == NULL && !sg_point_done(e->stream, e->seq))
+                sg_op_add_dep(op, e->stream, e->seq);
+            e = NULL;
+        } else if (op && op->type == OP_RECORD) {
+            e = sg_handle_get(op->u.record.event, K_EVENT);
+            if (e != NULL) op->u.record.generation = e->record_gen + 1;
+        }
         r = sg_enqueue(s, op);
+        if (r == CUDA_SUCCESS && e != NULL && s->capture == NULL) {
+            e->record_gen++;
+            e->recorded = 1;
+            e->capture = NULL;
+            e->stream = s->o.h;
+            e->seq = s->submitted;
+            e->time_valid = 0;
+        }
     }
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
