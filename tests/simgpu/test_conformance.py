@@ -1079,6 +1079,22 @@ def test_stream_ordered_free_and_reuse(sim, res):
     ok(drv.cuStreamSynchronize(b))
 
 
+def test_stream_ordered_free_of_plain_memory(sim_only, res):
+    """cuMemFreeAsync of cuMemAlloc memory: the pointer is gone at the call, the memory returns
+    to the device when the stream reaches the free."""
+    stream = res.stream()
+    free0, _ = ok(drv.cuMemGetInfo())
+    ptr = int(ok(drv.cuMemAlloc(32 << 20)))
+    gate = Gate().enqueue(stream)
+    ok(drv.cuMemFreeAsync(ptr, stream))
+    A = drv.CUpointer_attribute
+    assert drv.cuPointerGetAttribute(A.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)[0] == E.CUDA_ERROR_INVALID_VALUE
+    assert ok(drv.cuMemGetInfo())[0] < free0
+    gate.open()
+    ok(drv.cuStreamSynchronize(stream))
+    assert ok(drv.cuMemGetInfo())[0] == free0
+
+
 def test_memory_pools(res):
     """The default pool, pool attributes, a created pool and allocations from it."""
     P = drv.CUmemPool_attribute

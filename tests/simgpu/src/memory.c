@@ -290,6 +290,8 @@ static void free_allocation(sg_alloc *a) {
     alloc_remove(a);
 }
 
+void sg_pool_release_block(sg_alloc *a);
+
 SG_API CUresult cuMemFree_v2(CUdeviceptr p) {
     API_BEGIN("cuMemFree_v2");
     API_NEED_INIT();
@@ -298,20 +300,27 @@ SG_API CUresult cuMemFree_v2(CUdeviceptr p) {
     CUresult r = CUDA_SUCCESS;
     if (a == NULL || a->base != p || (a->kind != A_DEVICE && a->kind != A_MANAGED && a->kind != A_POOL)) {
         r = CUDA_ERROR_INVALID_VALUE;
+    } else if (a->kind == A_POOL) {
+        /* A stream-ordered allocation freed at once, with no implicit synchronisation:
+         * the caller has made sure its work is done. */
+        sg_pool_release_block(a);
     } else if ((r = sg_capture_check_unsafe()) == CUDA_SUCCESS) {
         /* cuMemFree waits for the device's work before the memory goes. */
         sg_wait_device_idle(a->kind == A_MANAGED ? -1 : a->dev);
         a = sg_alloc_find(p);
-        if (a != NULL && a->kind == A_POOL) {
-            /* Freeing a stream-ordered block synchronously. */
-            extern void sg_pool_release_block(sg_alloc *);
-            sg_pool_release_block(a);
-        } else if (a != NULL) {
-            free_allocation(a);
-        }
+        if (a != NULL && a->base == p) free_allocation(a);
     }
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
+}
+
+/* A cuMemFreeAsync of memory that is not from a pool: the allocation is gone at the
+ * call, its memory when the stream reaches the free. */
+void sg_alloc_free_reached(int kind, int dev, CUdeviceptr base, size_t size, void *map, size_t len) {
+    if (kind == A_DEVICE)
+        sg_dev_free_raw(dev, base, size);
+    else if (map != NULL)
+        munmap(map, len);
 }
 
 SG_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
@@ -706,10 +715,23 @@ SG_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else if (s->capture != NULL) {
         r = CUDA_ERROR_NOT_SUPPORTED;
+    } else if (a->kind == A_HOST || a->kind == A_REGISTERED) {
+        r = CUDA_ERROR_INVALID_VALUE;
     } else if (a->kind != A_POOL) {
-        /* Memory from cuMemAlloc: freed in stream order as well (the driver allows it). */
-        sg_wait_stream_idle(s);
-        free_allocation(a);
+        /* Memory from cuMemAlloc or cuMemAllocManaged, freed in stream order too. */
+        sg_op *op = sg_op_new(OP_ALLOC_FREE);
+        if (op == NULL) {
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            op->u.alloc_free.kind = a->kind;
+            op->u.alloc_free.dev = a->dev;
+            op->u.alloc_free.base = a->base;
+            op->u.alloc_free.size = a->size;
+            op->u.alloc_free.map = a->map_base;
+            op->u.alloc_free.len = a->map_len;
+            r = sg_enqueue(s, op);
+            if (r == CUDA_SUCCESS) alloc_remove(a);
+        }
     } else {
         sg_pool *p = sg_handle_get(a->pool, K_POOL);
         uint64_t pool_h = a->pool, token = 0;

@@ -263,6 +263,7 @@ enum {
     OP_POOL_FREE,    /* a stream-ordered free reaches its point in the stream */
     OP_EXTERNAL_WAIT, /* a graph's wait on an event outside it: a wait on the event's
                          last record when the graph is launched */
+    OP_ALLOC_FREE,   /* cuMemFreeAsync of memory not from a pool */
 };
 
 typedef struct {
@@ -310,6 +311,13 @@ typedef struct sg_op {
             uint64_t pool;
             uint64_t token;
         } pool_free;
+        struct {
+            int kind, dev;
+            CUdeviceptr base;
+            size_t size;
+            void *map;
+            size_t len;
+        } alloc_free;
     } u;
 } sg_op;
 
@@ -378,6 +386,7 @@ int sg_is_device_range(CUdeviceptr p);
 void sg_allocs_of_ctx_free(sg_ctx *c);
 void sg_pools_on_sync(void);
 void sg_pool_free_reached(uint64_t pool, uint64_t token);
+void sg_alloc_free_reached(int kind, int dev, CUdeviceptr base, size_t size, void *map, size_t len);
 CUresult sg_dev_alloc_raw(int dev, size_t size, CUdeviceptr *out);
 void sg_dev_free_raw(int dev, CUdeviceptr p, size_t size);
 

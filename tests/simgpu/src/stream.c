@@ -110,6 +110,10 @@ static void op_complete_locked(sg_op *op) {
     case OP_RECORD: sg_record_reached(op->u.record.event, op->u.record.generation); break;
     case OP_KERNEL: sg_kernel_reached(op->u.kernel.index); break;
     case OP_POOL_FREE: sg_pool_free_reached(op->u.pool_free.pool, op->u.pool_free.token); break;
+    case OP_ALLOC_FREE:
+        sg_alloc_free_reached(op->u.alloc_free.kind, op->u.alloc_free.dev, op->u.alloc_free.base,
+                              op->u.alloc_free.size, op->u.alloc_free.map, op->u.alloc_free.len);
+        break;
     default: break;
     }
 }
