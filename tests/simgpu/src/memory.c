@@ -243,10 +243,8 @@ SG_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
     API_RETURN(c ? CUDA_SUCCESS : err);
 }
 
-SG_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
-    API_BEGIN("cuMemAlloc_v2");
-    API_NEED_INIT();
-    if (dptr == NULL || size == 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+static CUresult device_alloc(CUdeviceptr *dptr, size_t size) {
+    if (dptr == NULL || size == 0) return CUDA_ERROR_INVALID_VALUE;
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&sg_lock);
     sg_ctx *c = sg_current_ctx(&err);
@@ -265,7 +263,13 @@ SG_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
         }
     }
     pthread_mutex_unlock(&sg_lock);
-    API_RETURN(err);
+    return err;
+}
+
+SG_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+    API_BEGIN("cuMemAlloc_v2");
+    API_NEED_INIT();
+    API_RETURN(device_alloc(dptr, size));
 }
 
 SG_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
@@ -276,7 +280,7 @@ SG_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widt
         (elem != 4 && elem != 8 && elem != 16))
         API_RETURN(CUDA_ERROR_INVALID_VALUE);
     size_t p = round_up(width, 512);
-    CUresult r = cuMemAlloc_v2(dptr, p * height);
+    CUresult r = device_alloc(dptr, p * height);
     if (r == CUDA_SUCCESS) *pitch = p;
     API_RETURN(r);
 }
@@ -382,13 +386,11 @@ SG_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int f
     API_RETURN(err);
 }
 
-SG_API CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
-    API_BEGIN("cuMemHostAlloc");
-    API_NEED_INIT();
-    if (pp == NULL || (flags & ~7u)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+static CUresult host_alloc(void **pp, size_t size, unsigned int flags) {
+    if (pp == NULL || (flags & ~7u)) return CUDA_ERROR_INVALID_VALUE;
     if (size == 0) {
         *pp = NULL;
-        API_RETURN(CUDA_SUCCESS);
+        return CUDA_SUCCESS;
     }
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&sg_lock);
@@ -409,12 +411,19 @@ SG_API CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
         }
     }
     pthread_mutex_unlock(&sg_lock);
-    API_RETURN(err);
+    return err;
+}
+
+SG_API CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
+    API_BEGIN("cuMemHostAlloc");
+    API_NEED_INIT();
+    API_RETURN(host_alloc(pp, size, flags));
 }
 
 SG_API CUresult cuMemAllocHost_v2(void **pp, size_t size) {
     API_BEGIN("cuMemAllocHost_v2");
-    API_RETURN(cuMemHostAlloc(pp, size, 0));
+    API_NEED_INIT();
+    API_RETURN(host_alloc(pp, size, 0));
 }
 
 SG_API CUresult cuMemFreeHost(void *p) {
