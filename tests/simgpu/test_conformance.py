@@ -345,7 +345,7 @@ def test_streams_are_concurrent_missing_wait_reads_stale_data(sim_only, res):
     ok(drv.cuCtxSynchronize())
     sim_only.set_delay_us(40000)
     out = np.zeros(n, np.uint8)
-    for value in (5, 4, 3, 2):  # the producer's last write lands some 160 ms from now
+    for value in (9, 8, 7, 6, 5, 4, 3, 2):  # the producer's last write lands ~320 ms from now
         ok(drv.cuMemsetD8Async(dev, value, n, producer))
     ok(drv.cuMemcpyDtoHAsync(host_bytes(out), dev, n, consumer))  # no wait: read at ~40 ms
     assert not (out == 2).all()  # stale: the last write had not landed
