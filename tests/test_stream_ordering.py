@@ -823,12 +823,13 @@ def test_ordering_calls_accepted_by_real_bindings(fake):
     assert replay_on_real_bindings(fake.calls, safe_only=libcuda_loadable()) == []
 
 
-# --- real producers on a GPU (skipped without one) ---------------------------------------------
+# --- real producers and kernels on a real GPU (skipped without one, and on the simulated device) --
 
 SPIN_CYCLES = 200_000_000  # about 0.1 s on current GPUs: long enough for a race to show
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu
 def test_gpu_cupy_cross_stream_race_prevented():
     """CuPy: a long kernel writes on stream A; a view with stream B makes a read on B see every write."""
     cp = gpu_import("cupy")
@@ -862,6 +863,7 @@ def test_gpu_cupy_cross_stream_race_prevented():
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu
 def test_gpu_numba_cross_stream_race_prevented():
     """Numba: a long kernel writes on stream A; a view with stream B makes a kernel on B see every write."""
     numba_cuda = gpu_import("numba.cuda")
@@ -901,6 +903,7 @@ def test_gpu_numba_cross_stream_race_prevented():
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu
 def test_gpu_torch_cuda_views_and_race_prevented():
     """PyTorch: a CUDA tensor is viewed through DLPack (preferred) with its stream ordering, and through its v2 CAI."""
     torch = gpu_import("torch")
@@ -928,6 +931,7 @@ def test_gpu_torch_cuda_views_and_race_prevented():
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu
 def test_gpu_device_id_of_real_pointer():
     """device_id of a real CuPy allocation is its device, asked of the real driver."""
     cp = gpu_import("cupy")
