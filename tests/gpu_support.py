@@ -103,10 +103,16 @@ class DeviceMemory:
         self.ptr = int(self.handle)
 
     def upload(self, data: np.ndarray, offset: int = 0) -> None:
-        """Copy ``data``'s bytes to ``ptr + offset`` (synchronous)."""
+        """Copy ``data``'s bytes to ``ptr + offset``, done when this returns.
+
+        cuMemcpyHtoD from pageable memory returns once the source is staged, its write still
+        queued on the legacy stream, which a non-blocking stream does not wait for: the
+        context is synchronized so that no later copy on such a stream can be overwritten.
+        """
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         with on_device(self.device):
             ok(drv.cuMemcpyHtoD(self.ptr + offset, raw.ctypes.data, raw.nbytes))
+            ok(drv.cuCtxSynchronize())
 
     def download(self, nbytes: int | None = None, offset: int = 0) -> np.ndarray:
         """The bytes at ``ptr + offset`` as a uint8 array (synchronous)."""
