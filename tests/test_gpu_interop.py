@@ -475,7 +475,10 @@ def test_export_handshake_orders_the_consumer(gpu, simulator, consumer_stream):
     simulator.set_delay_us(2000)
     slow.write()
     if consumer_stream == "stream":
+        calls = [simulator.calls(name) for name in ("cuEventRecord", "cuStreamWaitEvent")]
         theirs = core_view_class().from_dlpack(view, stream_ptr=other.ptr)
+        added = [simulator.calls(name) - n for name, n in zip(("cuEventRecord", "cuStreamWaitEvent"), calls)]
+        assert added == [1, 1]  # one record on the producer's stream, one wait (none by cuda.core)
         fresh = slow.read_on(other.handle, theirs.ptr)
     elif consumer_stream == "none-is-legacy":
         view.__dlpack__(max_version=(1, 3))
