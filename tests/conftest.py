@@ -31,6 +31,11 @@ than a test needs), whether the test is marked ``gpu`` or not; a module skipped 
 cannot see the module's markers (the module failed to import), so a GPU-only module must skip
 itself with the reason ``GPU_SKIP_REASON`` rather than with ``importorskip`` if it is to be exempt.
 
+``STRIDEDVIEW_REQUIRE_DEVICE=simulated`` (set by CI's simulated-GPU stage, with the simulator
+first on ``LD_LIBRARY_PATH``): the hardware skips are no longer allowed, but for the real-GPU
+one: with a simulated device at hand, a ``gpu`` test that skips for want of a GPU, of a second
+device or of the simulator proves that the stage ran on something else.
+
 ``STRIDEDVIEW_ALLOW_MISSING=torch,jax,...`` (set only by CI's interpreter matrix, where some
 producers have no wheel at hand for that Python): an ``importorskip`` skip of a module named
 there, or of a submodule of one, is allowed, and only while that module is truly not installed
@@ -67,6 +72,8 @@ REQUIRE_INTEROP_ENV = "STRIDEDVIEW_REQUIRE_INTEROP"
 # (which compiles extensions against the package) skips with this reason, allowed.
 NO_COMPILER_ENV = "STRIDEDVIEW_NO_COMPILER"
 NO_COMPILER_SKIP_REASON = "needs a C compiler (none on PATH, on purpose: STRIDEDVIEW_NO_COMPILER=1)"
+
+REQUIRE_DEVICE_ENV = "STRIDEDVIEW_REQUIRE_DEVICE"
 
 ALLOW_MISSING_ENV = "STRIDEDVIEW_ALLOW_MISSING"
 _IMPORTORSKIP_REASON = re.compile(r"^could not import '([A-Za-z0-9_.]+)'")
@@ -162,10 +169,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def _allowed_skip_reasons() -> tuple[str, ...]:
-    """The skips that never fail a run: missing hardware, and no compiler where CI says so."""
+    """The skips that never fail a run: missing hardware (only a real GPU where CI runs on the
+    simulated device), and no compiler where CI says so."""
+    hardware = HARDWARE_SKIP_REASONS
+    if os.environ.get(REQUIRE_DEVICE_ENV, "") == "simulated":
+        hardware = (REAL_GPU_SKIP_REASON,)
     if os.environ.get(NO_COMPILER_ENV, "") == "1":
-        return (*HARDWARE_SKIP_REASONS, NO_COMPILER_SKIP_REASON)
-    return HARDWARE_SKIP_REASONS
+        return (*hardware, NO_COMPILER_SKIP_REASON)
+    return hardware
 
 
 def _allowed_missing(reason: str) -> bool:
