@@ -1,5 +1,16 @@
 """A fake of ``cuda.bindings.driver`` that models what the CUDA driver promises.
 
+What it is kept for, now that the gpu tests run through the real bindings on the simulated
+device (tests/simgpu, docs/simulated-gpu.md): what the simulator cannot do.  ``fail(name,
+code)`` makes any call fail with any code (a failing pop after a failing create, a record
+that fails twice, ``cuInit`` failing once); ``reuse_stream_handle`` gives a destroyed
+stream's handle to another context (the simulator never reuses a handle); ``hooks`` stop a
+thread inside a call so that two threads interleave exactly; every call is kept with its
+arguments, so a test can hold the library to an exact call sequence; and its visibility
+model is exact and deterministic, which the random interleavings of test_driver_model.py
+need.  Device memory, copies and tensor maps are no longer modelled here: those tests run on
+the simulated device.
+
 Install it with ``stridedview._driver.use_api(FakeDriver())`` (and ``use_api(None)``
 afterwards).  It does not only record calls: it keeps the state the real driver
 keeps, and refuses what the real driver refuses (shared/CUDA_SEMANTICS.md):
