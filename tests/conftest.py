@@ -289,39 +289,39 @@ def fake(request):
 def gpu():
     """A ``gpu`` test's driver state: stridedview on the real cuda.bindings.driver (whatever an
     earlier test installed), device 0's primary context current on this thread, the simulator's
-    delay at 0; yields a ``gpu_support.Resources`` whose streams and memory are released after
+    delay at 0; yields a ``driver_support.Resources`` whose streams and memory are released after
     the test, its queued work finished first."""
-    import gpu_support
+    import driver_support
     from stridedview import _driver
 
     _driver.use_api(None)
-    gpu_support.make_current(0)
-    simulator = gpu_support.simulator()
+    driver_support.make_current(0)
+    simulator = driver_support.simulator()
     if simulator is not None:
         simulator.set_delay_us(0)
-    resources = gpu_support.Resources()
+    resources = driver_support.Resources()
     yield resources
     if simulator is not None:
         simulator.set_delay_us(0)
-    gpu_support.make_current(0)
+    driver_support.make_current(0)
     resources.release()
     _driver.use_api(None)
 
 
 @pytest.fixture
 def sim(gpu):
-    """The simulated device's hooks (``simgpu_support.Simulator``), or None on a real GPU."""
-    import gpu_support
+    """The simulated device's hooks (``simdriver_support.Simulator``), or None on a real GPU."""
+    import driver_support
 
-    return gpu_support.simulator()
+    return driver_support.simulator()
 
 
 @pytest.fixture
 def simulator(gpu):
     """The simulated device's hooks; the test must be marked ``simgpu`` (skipped on a real GPU)."""
-    import gpu_support
+    import driver_support
 
-    found = gpu_support.simulator()
+    found = driver_support.simulator()
     if found is None:
         pytest.fail("the simulator fixture needs a test marked simgpu", pytrace=False)
     return found
@@ -330,7 +330,7 @@ def simulator(gpu):
 @pytest.fixture
 def two_gpus(gpu):
     """Skip with the hardware reason when the driver has fewer than two devices."""
-    import gpu_support
+    import driver_support
 
-    if gpu_support.device_count() < 2:
+    if driver_support.device_count() < 2:
         pytest.skip(TWO_GPUS_SKIP_REASON)

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.gpu
 def device_array(res, shape, dtype, *, strides=None, stream=None, device=0, readonly=False):
     """A CAI producer over fresh device memory: ``strides`` in elements (None: C order), laid
     out so that negative strides stay inside the allocation; filled with 0xEE bytes."""
-    from gpu_support import CAIArray, span_bytes
+    from driver_support import CAIArray, span_bytes
 
     dtype = np.dtype(dtype)
     elements = strides if strides is not None else _c_strides(shape)
@@ -94,10 +94,10 @@ def test_round_trip_every_layout(gpu, src_index, transpose):
 def test_any_layout_round_trip(shape, data):
     """Host (any source layout) -> device (any layout) -> device (C order) -> host (any
     destination layout) gives back the values, bit for bit."""
-    import gpu_support
+    import driver_support
 
-    gpu_support.make_current(0)
-    res = gpu_support.Resources()
+    driver_support.make_current(0)
+    res = driver_support.Resources()
     try:
         stream = res.stream()
         ndim = len(shape)
@@ -222,7 +222,7 @@ def test_device_to_device_is_ordered_after_both_ready_streams(gpu, simulator):
     """A device copy on stream C waits for the source's producer stream A (its slow write is
     copied) and for the destination's stream B (B's pending read of the old contents is not
     overwritten first)."""
-    from gpu_support import drv, ok
+    from driver_support import drv, ok
 
     stream_a, stream_b, stream_c = gpu.stream(), gpu.stream(), gpu.stream()
     n = 1024
@@ -285,7 +285,7 @@ def test_device_to_device_across_devices_refused(gpu, two_gpus):
 def test_no_current_context_pushes_the_primary(gpu, two_gpus):
     """In a thread with no current context, a copy into device 1's memory runs inside device 1's
     primary context (pushed, popped: the thread still has none afterwards)."""
-    from gpu_support import current_context
+    from driver_support import current_context
 
     stream = gpu.stream(device=1)
     device = device_array(gpu, (4,), np.float32, device=1)

@@ -70,7 +70,7 @@ def assert_same_view(ours, theirs, *, exporting_obj=None, readonly_differs=False
 
 def device_cai(res, host, *, device=0, stream=None, readonly=False, index=np.s_[:, ::2]):
     """``host[index]`` in fresh device memory behind a hand-made CAI v3 dict naming ``stream``."""
-    from gpu_support import CAIArray
+    from driver_support import CAIArray
 
     memory = res.device(host.nbytes, device)
     memory.upload(host)
@@ -82,7 +82,7 @@ def device_cai(res, host, *, device=0, stream=None, readonly=False, index=np.s_[
 
 def read_device(ptr, shape, byte_strides, dtype, device=0) -> np.ndarray:
     """Elements of device memory laid out so, read back through the driver."""
-    from gpu_support import drv, ok, on_device, span_bytes
+    from driver_support import drv, ok, on_device, span_bytes
 
     dtype = np.dtype(dtype)
     low, high = span_bytes(shape, byte_strides, dtype.itemsize)
@@ -254,7 +254,7 @@ def test_device_id_is_lazy(gpu, simulator):
 
 
 def _devices():
-    from gpu_support import device_count
+    from driver_support import device_count
 
     return device_count()
 
@@ -268,7 +268,7 @@ def test_device_id_of_an_interior_pointer_on_the_second_device(gpu, two_gpus):
 
 def test_device_id_of_null_pointer_is_the_current_device(gpu, two_gpus):
     """For ptr 0 (a zero-size array) device_id is the current context's device."""
-    from gpu_support import CAIArray, make_current
+    from driver_support import CAIArray, make_current
 
     class Null:
         ptr = 0
@@ -281,7 +281,7 @@ def test_device_id_of_null_pointer_is_the_current_device(gpu, two_gpus):
 def test_device_id_of_host_pointer_is_cuda_error(gpu):
     """A pointer the driver does not know (pageable host memory) makes device_id raise
     CUDAError CUDA_ERROR_INVALID_VALUE, and the view stays usable."""
-    from gpu_support import CAIArray
+    from driver_support import CAIArray
 
     class Host:
         array = np.zeros(6, np.float32)
@@ -297,7 +297,7 @@ def test_device_id_of_host_pointer_is_cuda_error(gpu):
 def test_device_id_of_null_pointer_without_context_is_cuda_error(gpu):
     """For ptr 0 in a thread with no current context, device_id raises CUDAError
     CUDA_ERROR_INVALID_CONTEXT."""
-    from gpu_support import CAIArray
+    from driver_support import CAIArray
 
     class Null:
         ptr = 0
@@ -321,7 +321,7 @@ def test_device_id_of_null_pointer_without_context_is_cuda_error(gpu):
 def test_device_id_without_devices_is_cuda_error(gpu):
     """With a driver that has no device (SIMGPU_DEVICES=0), device_id raises CUDAError naming
     cuInit's CUDA_ERROR_NO_DEVICE."""
-    from simgpu.simgpu_support import run_python
+    from simgpu.simdriver_support import run_python
 
     result = run_python(
         "from stridedview import StridedMemoryView, CUDAError\n"
@@ -342,7 +342,7 @@ def test_device_id_without_devices_is_cuda_error(gpu):
 def test_views_on_the_second_device(gpu, two_gpus, producer):
     """Memory of device 1, viewed while device 0 is current: device_id 1 for every producer,
     as cuda.core says, and the values."""
-    from gpu_support import make_current
+    from driver_support import make_current
 
     CoreView = core_view_class()
     if producer == "cai":
@@ -435,7 +435,7 @@ class SlowProducer:
     FILLERS = 3
 
     def __init__(self, res, value=0x5A, nbytes=4096):
-        from gpu_support import CAIArray
+        from driver_support import CAIArray
 
         self.nbytes, self.value = nbytes, value
         self.stream = res.stream()
@@ -445,7 +445,7 @@ class SlowProducer:
         self.array = CAIArray(self.memory, (nbytes,), np.uint8, stream=self.stream.ptr)
 
     def write(self):
-        from gpu_support import drv, ok
+        from driver_support import drv, ok
 
         for _ in range(self.FILLERS):
             ok(drv.cuMemsetD8Async(self.scratch.ptr, 0, 64, self.stream.handle))
@@ -453,7 +453,7 @@ class SlowProducer:
 
     def read_on(self, stream_handle, ptr) -> bool:
         """Copy the bytes at ``ptr`` on ``stream_handle`` to pinned memory; whether all are new."""
-        from gpu_support import drv, ok
+        from driver_support import drv, ok
 
         ok(drv.cuMemcpyDtoHAsync(self.out.ptr, ptr, self.nbytes, stream_handle))
         ok(drv.cuStreamSynchronize(stream_handle))

@@ -29,7 +29,7 @@ class Spot:
     """NBYTES of device memory on ``device``, written late on a stream, read back on another."""
 
     def __init__(self, res, device=0):
-        from gpu_support import CAIArray
+        from driver_support import CAIArray
 
         self.device = device
         self.memory = res.device(NBYTES, device)
@@ -42,7 +42,7 @@ class Spot:
     def write(self, stream_handle, value):
         """``value`` over the memory, late, on ``stream_handle`` of this device's primary
         context (0, 1 and 2 name that context's default streams)."""
-        from gpu_support import drv, ok, on_device
+        from driver_support import drv, ok, on_device
 
         self.value = value
         with on_device(self.device):
@@ -57,7 +57,7 @@ class Spot:
     def read(self, stream_handle, device=None) -> bool:
         """Copy the memory to pinned memory on ``stream_handle`` (of ``device``'s primary context,
         this one's by default); whether it holds the last value written."""
-        from gpu_support import drv, ok, on_device
+        from driver_support import drv, ok, on_device
 
         with on_device(self.device if device is None else device):
             ok(drv.cuMemcpyDtoHAsync(self.out.ptr, self.memory.ptr, NBYTES, stream_handle))
@@ -104,11 +104,11 @@ def test_chained_views_are_transitive(delayed, two_gpus):
     p, q, r = delayed.stream(), delayed.stream(), delayed.stream(1)
     spot.write(p.ptr, 0x31)
     StridedMemoryView(spot.array(p.ptr), stream_ptr=q.ptr)
-    from gpu_support import drv, ok
+    from driver_support import drv, ok
 
     ok(drv.cuMemsetD8Async(spot.memory.ptr + NBYTES // 2, 0x32, NBYTES // 2, q.handle))
     StridedMemoryView(spot.array(q.ptr), stream_ptr=r.ptr)
-    from gpu_support import on_device
+    from driver_support import on_device
 
     with on_device(1):
         ok(drv.cuMemcpyDtoHAsync(spot.out.ptr, spot.memory.ptr, NBYTES, r.handle))
@@ -123,7 +123,7 @@ def test_reused_event_waits_capture_their_own_point(delayed, simulator):
     spot = Spot(delayed)
     producer, c1, c2 = delayed.stream(), delayed.stream(), delayed.stream()
     first, second = delayed.pinned(NBYTES), delayed.pinned(NBYTES)
-    from gpu_support import drv, ok
+    from driver_support import drv, ok
 
     created = simulator.counter("events_created")
     spot.write(producer.ptr, 0x41)
@@ -187,7 +187,7 @@ def test_exchange_api_null_stream_with_no_current_context(delayed, two_gpus, con
 
     def run():
         try:
-            from gpu_support import current_context
+            from driver_support import current_context
 
             exchange_view(spot.memory.ptr, 1, 0, consumer)
             outcome["context"] = current_context()
@@ -224,7 +224,7 @@ def test_use_api_destroys_every_event_and_releases_primary_contexts(delayed, sim
     ready, release = threading.Event(), threading.Event()
 
     def holder():
-        from gpu_support import make_current
+        from driver_support import make_current
 
         make_current(0)
         StridedMemoryView(spot0.array(delayed.stream(0).ptr), stream_ptr=consumer.ptr)
@@ -267,8 +267,8 @@ RESET_SCRIPT = """
 import sys
 sys.path[:0] = sys.argv[1:3]
 import numpy as np
-import gpu_support
-from gpu_support import Resources, drv, make_current, ok, simulator
+import driver_support
+from driver_support import Resources, drv, make_current, ok, simulator
 import test_gpu_ordering as t
 from stridedview import StridedMemoryView
 
@@ -310,7 +310,7 @@ def test_ordering_recovers_after_primary_context_reset(gpu, two_gpus, producer):
     memory on device 0 with it)."""
     import os
 
-    from simgpu.simgpu_support import run_python
+    from simgpu.simdriver_support import run_python
 
     tests = os.path.dirname(os.path.abspath(__file__))
     src = os.path.join(os.path.dirname(tests), "src")

@@ -43,7 +43,7 @@ class Race:
     them back into pinned host memory; ``producer`` says how the memory is handed over."""
 
     def __init__(self, res, producer="cai", data_device=0, consumer_device=0, write="memset"):
-        from gpu_support import CAIArray
+        from driver_support import CAIArray
 
         self.write_kind = write
         self.memory = res.device(NBYTES, data_device)
@@ -68,7 +68,7 @@ class Race:
 
     def produce(self, value: int) -> None:
         """A's work: FILLERS operations, then ``value`` written over the memory."""
-        from gpu_support import drv, ok
+        from driver_support import drv, ok
 
         for _ in range(FILLERS):
             ok(drv.cuMemsetD8Async(self.scratch.ptr, 0, 64, self.stream_a))
@@ -85,7 +85,7 @@ class Race:
 
     def run(self, value: int, ordered: bool) -> bool:
         """Produce ``value`` on A, view with B (or -1), copy on B; whether B read ``value``."""
-        from gpu_support import drv, ok
+        from driver_support import drv, ok
 
         self.produce(value)
         view = self.view(self.stream_b.ptr if ordered else -1)
@@ -94,7 +94,7 @@ class Race:
         return bool((self.out.array() == value).all())
 
     def finish(self) -> None:
-        from gpu_support import drv, ok
+        from driver_support import drv, ok
 
         ok(drv.cuStreamSynchronize(self.stream_a))
 
@@ -176,7 +176,7 @@ def _thread_races(gpu, ordered, runs_per_thread, sim):
     """THREADS threads, each with its own producer and consumer streams (thread t's data on
     device t % device count, its consumer on device 0): per thread, the runs that read stale
     data, or the first stale run for a control."""
-    from gpu_support import device_count, make_current
+    from driver_support import device_count, make_current
 
     devices = min(device_count(), 2)
     races = [Race(gpu, "cai", t % devices, 0) for t in range(THREADS)]
@@ -256,7 +256,7 @@ def test_other_producers_with_minus_one_read_stale_data(gpu, simulator, producer
 
 
 def request_two_gpus():
-    from gpu_support import device_count
+    from driver_support import device_count
 
     if device_count() < 2:
         pytest.skip(TWO_GPUS_SKIP_REASON)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 def tma(gpu):
     """Resources of a test; skipped (hardware reason) on a GPU without TMA."""
     from conftest import GPU_SKIP_REASON
-    from gpu_support import drv, ok
+    from driver_support import drv, ok
 
     major, minor = ok(drv.cuDeviceComputeCapability(0))
     if major < 9:
@@ -33,7 +33,7 @@ def tma(gpu):
 
 def view(res, shape=(64, 128), dtype=np.float16, byte_strides=None, offset=0):
     """A view of fresh device memory (1 MiB, 1 MiB-aligned by the driver) with any layout."""
-    from gpu_support import CAIArray
+    from driver_support import CAIArray
 
     memory = res.device(1 << 20)
     array = CAIArray(memory, shape, dtype, strides=byte_strides, offset=offset)
@@ -43,7 +43,7 @@ def view(res, shape=(64, 128), dtype=np.float16, byte_strides=None, offset=0):
 def encode(data_type, address, dims, strides, box, element_strides,
            interleave=0, swizzle=0, l2_promotion=0, oob_fill=0):
     """cuTensorMapEncodeTiled called directly: (CUresult, CUtensorMap)."""
-    from gpu_support import drv
+    from driver_support import drv
 
     return drv.cuTensorMapEncodeTiled(
         drv.CUtensorMapDataType(data_type), len(dims), address,
@@ -60,7 +60,7 @@ def opaque(descriptor) -> list[int]:
 
 
 def encoded(*args, **kwargs) -> list[int]:
-    from gpu_support import ok
+    from driver_support import ok
 
     return opaque(ok(encode(*args, **kwargs)))
 
@@ -68,7 +68,7 @@ def encoded(*args, **kwargs) -> list[int]:
 def test_encoded_arguments(tma):
     """A 2-d float16 view encodes innermost first: dims, byte strides, box, element strides and
     the options, exactly as a direct call with those arguments does."""
-    from gpu_support import drv
+    from driver_support import drv
 
     v = view(tma, (64, 128), np.float16, byte_strides=(512, 2))
     tmap = v.as_tensor_map((16, 32), element_strides=(1, 2), swizzle=2, l2_promotion=1)
@@ -81,7 +81,7 @@ def test_encoded_arguments(tma):
     want = encoded(6, v.ptr, (128, 64), (512,), (32, 16), (2, 1), swizzle=2, l2_promotion=1)
     assert opaque(tmap.descriptor) == want
     other = encoded(6, v.ptr, (128, 64), (512,), (32, 16), (1, 2), swizzle=2, l2_promotion=1)
-    from gpu_support import simulator
+    from driver_support import simulator
 
     if simulator() is not None:
         assert other != want  # the simulator's bytes depend on every argument
@@ -144,7 +144,7 @@ def test_integers_of_any_kind_encode_the_same(tma, make):
 def test_arrays_enums_and_options_encode_the_same(tma):
     """A numpy array for box_dim, the bindings' enums for the options, and options= (cuda.core's
     field names) encode as the plain arguments do."""
-    from gpu_support import drv
+    from driver_support import drv
 
     v = view(tma, (8, 512), np.float16)
     plain = opaque(v.as_tensor_map((4, 32), swizzle=2, l2_promotion=1, oob_fill=1).descriptor)
@@ -208,7 +208,7 @@ REFUSED = [
 def test_driver_refuses_what_the_checks_refuse(tma, case):
     """Called directly with what a layout or an option stridedview refuses would give, the
     driver answers CUDA_ERROR_INVALID_VALUE: the checks mirror its rules."""
-    from gpu_support import drv
+    from driver_support import drv
 
     memory = tma.device(1 << 20)
     args = dict(case)
@@ -222,7 +222,7 @@ def test_driver_refuses_what_the_checks_refuse(tma, case):
 @pytest.mark.parametrize("code", range(13), ids=[f"type-{c}" for c in range(13)])
 def test_driver_refuses_nan_fill_for_integer_types(tma, code):
     """NaN fill is refused for the integer types (codes 0 to 5) and encoded for the others."""
-    from gpu_support import drv
+    from driver_support import drv
 
     memory = tma.device(1 << 20)
     size = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4, 12: 4}[code]
