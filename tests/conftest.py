@@ -310,7 +310,7 @@ def gpu():
 
 @pytest.fixture
 def sim(gpu):
-    """The simulated device's hooks (``simdriver_support.Simulator``), or None on a real GPU."""
+    """The simulated device's hooks (``simgpu_support.Simulator``), or None on a real GPU."""
     import driver_support
 
     return driver_support.simulator()

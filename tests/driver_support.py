@@ -18,7 +18,7 @@ import numpy as np
 
 from cuda.bindings import driver as drv
 
-from simgpu.simdriver_support import DriverError, ok, simulator  # noqa: F401 - re-exported
+from simgpu.simgpu_support import DriverError, ok, simulator  # noqa: F401 - re-exported
 
 NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING
 DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING

@@ -321,7 +321,7 @@ def test_device_id_of_null_pointer_without_context_is_cuda_error(gpu):
 def test_device_id_without_devices_is_cuda_error(gpu):
     """With a driver that has no device (SIMGPU_DEVICES=0), device_id raises CUDAError naming
     cuInit's CUDA_ERROR_NO_DEVICE."""
-    from simgpu.simdriver_support import run_python
+    from simgpu.simgpu_support import run_python
 
     result = run_python(
         "from stridedview import StridedMemoryView, CUDAError\n"

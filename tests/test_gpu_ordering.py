@@ -310,7 +310,7 @@ def test_ordering_recovers_after_primary_context_reset(gpu, two_gpus, producer):
     memory on device 0 with it)."""
     import os
 
-    from simgpu.simdriver_support import run_python
+    from simgpu.simgpu_support import run_python
 
     tests = os.path.dirname(os.path.abspath(__file__))
     src = os.path.join(os.path.dirname(tests), "src")

@@ -52,7 +52,7 @@ def pytest_report_header(config):
 @pytest.fixture(scope="session")
 def driver():
     """cuda.bindings.driver, initialised."""
-    from .simdriver_support import drv, ok
+    from .simgpu_support import drv, ok
 
     ok(drv.cuInit(0))
     return drv
@@ -60,8 +60,8 @@ def driver():
 
 @pytest.fixture(scope="session")
 def sim(driver):
-    """The simulator's exports (simdriver_support.Simulator), or None on a real driver."""
-    from .simdriver_support import simulator
+    """The simulator's exports (simgpu_support.Simulator), or None on a real driver."""
+    from .simgpu_support import simulator
 
     return simulator()
 
@@ -76,7 +76,7 @@ def sim_only(sim):
 
 @pytest.fixture(scope="session")
 def device_count(driver):
-    from .simdriver_support import ok
+    from .simgpu_support import ok
 
     return ok(driver.cuDeviceGetCount())
 
@@ -84,7 +84,7 @@ def device_count(driver):
 @pytest.fixture(scope="session")
 def primary(driver, device_count):
     """primary[i]: device i's primary context, retained for the whole session."""
-    from .simdriver_support import ok
+    from .simgpu_support import ok
 
     return [ok(driver.cuDevicePrimaryCtxRetain(ok(driver.cuDeviceGet(i)))) for i in range(device_count)]
 
@@ -102,7 +102,7 @@ def _main_thread_context(request):
     if "driver" not in request.fixturenames and "primary" not in request.fixturenames:
         yield
         return
-    from .simdriver_support import drv, ok
+    from .simgpu_support import drv, ok
 
     primary = request.getfixturevalue("primary")
     sim = request.getfixturevalue("sim")
@@ -127,7 +127,7 @@ class Resources:
         self.streams, self.events, self.device, self.host = [], [], [], []
 
     def stream(self, flags=0, priority=None):
-        from .simdriver_support import ok
+        from .simgpu_support import ok
 
         if priority is None:
             s = ok(self.drv.cuStreamCreate(flags))
@@ -137,21 +137,21 @@ class Resources:
         return s
 
     def event(self, flags=0):
-        from .simdriver_support import ok
+        from .simgpu_support import ok
 
         e = ok(self.drv.cuEventCreate(flags))
         self.events.append(e)
         return e
 
     def alloc(self, nbytes):
-        from .simdriver_support import ok
+        from .simgpu_support import ok
 
         p = ok(self.drv.cuMemAlloc(nbytes))
         self.device.append(p)
         return int(p)
 
     def host_alloc(self, nbytes, flags=0):
-        from .simdriver_support import ok
+        from .simgpu_support import ok
 
         p = ok(self.drv.cuMemHostAlloc(nbytes, flags))
         self.host.append(p)

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from .simdriver_support import SUCCESS, CUresult, Gate, drv, host_fn, ok, run_python, wait_until
+from .simgpu_support import SUCCESS, CUresult, Gate, drv, host_fn, ok, run_python, wait_until
 
 E = CUresult  # error codes, short
 

@@ -13,7 +13,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from .simdriver_support import drv, ok
+from .simgpu_support import drv, ok
 
 cuda_core = pytest.importorskip("cuda.core")
 numba_cuda = pytest.importorskip("numba.cuda")
@@ -252,7 +252,7 @@ def test_numba_device_array_on_the_second_device(driver, two_devices):
 def test_numba_either_binding_setting(driver, use_nvidia_binding):
     """numba-cuda works with NUMBA_CUDA_USE_NVIDIA_BINDING unset-like (0) and 1: this numba-cuda
     always drives the GPU through cuda.bindings, the variable only chooses a check."""
-    from .simdriver_support import run_python
+    from .simgpu_support import run_python
 
     result = run_python(
         "import numpy as np\n"
