@@ -1,11 +1,24 @@
-"""Shared pytest configuration: the ``gpu`` skip and the CI guard against silent skips.
+"""Shared pytest configuration: the ``gpu`` skips and the CI guard against silent skips.
 
-The markers ``gpu`` and ``interop`` are declared in pyproject.toml; nothing is registered here.
+The markers ``gpu``, ``real_gpu``, ``simgpu`` and ``interop`` are declared in pyproject.toml;
+nothing is registered here.
 
 ``gpu``: a test marked ``pytest.mark.gpu`` is skipped with the reason "needs a CUDA GPU and
 driver" when the CUDA driver cannot be loaded or reports no device. The driver is probed with
 ctypes the first time a ``gpu`` test is set up, never at collection, and ``cuda.bindings`` is not
-imported, so collecting and running the host tests never touches CUDA.
+imported, so collecting and running the host tests never touches CUDA.  The simulated device
+(tests/simgpu: ``tests/simgpu/run.sh tests -m gpu`` puts it first on ``LD_LIBRARY_PATH``) is
+such a driver: every ``gpu`` test runs on it, through the real cuda-bindings.
+
+The simulated device is told from a real driver by the symbol ``simgpu_is_simulator``, which
+only the simulator exports (``simulated_gpu()``).  Two markers narrow ``gpu``:
+
+- ``real_gpu``: needs a real GPU, because it needs the CUDA runtime (CuPy, torch's or JAX's
+  CUDA build) or runs real kernels; skipped on the simulated device with ``REAL_GPU_SKIP_REASON``.
+- ``simgpu``: needs the simulator's test hooks (its per-operation delay, call counters, a
+  device count set by ``SIMGPU_DEVICES``); skipped on a real GPU with ``SIMULATOR_SKIP_REASON``.
+
+Both imply ``gpu``: with no driver at all they skip with the ``gpu`` reason.
 
 ``gpu_import(name)``: in a ``gpu`` test, import a GPU library.  On a machine with a GPU a missing
 library FAILS the test (naming the ``gpu`` extra) instead of skipping it: a GPU machine that skips
@@ -17,6 +30,11 @@ than a test needs), whether the test is marked ``gpu`` or not; a module skipped 
 ``pytest.importorskip`` counts too. The skips are listed in the terminal summary. A collection skip
 cannot see the module's markers (the module failed to import), so a GPU-only module must skip
 itself with the reason ``GPU_SKIP_REASON`` rather than with ``importorskip`` if it is to be exempt.
+
+``STRIDEDVIEW_REQUIRE_DEVICE=simulated`` (set by CI's simulated-GPU stage, with the simulator
+first on ``LD_LIBRARY_PATH``): the hardware skips are no longer allowed, but for the real-GPU
+one: with a simulated device at hand, a ``gpu`` test that skips for want of a GPU, of a second
+device or of the simulator proves that the stage ran on something else.
 
 ``STRIDEDVIEW_ALLOW_MISSING=torch,jax,...`` (set only by CI's interpreter matrix, where some
 producers have no wheel at hand for that Python): an ``importorskip`` skip of a module named
@@ -40,13 +58,22 @@ pytest_plugins = ["pytester"]
 
 GPU_SKIP_REASON = "needs a CUDA GPU and driver"
 TWO_GPUS_SKIP_REASON = "needs two CUDA GPUs and a driver"
-HARDWARE_SKIP_REASONS = (GPU_SKIP_REASON, TWO_GPUS_SKIP_REASON)
+REAL_GPU_SKIP_REASON = (
+    "needs a real CUDA GPU: the CUDA runtime (CuPy, torch's or JAX's CUDA build) and kernels "
+    "do not run on the simulated device"
+)
+SIMULATOR_SKIP_REASON = "needs the simulated device's test hooks (tests/simgpu), not a real GPU"
+HARDWARE_SKIP_REASONS = (
+    GPU_SKIP_REASON, TWO_GPUS_SKIP_REASON, REAL_GPU_SKIP_REASON, SIMULATOR_SKIP_REASON
+)
 REQUIRE_INTEROP_ENV = "STRIDEDVIEW_REQUIRE_INTEROP"
 # CI's wheel stage runs the suite with no compiler on PATH, on purpose (a user's machine
 # installing the wheel): there, and only where this variable is 1, tests/test_capi.py
 # (which compiles extensions against the package) skips with this reason, allowed.
 NO_COMPILER_ENV = "STRIDEDVIEW_NO_COMPILER"
 NO_COMPILER_SKIP_REASON = "needs a C compiler (none on PATH, on purpose: STRIDEDVIEW_NO_COMPILER=1)"
+
+REQUIRE_DEVICE_ENV = "STRIDEDVIEW_REQUIRE_DEVICE"
 
 ALLOW_MISSING_ENV = "STRIDEDVIEW_ALLOW_MISSING"
 _IMPORTORSKIP_REASON = re.compile(r"^could not import '([A-Za-z0-9_.]+)'")
@@ -56,9 +83,8 @@ _IMPORTORSKIP_REASON = re.compile(r"^could not import '([A-Za-z0-9_.]+)'")
 _SKIPS: list[tuple[str, str]] = []
 
 
-@functools.cache
-def has_cuda_gpu() -> bool:
-    """Return True when the CUDA driver loads, initialises and reports at least one device."""
+def _libcuda():
+    """The CUDA driver library this process loads (ctypes), or None."""
     if sys.platform == "win32":
         names = ["nvcuda.dll"]
     else:
@@ -67,9 +93,25 @@ def has_cuda_gpu() -> bool:
         if not name:
             continue
         try:
-            lib = ctypes.CDLL(name)
+            return ctypes.CDLL(name)
         except OSError:
             continue
+    return None
+
+
+@functools.cache
+def simulated_gpu() -> bool:
+    """Return True when the CUDA driver this process loads is the simulated device (tests/simgpu)."""
+    lib = _libcuda()
+    return lib is not None and getattr(lib, "simgpu_is_simulator", None) is not None
+
+
+@functools.cache
+def has_cuda_gpu() -> bool:
+    """Return True when the CUDA driver loads, initialises and reports at least one device
+    (a real GPU or the simulated device)."""
+    lib = _libcuda()
+    if lib is not None:
         try:
             if lib.cuInit(0) != 0:
                 return False
@@ -114,15 +156,27 @@ def gpu_import(name: str):
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("gpu") is not None and not has_cuda_gpu():
+    real = item.get_closest_marker("real_gpu") is not None
+    simulator = item.get_closest_marker("simgpu") is not None
+    if not (real or simulator or item.get_closest_marker("gpu") is not None):
+        return
+    if not has_cuda_gpu():
         pytest.skip(GPU_SKIP_REASON)
+    if real and simulated_gpu():
+        pytest.skip(REAL_GPU_SKIP_REASON)
+    if simulator and not simulated_gpu():
+        pytest.skip(SIMULATOR_SKIP_REASON)
 
 
 def _allowed_skip_reasons() -> tuple[str, ...]:
-    """The skips that never fail a run: missing hardware, and no compiler where CI says so."""
+    """The skips that never fail a run: missing hardware (only a real GPU where CI runs on the
+    simulated device), and no compiler where CI says so."""
+    hardware = HARDWARE_SKIP_REASONS
+    if os.environ.get(REQUIRE_DEVICE_ENV, "") == "simulated":
+        hardware = (REAL_GPU_SKIP_REASON,)
     if os.environ.get(NO_COMPILER_ENV, "") == "1":
-        return (*HARDWARE_SKIP_REASONS, NO_COMPILER_SKIP_REASON)
-    return HARDWARE_SKIP_REASONS
+        return (*hardware, NO_COMPILER_SKIP_REASON)
+    return hardware
 
 
 def _allowed_missing(reason: str) -> bool:
@@ -226,3 +280,57 @@ def fake(request):
     blocking = [name for name in driver.names() if name in HOST_BLOCKING_CALLS]
     if blocking:
         pytest.fail(f"host-blocking driver calls: {blocking}")
+
+
+# --- The real driver, for gpu tests (a real GPU or the simulated device) ----------------
+
+
+@pytest.fixture
+def gpu():
+    """A ``gpu`` test's driver state: stridedview on the real cuda.bindings.driver (whatever an
+    earlier test installed), device 0's primary context current on this thread, the simulator's
+    delay at 0; yields a ``driver_support.Resources`` whose streams and memory are released after
+    the test, its queued work finished first."""
+    import driver_support
+    from stridedview import _driver
+
+    _driver.use_api(None)
+    driver_support.make_current(0)
+    simulator = driver_support.simulator()
+    if simulator is not None:
+        simulator.set_delay_us(0)
+    resources = driver_support.Resources()
+    yield resources
+    if simulator is not None:
+        simulator.set_delay_us(0)
+    driver_support.make_current(0)
+    resources.release()
+    _driver.use_api(None)
+
+
+@pytest.fixture
+def sim(gpu):
+    """The simulated device's hooks (``simgpu_support.Simulator``), or None on a real GPU."""
+    import driver_support
+
+    return driver_support.simulator()
+
+
+@pytest.fixture
+def simulator(gpu):
+    """The simulated device's hooks; the test must be marked ``simgpu`` (skipped on a real GPU)."""
+    import driver_support
+
+    found = driver_support.simulator()
+    if found is None:
+        pytest.fail("the simulator fixture needs a test marked simgpu", pytrace=False)
+    return found
+
+
+@pytest.fixture
+def two_gpus(gpu):
+    """Skip with the hardware reason when the driver has fewer than two devices."""
+    import driver_support
+
+    if driver_support.device_count() < 2:
+        pytest.skip(TWO_GPUS_SKIP_REASON)

@@ -1,5 +1,16 @@
 """A fake of ``cuda.bindings.driver`` that models what the CUDA driver promises.
 
+What it is kept for, now that the gpu tests run through the real bindings on the simulated
+device (tests/simgpu, docs/simulated-gpu.md): what the simulator cannot do.  ``fail(name,
+code)`` makes any call fail with any code (a failing pop after a failing create, a record
+that fails twice, ``cuInit`` failing once); ``reuse_stream_handle`` gives a destroyed
+stream's handle to another context (the simulator never reuses a handle); ``hooks`` stop a
+thread inside a call so that two threads interleave exactly; every call is kept with its
+arguments, so a test can hold the library to an exact call sequence; and its visibility
+model is exact and deterministic, which the random interleavings of test_driver_model.py
+need.  Device memory, copies and tensor maps are no longer modelled here: those tests run on
+the simulated device.
+
 Install it with ``stridedview._driver.use_api(FakeDriver())`` (and ``use_api(None)``
 afterwards).  It does not only record calls: it keeps the state the real driver
 keeps, and refuses what the real driver refuses (shared/CUDA_SEMANTICS.md):
@@ -41,19 +52,6 @@ keeps, and refuses what the real driver refuses (shared/CUDA_SEMANTICS.md):
 - ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)`` knows the
   ranges given to ``register_pointer``; any other pointer (host memory) is
   ``CUDA_ERROR_INVALID_VALUE``.
-- Device memory: ``allocate(nbytes, device)`` gives an address backed by a bytearray
-  (and registered as with ``register_pointer``); ``device_bytes`` reads it back.
-  ``cuMemcpyAsync``, ``cuMemcpy2DAsync`` and ``cuMemcpy3DAsync`` really copy, between
-  such memory and real host memory (read and written through ctypes), checking what
-  the driver checks: a current context, a live stream, pitches at least the width,
-  each side's memory type matching its address (a host address given as device
-  memory is ``CUDA_ERROR_INVALID_VALUE``).  Each copy is appended to ``copies`` as
-  ``(name, stream model, write tags it is guaranteed to see, arguments)`` and to its
-  stream as a write tagged ``("copy", n)``.
-- ``cuTensorMapEncodeTiled`` checks the documented rules (alignment, rank, strides,
-  box and element strides, interleave and swizzle, NaN out-of-bounds fill only for a
-  floating-point data type) and returns a ``CUtensorMap``
-  holding the arguments it was given (``encoded``).
 - Host-blocking calls (``cuStreamSynchronize``, ``cuEventSynchronize``,
   ``cuCtxSynchronize``) succeed but are appended to ``violations``; so is an event
   recorded by one thread and waited on by another (one event per thread is the
@@ -160,89 +158,6 @@ class CUevent_flags(enum.IntEnum):
 
 _EVENT_FLAGS_MASK = 0x7
 _STREAM_WAIT_FLAGS = (0, 1)  # CU_EVENT_WAIT_DEFAULT, CU_EVENT_WAIT_EXTERNAL
-
-
-class CUmemorytype(enum.IntEnum):
-    CU_MEMORYTYPE_HOST = 1
-    CU_MEMORYTYPE_DEVICE = 2
-    CU_MEMORYTYPE_ARRAY = 3
-    CU_MEMORYTYPE_UNIFIED = 4
-
-
-class CUtensorMapDataType(enum.IntEnum):
-    CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0
-    CU_TENSOR_MAP_DATA_TYPE_UINT16 = 1
-    CU_TENSOR_MAP_DATA_TYPE_UINT32 = 2
-    CU_TENSOR_MAP_DATA_TYPE_INT32 = 3
-    CU_TENSOR_MAP_DATA_TYPE_UINT64 = 4
-    CU_TENSOR_MAP_DATA_TYPE_INT64 = 5
-    CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6
-    CU_TENSOR_MAP_DATA_TYPE_FLOAT32 = 7
-    CU_TENSOR_MAP_DATA_TYPE_FLOAT64 = 8
-    CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9
-    CU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ = 10
-    CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 = 11
-    CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ = 12
-
-
-class CUtensorMapInterleave(enum.IntEnum):
-    CU_TENSOR_MAP_INTERLEAVE_NONE = 0
-    CU_TENSOR_MAP_INTERLEAVE_16B = 1
-    CU_TENSOR_MAP_INTERLEAVE_32B = 2
-
-
-class CUtensorMapSwizzle(enum.IntEnum):
-    CU_TENSOR_MAP_SWIZZLE_NONE = 0
-    CU_TENSOR_MAP_SWIZZLE_32B = 1
-    CU_TENSOR_MAP_SWIZZLE_64B = 2
-    CU_TENSOR_MAP_SWIZZLE_128B = 3
-
-
-class CUtensorMapL2promotion(enum.IntEnum):
-    CU_TENSOR_MAP_L2_PROMOTION_NONE = 0
-    CU_TENSOR_MAP_L2_PROMOTION_L2_64B = 1
-    CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2
-    CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3
-
-
-class CUtensorMapFloatOOBfill(enum.IntEnum):
-    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0
-    CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA = 1
-
-
-class _Params:
-    """A copy-parameter struct of cuda-bindings: every field 0 until set; unknown fields refused."""
-
-    _FIELDS: tuple[str, ...] = ()
-
-    def __init__(self):
-        for name in self._FIELDS:
-            object.__setattr__(self, name, 0)
-
-    def __setattr__(self, name, value):
-        if name not in self._FIELDS:
-            raise AttributeError(f"{type(self).__name__} has no field {name!r}")
-        object.__setattr__(self, name, value)
-
-
-_SIDE = ("MemoryType", "Host", "Device", "Pitch", "XInBytes", "Y")
-
-
-class CUDA_MEMCPY2D(_Params):
-    _FIELDS = tuple(side + f for side in ("src", "dst") for f in _SIDE) + ("WidthInBytes", "Height")
-
-
-class CUDA_MEMCPY3D(_Params):
-    _FIELDS = tuple(
-        side + f for side in ("src", "dst") for f in _SIDE + ("Z", "LOD", "Height")
-    ) + ("WidthInBytes", "Height", "Depth", "reserved0", "reserved1")
-
-
-class CUtensorMap:
-    """What cuTensorMapEncodeTiled returns; the fake keeps the arguments in ``encoded``."""
-
-    def __init__(self, encoded: dict):
-        self.encoded = encoded
 
 
 class _Handle:
@@ -424,15 +339,6 @@ class FakeDriver:
     CUdevice = CUdevice
     CU_STREAM_LEGACY = CU_STREAM_LEGACY
     CU_STREAM_PER_THREAD = CU_STREAM_PER_THREAD
-    CUmemorytype = CUmemorytype
-    CUDA_MEMCPY2D = CUDA_MEMCPY2D
-    CUDA_MEMCPY3D = CUDA_MEMCPY3D
-    CUtensorMap = CUtensorMap
-    CUtensorMapDataType = CUtensorMapDataType
-    CUtensorMapInterleave = CUtensorMapInterleave
-    CUtensorMapSwizzle = CUtensorMapSwizzle
-    CUtensorMapL2promotion = CUtensorMapL2promotion
-    CUtensorMapFloatOOBfill = CUtensorMapFloatOOBfill
 
     def __init__(
         self, *, devices: int = 2, current_device: int | None = 0, enum_attributes: bool = True
@@ -454,9 +360,6 @@ class FakeDriver:
         self.created_events: list[Event] = []  # every event ever created, in order
         self.pointers: list[tuple[int, int, int]] = []  # (start, end, device)
         self._failures: list[list] = []
-        self.allocations: dict[int, tuple[bytearray, int]] = {}  # address -> (bytes, device)
-        self._next_allocation = 0x7E0000000000
-        self.copies: list[tuple] = []
         #: The primary context of each device, made (and retained once) as a runtime library would.
         self.primary_contexts = [self.new_context(device) for device in range(devices)]
         #: References to each device's primary context (cuDevicePrimaryCtxRetain/Release).
@@ -536,67 +439,6 @@ class FakeDriver:
         """Make ``[ptr, ptr + nbytes)`` device memory of ``device`` for cuPointerGetAttribute."""
         with self._lock:
             self.pointers.append((int(ptr), int(ptr) + max(int(nbytes), 1), device))
-
-    def allocate(self, nbytes: int, device: int = 0, fill: int = 0) -> int:
-        """Device memory of ``device``: a 256-byte aligned address backed by a bytearray."""
-        with self._lock:
-            address = self._next_allocation
-            self._next_allocation += (max(int(nbytes), 1) + 0x1FF) & ~0xFF
-            self.allocations[address] = (bytearray([fill]) * int(nbytes), device)
-            self.register_pointer(address, nbytes, device)
-            return address
-
-    def device_bytes(self, address: int, nbytes: int) -> bytes:
-        """``nbytes`` of fake device memory from ``address``."""
-        with self._lock:
-            memory, offset = self._device_memory(address, nbytes)
-            return bytes(memory[offset:offset + nbytes])
-
-    def _device_memory(self, address: int, nbytes: int):
-        """(backing bytearray, offset) of ``[address, address + nbytes)``, or None if not device memory."""
-        for start, (memory, _) in self.allocations.items():
-            if start <= address and address + nbytes <= start + len(memory):
-                return memory, address - start
-            if start <= address < start + len(memory) or start < address + nbytes <= start + len(memory):
-                raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)  # straddles an allocation
-        return None
-
-    def _move(self, dst: int, dst_device: bool, src: int, src_device: bool, nbytes: int) -> None:
-        """Copy ``nbytes``; each side device memory (fake) or host memory (real), as said."""
-        import ctypes
-
-        if nbytes == 0:
-            return
-        found = self._device_memory(src, nbytes)
-        if (found is not None) != src_device:
-            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
-        data = bytes(found[0][found[1]:found[1] + nbytes]) if found else ctypes.string_at(src, nbytes)
-        found = self._device_memory(dst, nbytes)
-        if (found is not None) != dst_device:
-            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
-        if found:
-            found[0][found[1]:found[1] + nbytes] = data
-        else:
-            ctypes.memmove(dst, data, nbytes)
-
-    def _record_copy(self, name: str, stream, args: tuple) -> None:
-        self._current_or_fail()
-        target = self._stream(stream)
-        seen = frozenset(_visible(target, len(target.ops), set()))
-        self.copies.append((name, target, seen, args))
-        target.ops.append(("write", ("copy", len(self.copies))))
-
-    def _side(self, params, side: str):
-        """(address, is device memory) of one side of a copy-parameter struct."""
-        kind = int(getattr(params, side + "MemoryType"))
-        if kind == CUmemorytype.CU_MEMORYTYPE_HOST:
-            return int(getattr(params, side + "Host")), False
-        address = int(getattr(params, side + "Device"))
-        if kind == CUmemorytype.CU_MEMORYTYPE_DEVICE:
-            return address, True
-        if kind == CUmemorytype.CU_MEMORYTYPE_UNIFIED:
-            return address, self._device_memory(address, 1) is not None
-        raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
 
     def stream(self, stream, context=None) -> Stream:
         """The model of a stream handle (0, 1 and 2 in ``context``, default the current one)."""
@@ -913,92 +755,6 @@ class FakeDriver:
         self._event(event)
         self._host_blocking("cuEventSynchronize", (event,))
 
-    @_driver_call(0)
-    def cuMemcpyAsync(self, dst, src, nbytes, stream):
-        self._stream(stream)
-        self._current_or_fail()
-        d, s_ = int(dst), int(src)
-        self._move(d, self._device_memory(d, 1) is not None, s_, self._device_memory(s_, 1) is not None, int(nbytes))
-        self._record_copy("cuMemcpyAsync", stream, (d, s_, int(nbytes)))
-
-    def _copy_2d(self, params, z: int = 0, src_height: int = 0, dst_height: int = 0) -> None:
-        width, height = int(params.WidthInBytes), int(params.Height)
-        src, src_device = self._side(params, "src")
-        dst, dst_device = self._side(params, "dst")
-        src_pitch, dst_pitch = int(params.srcPitch), int(params.dstPitch)
-        if height and (src_pitch < width or dst_pitch < width):
-            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
-        for row in range(height):
-            self._move(
-                dst + (z * dst_height + row) * dst_pitch, dst_device,
-                src + (z * src_height + row) * src_pitch, src_device, width,
-            )
-
-    @_driver_call(0)
-    def cuMemcpy2DAsync(self, params, stream):
-        self._stream(stream)
-        self._current_or_fail()
-        if not isinstance(params, CUDA_MEMCPY2D):
-            raise TypeError("cuMemcpy2DAsync takes a CUDA_MEMCPY2D")
-        self._copy_2d(params)
-        self._record_copy("cuMemcpy2DAsync", stream, (_fields(params),))
-
-    @_driver_call(0)
-    def cuMemcpy3DAsync(self, params, stream):
-        self._stream(stream)
-        self._current_or_fail()
-        if not isinstance(params, CUDA_MEMCPY3D):
-            raise TypeError("cuMemcpy3DAsync takes a CUDA_MEMCPY3D")
-        src_height, dst_height = int(params.srcHeight), int(params.dstHeight)
-        if src_height < int(params.Height) or dst_height < int(params.Height):
-            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
-        for z in range(int(params.Depth)):
-            self._copy_2d(params, z, src_height, dst_height)
-        self._record_copy("cuMemcpy3DAsync", stream, (_fields(params),))
-
-    @_driver_call(1)
-    def cuTensorMapEncodeTiled(
-        self, data_type, rank, address, dims, strides, box, element_strides, interleave,
-        swizzle, l2_promotion, oob_fill,
-    ):
-        """The documented rules of cuTensorMapEncodeTiled; a CUtensorMap holding the arguments."""
-        self._current_or_fail()
-        for value, kind in (
-            (data_type, CUtensorMapDataType), (interleave, CUtensorMapInterleave),
-            (swizzle, CUtensorMapSwizzle), (l2_promotion, CUtensorMapL2promotion),
-            (oob_fill, CUtensorMapFloatOOBfill),
-        ):
-            if not isinstance(value, kind):
-                raise TypeError(f"expected {kind.__name__}, got {value!r}")
-        size = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2}.get(int(data_type), 4)
-        rank = int(rank)
-        align = 32 if interleave == 2 else 16
-        invalid = (
-            not 1 <= rank <= 5
-            or (interleave != 0 and rank < 3)
-            or int(address) % align
-            or len(dims) != rank or len(strides) != rank - 1
-            or len(box) != rank or len(element_strides) != rank
-            or any(not 0 < d <= 2**32 for d in dims)
-            or any(s % align or not 0 < s < 2**40 for s in strides)
-            or any(not 1 <= b <= 256 for b in box)
-            or any(not 1 <= e <= 8 for e in element_strides)
-            or (interleave == 0 and (box[0] * size) % 16)
-            or (interleave == 0 and swizzle != 0 and box[0] * size > 16 << int(swizzle))
-            or (interleave == 2 and swizzle != 1)
-            # NAN_REQUEST_ZERO_FMA "can only be used when tensorDataType represents a
-            # floating-point data type": not uint8/16/32/64 or int32/64 (0 to 5).
-            or (oob_fill != 0 and int(data_type) <= 5)
-        )
-        if invalid:
-            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
-        return CUtensorMap({
-            "data_type": int(data_type), "rank": rank, "address": int(address),
-            "dims": tuple(dims), "strides": tuple(strides), "box": tuple(box),
-            "element_strides": tuple(element_strides), "interleave": int(interleave),
-            "swizzle": int(swizzle), "l2_promotion": int(l2_promotion), "oob_fill": int(oob_fill),
-        })
-
     @_driver_call(1)
     def cuPointerGetAttribute(self, attribute, ptr):
         if int(attribute) != CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
@@ -1008,11 +764,6 @@ class FakeDriver:
             if start <= address < end:
                 return device
         raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
-
-
-def _fields(params) -> dict:
-    """A copy-parameter struct's fields, as a dict (what the fake records)."""
-    return {name: int(getattr(params, name)) for name in params._FIELDS}
 
 
 class ForbiddenDriver:

@@ -982,88 +982,9 @@ def test_no_driver_error_from_a_bindings_module_that_raises():
     assert stridedview.CUDAError is CUDAError
 
 
-# --- device_id is lazy -------------------------------------------------------------------
-
-def test_device_id_is_lazy(entry, fake):
-    """No driver call until device_id is read; then cuInit and cuPointerGetAttribute(9, ptr), once."""
-    producer = CAIProducer()
-    fake.register_pointer(producer.ptr, producer.array.nbytes, device=1)
-    view = entry(producer, stream_ptr=-1)
-    text = repr(view)
-    assert "device_id=?" in text
-    (view.ptr, view.shape, view.strides, view.dtype, view.readonly, view.is_device_accessible,
-     view.exporting_obj, view.ready_stream, view.nbytes, view.is_c_contiguous)
-    assert fake.calls == []
-    assert view.device_id == 1
-    assert type(view.device_id) is int
-    assert fake.names() == ["cuInit", "cuPointerGetAttribute"]
-    assert fake.calls[0][1] == (0,)
-    attribute, ptr = fake.calls[1][1]
-    assert int(attribute) == 9
-    assert int(ptr) == producer.ptr
-    view.device_id
-    assert len(fake.calls) == 2
-    assert repr(view) == text.replace("device_id=?", "device_id=1")
-
-
-def test_device_id_of_interior_pointer(fake):
-    """A view starting inside an allocation gets the allocation's device."""
-    array = np.zeros(16, dtype=np.float32)
-    fake.register_pointer(array.ctypes.data, array.nbytes, device=1)
-    producer = CAIProducer(array[4:])
-    view = StridedMemoryView(producer, stream_ptr=-1)
-    assert view.device_id == 1
-    assert int(fake.calls[-1][1][1]) == array.ctypes.data + 16
-
-
-def test_device_id_of_null_pointer_is_current_device(fake):
-    """For ptr 0 (a zero-size array) device_id is the current context's device (cuCtxGetDevice)."""
-    fake.set_current(fake.primary_contexts[1])
-    view = StridedMemoryView(CAIProducer(shape=(0, 3), data=(0, False)), stream_ptr=-1)
-    assert fake.calls == []
-    assert view.device_id == 1
-    assert fake.names() == ["cuInit", "cuCtxGetDevice"]
-
-
-def test_device_id_of_host_pointer_is_cuda_error(fake):
-    """A pointer the driver does not know (host memory) makes device_id raise CUDAError CUDA_ERROR_INVALID_VALUE."""
-    view = StridedMemoryView(CAIProducer(), stream_ptr=-1)
-    prefix = "cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE"
-    with pytest.raises(CUDAError, match="^" + re.escape(prefix)) as excinfo:
-        view.device_id
-    assert excinfo.value.name == "CUDA_ERROR_INVALID_VALUE"
-    assert "device_id=?" in repr(view)
-
-
-def test_device_id_of_null_pointer_without_context_is_cuda_error(fake):
-    """For ptr 0 with no current context, device_id raises CUDAError CUDA_ERROR_INVALID_CONTEXT."""
-    fake.set_current(None)
-    view = StridedMemoryView(CAIProducer(shape=(0,), data=(0, False)), stream_ptr=-1)
-    with pytest.raises(CUDAError) as excinfo:
-        view.device_id
-    assert excinfo.value.name == "CUDA_ERROR_INVALID_CONTEXT"
-
-
-def test_device_id_when_cuinit_fails(fake):
-    """When cuInit fails (no device), device_id raises CUDAError with that CUresult's name."""
-    fake.no_device = True
-    view = StridedMemoryView(CAIProducer(), stream_ptr=-1)
-    with pytest.raises(CUDAError, match="^" + re.escape("cuInit failed: CUDA_ERROR_NO_DEVICE")) as excinfo:
-        view.device_id
-    assert excinfo.value.name == "CUDA_ERROR_NO_DEVICE"
-
-
-def test_device_id_with_bindings_argument_conversion():
-    """device_id passes cuPointerGetAttribute the bindings' enum, which cuda-bindings' conversion (attribute.value) needs."""
-    fake = FakeDriver(enum_attributes=True)
-    _driver.use_api(fake)
-    producer = CAIProducer()
-    fake.register_pointer(producer.ptr, producer.array.nbytes, device=1)
-    view = StridedMemoryView(producer, stream_ptr=-1)
-    assert view.device_id == 1
-    attribute = fake.calls[-1][1][0]
-    assert attribute is fake.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-
+# --- device_id ----------------------------------------------------------------------------
+# Reading device_id asks the real driver (cuPointerGetAttribute): tests/test_gpu_interop.py,
+# on the simulated device or a GPU.
 
 def libcuda_loadable():
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
@@ -1104,16 +1025,6 @@ def replay_on_real_bindings(calls, safe_only=False):
         except Exception:  # noqa: BLE001 - the driver library itself is missing: arguments passed
             pass
     return refused
-
-
-def test_device_id_calls_accepted_by_real_bindings(fake):
-    """Every driver call made for device_id has arguments the real cuda-bindings accept."""
-    producer = CAIProducer()
-    fake.register_pointer(producer.ptr, producer.array.nbytes, device=1)
-    StridedMemoryView(producer, stream_ptr=-1).device_id
-    StridedMemoryView(CAIProducer(shape=(0,), data=(0, False)), stream_ptr=-1).device_id
-    assert fake.names() == ["cuInit", "cuPointerGetAttribute", "cuCtxGetDevice"]
-    assert replay_on_real_bindings(fake.calls, safe_only=libcuda_loadable()) == []
 
 
 def test_real_bindings_refuse_an_int_pointer_attribute():

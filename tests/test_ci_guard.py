@@ -12,6 +12,8 @@ PYPROJECT = """
 [tool.pytest.ini_options]
 markers = [
     "gpu: needs a CUDA GPU and driver; skipped cleanly without one",
+    "real_gpu: needs a real GPU; skipped on the simulated device",
+    "simgpu: needs the simulated device; skipped on a real GPU",
     "interop: uses a real third-party array producer (must not be skipped in CI)",
 ]
 """
@@ -251,6 +253,82 @@ def test_gpu_probe_does_not_import_cuda_bindings(project, monkeypatch):
     result = project.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.parseoutcomes().get("failed", 0) == 0
     assert result.ret == pytest.ExitCode.OK
+
+
+HARDWARE_SKIPS_MODULE = """
+import pytest
+from conftest import GPU_SKIP_REASON, REAL_GPU_SKIP_REASON, SIMULATOR_SKIP_REASON, TWO_GPUS_SKIP_REASON
+
+
+@pytest.mark.parametrize("reason", [GPU_SKIP_REASON, TWO_GPUS_SKIP_REASON, SIMULATOR_SKIP_REASON, REAL_GPU_SKIP_REASON])
+def test_skipped(reason):
+    pytest.skip(reason)
+"""
+
+
+@pytest.mark.parametrize("device", [None, "simulated"])
+def test_on_the_simulated_device_only_the_real_gpu_skip_is_allowed(project, monkeypatch, device):
+    """Under STRIDEDVIEW_REQUIRE_DEVICE=simulated every hardware skip fails the run but the
+    real-GPU one; without it all four are allowed."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    if device is None:
+        monkeypatch.delenv("STRIDEDVIEW_REQUIRE_DEVICE", raising=False)
+    else:
+        monkeypatch.setenv("STRIDEDVIEW_REQUIRE_DEVICE", device)
+    project.makepyfile(test_hardware=HARDWARE_SKIPS_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=4)
+    if device is None:
+        assert result.ret == pytest.ExitCode.OK
+        return
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*3 test(s) or module(s) not marked gpu were skipped*"])
+    result.stdout.no_fnmatch_line("SKIPPED *needs a real CUDA GPU*")
+
+
+GPU_MARKERS_MODULE = """
+import pytest
+
+
+@pytest.mark.gpu
+def test_gpu():
+    pass
+
+
+@pytest.mark.gpu
+@pytest.mark.real_gpu
+def test_real_gpu():
+    pass
+
+
+@pytest.mark.gpu
+@pytest.mark.simgpu
+def test_simulated():
+    pass
+"""
+
+
+@pytest.mark.parametrize(
+    "gpu, simulated, outcome",
+    [(False, False, "sss"), (True, False, "..s"), (True, True, ".s.")],
+    ids=["no-driver", "real-gpu", "simulated-device"],
+)
+def test_gpu_markers_on_each_kind_of_machine(project, monkeypatch, gpu, simulated, outcome):
+    """gpu tests run on any device; real_gpu ones skip on the simulated device, simgpu ones on a
+    real GPU; without a driver all skip with the gpu reason."""
+    monkeypatch.delenv("STRIDEDVIEW_REQUIRE_INTEROP", raising=False)
+    project.makeconftest(
+        CONFTEST + f"\n\ndef has_cuda_gpu():\n    return {gpu}\n\n\ndef simulated_gpu():\n    return {simulated}\n"
+    )
+    project.makepyfile(test_markers=GPU_MARKERS_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=outcome.count("."), skipped=outcome.count("s"))
+    if not gpu:
+        result.stdout.fnmatch_lines(["*3*needs a CUDA GPU and driver*"])
+    elif simulated:
+        result.stdout.fnmatch_lines(["*needs a real CUDA GPU*"])
+    else:
+        result.stdout.fnmatch_lines(["*needs the simulated device's test hooks*"])
 
 
 NO_COMPILER_MODULE = (

@@ -1,5 +1,8 @@
-"""copy_from and copy_to: any layout to any layout, host to host without a driver, device
-paths through the fake driver (which really moves the bytes, so every value is checked).
+"""copy_from and copy_to on the host: any layout to any layout without a driver, every dtype
+bit for bit, and every refusal before anything is written.
+
+The device paths (the driver's 1-D, 2-D and 3-D copies, streams, pinned and managed memory)
+are in tests/test_gpu_copy.py, through the real driver on the simulated device or a GPU.
 """
 
 from __future__ import annotations
@@ -8,39 +11,8 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from stridedview import StridedMemoryView
-
-
-class DeviceArray:
-    """Fake device memory of the fake driver, offered through the CUDA Array Interface."""
-
-    def __init__(self, fake, shape, dtype, *, strides=None, stream=None, readonly=False, device=0):
-        dtype = np.dtype(dtype)
-        self.shape = tuple(shape)
-        items = max(int(np.prod(shape)), 1)
-        if strides is not None:  # in elements; memory enough for the span
-            items = 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
-        self.ptr = fake.allocate(items * dtype.itemsize, device)
-        self.fake, self.dtype, self.strides = fake, dtype, strides
-        self.__cuda_array_interface__ = {
-            "version": 3, "shape": self.shape, "typestr": dtype.str,
-            "data": (self.ptr, readonly),
-            "strides": None if strides is None else tuple(s * dtype.itemsize for s in strides),
-            "stream": stream,
-        }
-
-    def contents(self):
-        """The elements, read back from fake device memory (C order layout assumed)."""
-        raw = self.fake.device_bytes(self.ptr, int(np.prod(self.shape)) * self.dtype.itemsize)
-        return np.frombuffer(raw, self.dtype).reshape(self.shape)
-
-
-def device_view(fake, array_like, stream):
-    return StridedMemoryView(array_like, stream_ptr=stream)
-
 
 LAYOUTS = [
     np.s_[...], np.s_[::2], np.s_[:, ::-1], np.s_[::-1, 1:], np.s_[:, :, ::3], np.s_[1::2, ::-1, ::2],
@@ -107,156 +79,3 @@ def test_refusals_before_anything_is_written():
     with pytest.raises(TypeError, match="copy: the source must be a StridedMemoryView"):
         StridedMemoryView(dst).copy_from(src, None)
     assert (dst == -1).all() and (readonly == -1).all() and src.tolist() == list(range(6))
-
-
-def test_device_copy_needs_a_stream(fake):
-    """A copy touching device memory refuses stream None or -1 (ValueError), writing nothing."""
-    device = DeviceArray(fake, (4,), np.float32)
-    view = StridedMemoryView(device, stream_ptr=-1)
-    for stream in (None, -1):
-        with pytest.raises(ValueError, match="copy: a copy touching device memory needs a stream"):
-            view.copy_from(StridedMemoryView(np.ones(4, np.float32)), stream)
-    assert not fake.copies
-
-
-def test_contiguous_is_one_memcpy(fake):
-    """Contiguous host to device is one cuMemcpyAsync of every byte, on the given stream."""
-    stream = fake.new_stream()
-    host = _host((3, 4, 5))
-    device = DeviceArray(fake, host.shape, host.dtype)
-    view = StridedMemoryView(device, stream_ptr=stream)
-    fake.clear_calls()
-    view.copy_from(StridedMemoryView(host), stream)
-    copies = [c for c in fake.calls if c[0].startswith("cuMemcpy")]
-    assert copies == [("cuMemcpyAsync", (device.ptr, host.ctypes.data, host.nbytes, stream))]
-    assert np.array_equal(device.contents(), host)
-
-
-def test_pitched_rows_are_one_2d_copy(fake):
-    """Rows with a pitch on either side are one cuMemcpy2DAsync with the pitches and width."""
-    stream = fake.new_stream()
-    host = _host((6, 10))[:, 2:7]  # 5 of 10 floats per row: pitch 40 bytes, width 20
-    device = DeviceArray(fake, host.shape, host.dtype)
-    StridedMemoryView(device, stream_ptr=stream).copy_from(StridedMemoryView(host), stream)
-    (name, _, _, (params,)), = fake.copies
-    assert name == "cuMemcpy2DAsync"
-    assert (params["srcPitch"], params["dstPitch"], params["WidthInBytes"], params["Height"]) == (40, 20, 20, 6)
-    assert params["srcMemoryType"] == 1 and params["srcHost"] == host.ctypes.data
-    assert params["dstMemoryType"] == 2 and params["dstDevice"] == device.ptr
-    assert np.array_equal(device.contents(), host)
-
-
-def test_two_pitched_axes_are_one_3d_copy(fake):
-    """A sub-block of a 3-d array is one cuMemcpy3DAsync (heights from the outer strides)."""
-    stream = fake.new_stream()
-    host = _host((4, 6, 8))[1:3, 1:5, 2:6]
-    device = DeviceArray(fake, host.shape, host.dtype)
-    StridedMemoryView(device, stream_ptr=stream).copy_from(StridedMemoryView(host), stream)
-    (name, _, _, (params,)), = fake.copies
-    assert name == "cuMemcpy3DAsync"
-    assert (params["WidthInBytes"], params["Height"], params["Depth"]) == (16, 4, 2)
-    assert (params["srcPitch"], params["srcHeight"]) == (32, 6)
-    assert (params["dstPitch"], params["dstHeight"]) == (16, 4)
-    assert np.array_equal(device.contents(), host)
-
-
-def test_transpose_copies_element_columns(fake):
-    """A transposing copy is one 2-D copy of one-element-wide rows per outer index."""
-    stream = fake.new_stream()
-    host = _host((3, 4))
-    device = DeviceArray(fake, (4, 3), host.dtype)
-    StridedMemoryView(device, stream_ptr=stream).copy_from(StridedMemoryView(host.T), stream)
-    assert [c[0] for c in fake.copies] == ["cuMemcpy2DAsync"] * 4
-    assert all(c[3][0]["WidthInBytes"] == 4 for c in fake.copies)
-    assert np.array_equal(device.contents(), host.T)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    shape=st.lists(st.integers(1, 4), min_size=1, max_size=4),
-    data=st.data(),
-)
-def test_any_layout_round_trip(shape, data):
-    """Host -> device (any source layout) -> host (any destination layout) gives back the values."""
-    from fake_driver import FakeDriver
-    from stridedview import _driver
-
-    fake = FakeDriver()
-    _driver.use_api(fake)
-    try:
-        stream = fake.new_stream()
-        ndim = len(shape)
-        steps = [data.draw(st.sampled_from([1, 2, -1, -2])) for _ in range(ndim)]
-        order = data.draw(st.permutations(range(ndim)))
-        big = _host(tuple(n * abs(s) + 1 for n, s in zip(shape, steps)), np.int16, seed=len(shape))
-        src = big[tuple(slice(None, None, s) for s in steps)][tuple(slice(0, n) for n in shape)]
-        device = DeviceArray(fake, shape, np.int16)
-        StridedMemoryView(device, stream_ptr=stream).copy_from(StridedMemoryView(src), stream)
-        assert np.array_equal(device.contents(), src)
-        out_base = np.zeros(tuple(shape[i] * 2 for i in order), np.int16)
-        out = out_base[tuple(slice(None, None, 2) for _ in shape)].transpose(np.argsort(order))
-        StridedMemoryView(device, stream_ptr=stream).copy_to(StridedMemoryView(out), stream)
-        assert np.array_equal(out, src)
-    finally:
-        _driver.use_api(None)
-
-
-def test_device_to_device_is_ordered_after_both_ready_streams(fake):
-    """A device copy on stream C waits for both producers' streams (event waits) and sees their writes."""
-    producer_a, producer_b, consumer = fake.new_stream(), fake.new_stream(), fake.new_stream()
-    src = DeviceArray(fake, (8,), np.float32, stream=producer_a)
-    dst = DeviceArray(fake, (8,), np.float32, stream=producer_b)
-    fake.enqueue_write(producer_a, "src written")
-    fake.enqueue_write(producer_b, "dst last read")
-    src_view = StridedMemoryView(src, stream_ptr=-1)
-    dst_view = StridedMemoryView(dst, stream_ptr=-1)
-    assert src_view.ready_stream == producer_a
-    fake.clear_calls()
-    dst_view.copy_from(src_view, consumer)
-    names = fake.names()
-    assert names.index("cuMemcpyAsync") > max(i for i, n in enumerate(names) if n == "cuStreamWaitEvent")
-    (_, stream_model, seen, args), = fake.copies
-    assert stream_model is fake.stream(consumer)
-    assert seen == {"src written", "dst last read"}
-    assert args == (dst.ptr, src.ptr, 32)
-    assert "cuStreamSynchronize" not in names  # never blocks unless asked
-
-
-def test_blocking_true_synchronises_the_stream():
-    """blocking=True ends with cuStreamSynchronize on the copy's stream (the only blocking call)."""
-    from fake_driver import FakeDriver
-    from stridedview import _driver
-
-    fake = FakeDriver()
-    _driver.use_api(fake)
-    try:
-        stream = fake.new_stream()
-        device = DeviceArray(fake, (4,), np.float32)
-        out = np.zeros(4, np.float32)
-        StridedMemoryView(device, stream_ptr=stream).copy_to(StridedMemoryView(out), stream, blocking=True)
-        assert fake.names()[-1] == "cuStreamSynchronize" and fake.calls[-1][1] == (stream,)
-    finally:
-        _driver.use_api(None)
-
-
-def test_device_to_device_across_devices_refused(fake):
-    """Views on two different devices are refused (ValueError) before any copy call."""
-    stream = fake.new_stream()
-    a = StridedMemoryView(DeviceArray(fake, (4,), np.float32, device=0), stream_ptr=-1)
-    b = StridedMemoryView(DeviceArray(fake, (4,), np.float32, device=1), stream_ptr=-1)
-    with pytest.raises(ValueError, match="copy: the views are on devices 0 and 1"):
-        a.copy_from(b, stream)
-    assert not fake.copies
-
-
-def test_no_current_context_pushes_the_primary(fake):
-    """With no context current, the copies run inside the device's primary context (pushed, popped)."""
-    stream = fake.new_stream()
-    device = DeviceArray(fake, (4,), np.float32, device=1)
-    view = StridedMemoryView(device, stream_ptr=-1)
-    fake.set_current(None)
-    view.copy_from(StridedMemoryView(np.arange(4, dtype=np.float32)), stream)
-    names = fake.names()
-    assert names.index("cuCtxPushCurrent") < names.index("cuMemcpyAsync") < names.index("cuCtxPopCurrent")
-    assert fake.context_depth() == 0
-    assert device.contents().tolist() == [0, 1, 2, 3]

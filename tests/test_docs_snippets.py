@@ -3,8 +3,9 @@
 A block is a fence whose info string is exactly ``python``.  Each runs on its own, in a fresh
 interpreter, from a temporary directory (so that the installed package is imported, as a reader's
 paste would), and must exit 0.  A block whose first line is the comment ``# Needs a CUDA GPU.``
-is marked ``gpu``: it is skipped, with the GPU skip reason, on a machine without one, and runs on
-one (README.md's Contributing section says so to authors).
+is marked ``gpu`` and ``real_gpu`` (such blocks show CuPy and torch with CUDA, which need the CUDA
+runtime): it is skipped, with the GPU skip reason, on a machine without one or on the simulated
+device, and runs on a real GPU (README.md's Contributing section says so to authors).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def test_documentation_has_the_blocks():
 
 @pytest.mark.parametrize(
     "block",
-    [pytest.param(b, id=b.id, marks=[pytest.mark.gpu] if b.needs_gpu else []) for b in BLOCKS],
+    [pytest.param(b, id=b.id, marks=[pytest.mark.gpu, pytest.mark.real_gpu] if b.needs_gpu else []) for b in BLOCKS],
 )
 def test_block_runs(block, tmp_path):
     """The block, pasted into a fresh interpreter outside the source tree, runs without error.

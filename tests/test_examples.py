@@ -65,9 +65,11 @@ def test_gpu_example_names_each_missing_library(name, absent, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.real_gpu
 @pytest.mark.parametrize("name", GPU_EXAMPLES)
 def test_gpu_example_runs(name, tmp_path):
-    """On a GPU machine with the gpu extra, each GPU example runs to the end."""
+    """On a GPU machine with the gpu extra, each GPU example runs to the end (CuPy, jax's and
+    torch's CUDA builds: a real GPU, not the simulated device)."""
     result = _run(name, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "skipped" not in result.stdout, result.stdout

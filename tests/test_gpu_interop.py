@@ -1,26 +1,520 @@
-"""Views of real CUDA arrays (CuPy, Numba, torch) through DLPack and the CUDA Array Interface,
-and views handed on to another library.
+"""Views of real device memory through DLPack and the CUDA Array Interface, checked field by
+field against cuda.core's own ``StridedMemoryView`` (a differential oracle), and views handed
+on to another library.
 
-Each view is checked field by field against what the producer itself reports: the
-pointer of element [0, 0], shape, strides in elements, dtype, device, and that a
-consumer of the view gets the same memory and values.  Run on a machine with a GPU and
-the ``gpu`` extra (a missing library fails there, ``conftest.gpu_import``); without a
-GPU every test here skips with the reason "needs a CUDA GPU and driver".
+On any CUDA driver (marked ``gpu``): the simulated device (tests/simgpu), where device memory
+faults on a host access as on a GPU, or a real GPU.  The producers: cuda.core (its device
+Buffers from the default pool, its StridedMemoryView over them, both DLPack directions),
+numba-cuda (``to_device``, device arrays tied to a stream, consumed through the CAI and handed
+back), cuda-bindings' own allocations behind a hand-made CAI v3 dict with ``stream``, and
+ctypes DLPack capsules (tests/producers.py) of kDLCUDA, kDLCUDAHost and kDLCUDAManaged memory.
+``device_id`` comes from the real ``cuPointerGetAttribute``.  The export handshake
+(``__dlpack__(stream=...)``) is raced for real with the simulator's delay (marked ``simgpu``).
+
+The last section (marked ``real_gpu``) views CuPy, Numba and torch arrays on a real GPU: the
+CUDA runtime they need does not run on the simulated device.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
 
 from conftest import TWO_GPUS_SKIP_REASON, gpu_import
-from stridedview import StridedMemoryView, _driver
+from stridedview import CUDAError, StridedMemoryView, _driver
 
 pytestmark = pytest.mark.gpu
 
 HOST = np.arange(24, dtype=np.float32).reshape(4, 6)
 #: HOST[:, ::2]: shape (4, 3), strides (6, 2) in elements.
 EXPECTED = HOST[:, ::2]
+
+
+def core_view_class():
+    from cuda.core.utils import StridedMemoryView as CoreView
+
+    return CoreView
+
+
+def fields(view) -> dict:
+    """The fields both StridedMemoryView classes share, strides always explicit."""
+    strides = view.strides
+    if strides is None:  # cuda.core's C-contiguous views
+        strides, step = [], 1
+        for extent in reversed(view.shape):
+            strides.append(step)
+            step *= max(extent, 1)
+        strides = tuple(reversed(strides))
+    return {
+        "ptr": int(view.ptr),
+        "shape": tuple(view.shape),
+        "strides": tuple(strides),
+        "dtype": np.dtype(view.dtype),
+        "device_id": int(view.device_id),
+        "is_device_accessible": bool(view.is_device_accessible),
+        "readonly": bool(view.readonly),
+    }
+
+
+def assert_same_view(ours, theirs, *, exporting_obj=None, readonly_differs=False):
+    """Every shared field equal (cuda.core takes a legacy capsule as writable: ``readonly_differs``)."""
+    a, b = fields(ours), fields(theirs)
+    if readonly_differs:
+        assert a.pop("readonly") is True and b.pop("readonly") is False
+    assert a == b
+    if exporting_obj is not None:
+        assert ours.exporting_obj is exporting_obj
+
+
+def device_cai(res, host, *, device=0, stream=None, readonly=False, index=np.s_[:, ::2]):
+    """``host[index]`` in fresh device memory behind a hand-made CAI v3 dict naming ``stream``."""
+    from driver_support import CAIArray
+
+    memory = res.device(host.nbytes, device)
+    memory.upload(host)
+    part = host[index]
+    offset = part.__array_interface__["data"][0] - host.__array_interface__["data"][0]
+    return CAIArray(memory, part.shape, host.dtype, strides=part.strides, offset=offset,
+                    stream=stream, readonly=readonly)
+
+
+def read_device(ptr, shape, byte_strides, dtype, device=0) -> np.ndarray:
+    """Elements of device memory laid out so, read back through the driver."""
+    from driver_support import drv, ok, on_device, span_bytes
+
+    dtype = np.dtype(dtype)
+    low, high = span_bytes(shape, byte_strides, dtype.itemsize)
+    raw = np.zeros(high - low, np.uint8)
+    with on_device(device):
+        ok(drv.cuCtxSynchronize())
+        ok(drv.cuMemcpyDtoH(raw.ctypes.data, ptr + low, high - low))
+    return np.ndarray(shape, dtype, buffer=raw, offset=-low, strides=byte_strides).copy()
+
+
+def view_values(view) -> np.ndarray:
+    return read_device(view.ptr, view.shape, view.byte_strides, view.dtype, view.device_id)
+
+
+# --- producers, each against cuda.core's view of the same object -------------------------------
+
+
+def test_hand_made_cai_over_driver_memory(gpu):
+    """A CAI v3 dict over cuMemAlloc memory, with a stream: every field as cuda.core sees it."""
+    stream = gpu.stream()
+    producer = device_cai(gpu, HOST, stream=stream.ptr)
+    ours = StridedMemoryView(producer, stream_ptr=stream.ptr)
+    theirs = core_view_class().from_cuda_array_interface(producer, stream_ptr=stream.ptr)
+    assert_same_view(ours, theirs, exporting_obj=producer)
+    assert (ours.shape, ours.strides, ours.device_id) == ((4, 3), (6, 2), 0)
+    assert np.array_equal(view_values(ours), EXPECTED)
+
+
+def test_readonly_cai_is_readonly(gpu):
+    """A CAI dict whose data tuple says read-only gives a read-only view, as cuda.core's."""
+    producer = device_cai(gpu, HOST, readonly=True)
+    ours = StridedMemoryView(producer, stream_ptr=-1)
+    theirs = core_view_class().from_cuda_array_interface(producer, stream_ptr=-1)
+    assert_same_view(ours, theirs)
+    assert ours.readonly
+
+
+def test_cuda_core_buffer_through_dlpack(gpu):
+    """A cuda.core device Buffer from the default pool, through its __dlpack__: the same view as
+    cuda.core's own."""
+    from cuda.core import Device
+
+    device = Device(0)
+    device.set_current()
+    stream = device.create_stream()
+    try:
+        buffer = device.allocate(4096, stream=stream)
+        ours = StridedMemoryView(buffer, stream_ptr=int(stream.handle))
+        theirs = core_view_class().from_dlpack(buffer, stream_ptr=int(stream.handle))
+        assert_same_view(ours, theirs, exporting_obj=buffer)
+        assert ours.ptr == int(buffer.handle) and ours.shape == (4096,)
+        buffer.close(stream)
+    finally:
+        stream.sync()
+        stream.close()
+
+
+@pytest.mark.parametrize("through", ["dlpack", "exchange-api"])
+def test_cuda_core_strided_view_both_ways(gpu, through):
+    """cuda.core's StridedMemoryView of a Buffer (strided float32) viewed by stridedview, and
+    stridedview's view viewed by cuda.core again: the same fields all the way, the same values."""
+    from cuda.core import Device
+
+    CoreView = core_view_class()
+    device = Device(0)
+    device.set_current()
+    stream = device.create_stream()
+    handle = int(stream.handle)
+    try:
+        buffer = device.allocate(HOST.nbytes, stream=stream)
+        ours_in = StridedMemoryView(HOST, stream_ptr=None)
+        core = CoreView.from_buffer(buffer, (4, 3), (6, 2), dtype=np.dtype(np.float32))
+        if through == "dlpack":
+            ours = StridedMemoryView.from_dlpack(_DLPackOnly(core), stream_ptr=handle)
+        else:
+            ours = StridedMemoryView(core, stream_ptr=handle)
+        assert_same_view(ours, core)
+        full = StridedMemoryView(CoreView.from_buffer(buffer, (4, 6), None, dtype=np.dtype(np.float32)),
+                                 stream_ptr=handle)
+        full.copy_from(ours_in, handle, blocking=True)
+        back = CoreView.from_dlpack(ours, stream_ptr=handle)
+        assert_same_view(ours, back)
+        assert np.array_equal(view_values(ours), EXPECTED)
+        buffer.close(stream)
+    finally:
+        stream.sync()
+        stream.close()
+
+
+class _DLPackOnly:
+    """Only the DLPack methods of ``obj`` (its exchange API hidden): the general path."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __dlpack__(self, **kwargs):
+        return self.obj.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.obj.__dlpack_device__()
+
+
+def test_numba_device_array_through_the_cai(gpu):
+    """numba.cuda.to_device on a stream, strided: ptr, shape, strides, dtype, device as cuda.core
+    sees them, and the values."""
+    numba_cuda = gpu_import("numba.cuda")
+    stream = numba_cuda.stream()
+    array = numba_cuda.to_device(HOST, stream=stream)[:, ::2]
+    cai = array.__cuda_array_interface__
+    assert cai["stream"] == int(stream.handle)
+    ours = StridedMemoryView(array, stream_ptr=-1)
+    theirs = core_view_class().from_cuda_array_interface(array, stream_ptr=-1)
+    assert_same_view(ours, theirs, exporting_obj=array)
+    assert ours.ptr == cai["data"][0] and ours.strides == (6, 2)
+    assert ours.ready_stream == int(stream.handle)
+    assert np.array_equal(view_values(ours), EXPECTED)
+
+
+@pytest.mark.parametrize("kind", ["versioned", "legacy"])
+@pytest.mark.parametrize("memory", ["device", "pinned", "managed"])
+def test_dlpack_capsules_of_every_cuda_memory_kind(gpu, kind, memory):
+    """ctypes DLPack capsules of kDLCUDA, kDLCUDAHost and kDLCUDAManaged memory (the simulator's
+    real allocations): the view cuda.core makes of the same producer, field by field; host-readable
+    kinds read through numpy, device memory only through the driver."""
+    from producers import make_producer
+
+    size = HOST.nbytes
+    if memory == "device":
+        region = gpu.device(size)
+        region.upload(HOST)
+        device_type = 2
+    else:
+        region = gpu.pinned(size) if memory == "pinned" else gpu.managed(size)
+        region.array(np.float32, HOST.shape)[...] = HOST
+        device_type = 3 if memory == "pinned" else 13
+    producer = make_producer(kind, shape=(4, 3), strides=(6, 2), dtype="float32",
+                             device=(device_type, 0), data=region.ptr)
+    stream = gpu.stream()
+    stream_ptr = None if memory == "pinned" else stream.ptr
+    ours = StridedMemoryView(producer, stream_ptr=stream_ptr)
+    theirs = core_view_class().from_dlpack(producer, stream_ptr=stream.ptr)
+    assert_same_view(ours, theirs, exporting_obj=producer, readonly_differs=kind == "legacy")
+    assert ours.__dlpack_device__() == (device_type, 0)
+    assert np.array_equal(view_values(ours), EXPECTED)
+    if memory != "device":
+        assert np.array_equal(np.from_dlpack(ours), EXPECTED)
+    else:
+        with pytest.raises(BufferError):
+            np.asarray(ours)
+
+
+# --- device_id: cuPointerGetAttribute through the real bindings ------------------------------
+
+
+@pytest.mark.simgpu
+def test_device_id_is_lazy(gpu, simulator):
+    """No driver call until device_id is read; then one cuPointerGetAttribute, and never again."""
+    producer = device_cai(gpu, HOST, device=1 if _devices() > 1 else 0)
+    before = simulator.calls("cuPointerGetAttribute")
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    assert "device_id=?" in repr(view)
+    (view.ptr, view.shape, view.strides, view.dtype, view.readonly, view.nbytes)
+    assert simulator.calls("cuPointerGetAttribute") == before
+    assert view.device_id == producer.memory.device
+    assert type(view.device_id) is int
+    view.device_id
+    assert simulator.calls("cuPointerGetAttribute") == before + 1
+    assert f"device_id={producer.memory.device}" in repr(view)
+
+
+def _devices():
+    from driver_support import device_count
+
+    return device_count()
+
+
+def test_device_id_of_an_interior_pointer_on_the_second_device(gpu, two_gpus):
+    """A view starting inside an allocation of device 1 (device 0 current) has device_id 1."""
+    producer = device_cai(gpu, HOST, device=1, index=np.s_[1:, 3:])
+    assert producer.ptr != producer.memory.ptr
+    assert StridedMemoryView(producer, stream_ptr=-1).device_id == 1
+
+
+def test_device_id_of_null_pointer_is_the_current_device(gpu, two_gpus):
+    """For ptr 0 (a zero-size array) device_id is the current context's device."""
+    from driver_support import CAIArray, make_current
+
+    class Null:
+        ptr = 0
+
+    make_current(1)
+    view = StridedMemoryView(CAIArray(Null, (0, 3), np.float32), stream_ptr=-1)
+    assert view.device_id == 1
+
+
+def test_device_id_of_host_pointer_is_cuda_error(gpu):
+    """A pointer the driver does not know (pageable host memory) makes device_id raise
+    CUDAError CUDA_ERROR_INVALID_VALUE, and the view stays usable."""
+    from driver_support import CAIArray
+
+    class Host:
+        array = np.zeros(6, np.float32)
+        ptr = array.ctypes.data
+
+    view = StridedMemoryView(CAIArray(Host, (6,), np.float32), stream_ptr=-1)
+    with pytest.raises(CUDAError, match="^cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE") as excinfo:
+        view.device_id
+    assert excinfo.value.name == "CUDA_ERROR_INVALID_VALUE"
+    assert "device_id=?" in repr(view)
+
+
+def test_device_id_of_null_pointer_without_context_is_cuda_error(gpu):
+    """For ptr 0 in a thread with no current context, device_id raises CUDAError
+    CUDA_ERROR_INVALID_CONTEXT."""
+    from driver_support import CAIArray
+
+    class Null:
+        ptr = 0
+
+    view = StridedMemoryView(CAIArray(Null, (0,), np.float32), stream_ptr=-1)
+    outcome = {}
+
+    def read():
+        try:
+            outcome["value"] = view.device_id
+        except CUDAError as exc:
+            outcome["error"] = exc.name
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    thread.join(30)
+    assert outcome == {"error": "CUDA_ERROR_INVALID_CONTEXT"}
+
+
+@pytest.mark.simgpu
+def test_device_id_without_devices_is_cuda_error(gpu):
+    """With a driver that has no device (SIMGPU_DEVICES=0), device_id raises CUDAError naming
+    cuInit's CUDA_ERROR_NO_DEVICE."""
+    from simgpu.simgpu_support import run_python
+
+    result = run_python(
+        "from stridedview import StridedMemoryView, CUDAError\n"
+        "class P:\n"
+        "    __cuda_array_interface__ = {'version': 3, 'shape': (2,), 'typestr': '<f4',\n"
+        "                                'data': (0x10000, False), 'stream': None}\n"
+        "view = StridedMemoryView(P(), stream_ptr=-1)\n"
+        "try:\n"
+        "    view.device_id\n"
+        "except CUDAError as exc:\n"
+        "    print(exc.name, str(exc).startswith('cuInit failed: CUDA_ERROR_NO_DEVICE'))\n",
+        env={"SIMGPU_DEVICES": "0"},
+    )
+    assert result.stdout.split() == ["CUDA_ERROR_NO_DEVICE", "True"], result.stderr
+
+
+@pytest.mark.parametrize("producer", ["cai", "numba", "cuda-core", "capsule"])
+def test_views_on_the_second_device(gpu, two_gpus, producer):
+    """Memory of device 1, viewed while device 0 is current: device_id 1 for every producer,
+    as cuda.core says, and the values."""
+    from driver_support import make_current
+
+    CoreView = core_view_class()
+    if producer == "cai":
+        obj = device_cai(gpu, HOST, device=1)
+        theirs = CoreView.from_cuda_array_interface(obj, stream_ptr=-1)
+    elif producer == "numba":
+        numba_cuda = gpu_import("numba.cuda")
+        with numba_cuda.gpus[1]:
+            obj = numba_cuda.to_device(HOST)[:, ::2]
+        theirs = CoreView.from_cuda_array_interface(obj, stream_ptr=-1)
+    elif producer == "cuda-core":
+        from cuda.core import Device
+
+        Device(1).set_current()
+        core_stream = Device(1).create_stream()
+        buffer = Device(1).allocate(HOST.nbytes, stream=core_stream)
+        full = StridedMemoryView(CoreView.from_buffer(buffer, (4, 6), None, dtype=np.dtype(np.float32)),
+                                 stream_ptr=int(core_stream.handle))
+        full.copy_from(StridedMemoryView(HOST), int(core_stream.handle), blocking=True)
+        obj = CoreView.from_buffer(buffer, (4, 3), (6, 2), dtype=np.dtype(np.float32))
+        theirs = obj
+    else:
+        from producers import make_producer
+
+        region = gpu.device(HOST.nbytes, 1)
+        region.upload(HOST)
+        obj = make_producer(shape=(4, 3), strides=(6, 2), dtype="float32", device=(2, 1), data=region.ptr)
+        theirs = CoreView.from_dlpack(obj, stream_ptr=-1)
+    make_current(0)
+    ours = StridedMemoryView(obj, stream_ptr=-1)
+    assert ours.device_id == 1
+    assert_same_view(ours, theirs)
+    assert np.array_equal(view_values(ours), EXPECTED)
+
+
+# --- the view handed on ------------------------------------------------------------------------
+
+
+def test_cuda_core_consumes_a_view(gpu):
+    """cuda.core's StridedMemoryView of a stridedview view (its __dlpack__, stream handshake
+    included) has every field of the view."""
+    stream = gpu.stream()
+    ours = StridedMemoryView(device_cai(gpu, HOST, stream=stream.ptr), stream_ptr=stream.ptr)
+    other = gpu.stream()
+    theirs = core_view_class().from_dlpack(ours, stream_ptr=other.ptr)
+    assert_same_view(ours, theirs)
+
+
+def test_numba_consumes_a_view_and_hands_it_back(gpu):
+    """numba.cuda.as_cuda_array of a view (its __cuda_array_interface__) is the same memory with
+    the same values; a view of that numba array is the first view again."""
+    numba_cuda = gpu_import("numba.cuda")
+    stream = gpu.stream()
+    producer = device_cai(gpu, HOST, stream=stream.ptr)
+    ours = StridedMemoryView(producer, stream_ptr=stream.ptr)
+    cai = ours.__cuda_array_interface__
+    assert cai["stream"] == stream.ptr and cai["version"] == 3
+    received = numba_cuda.as_cuda_array(ours)
+    assert received.__cuda_array_interface__["data"][0] == ours.ptr
+    assert np.array_equal(received.copy_to_host(), EXPECTED)
+    again = StridedMemoryView(received, stream_ptr=stream.ptr)
+    assert fields(again) == fields(ours)
+    assert again.exporting_obj is received
+
+
+def test_numba_writes_through_a_view_from_cuda_core(gpu):
+    """cuda.core memory (DLPack only) handed to numba-cuda (CAI only) through a view: numba's
+    write lands in the cuda.core Buffer."""
+    numba_cuda = gpu_import("numba.cuda")
+    from cuda.core import Device
+
+    device = Device(0)
+    device.set_current()
+    stream = device.create_stream()
+    buffer = device.allocate(32, stream=stream)
+    stream.sync()
+    view = StridedMemoryView(core_view_class().from_buffer(buffer, (8,), None, dtype=np.dtype(np.float32)),
+                             stream_ptr=-1)
+    array = numba_cuda.as_cuda_array(view)
+    array.copy_to_device(np.full(8, 3, np.float32))
+    assert np.array_equal(read_device(int(buffer.handle), (8,), (4,), np.float32), np.full(8, 3, np.float32))
+    buffer.close(stream)
+    stream.sync()
+    stream.close()
+
+
+class SlowProducer:
+    """NBYTES written late on a producer stream: FILLERS delayed operations, then the write."""
+
+    FILLERS = 3
+
+    def __init__(self, res, value=0x5A, nbytes=4096):
+        from driver_support import CAIArray
+
+        self.nbytes, self.value = nbytes, value
+        self.stream = res.stream()
+        self.memory = res.device(nbytes)
+        self.scratch = res.device(64)
+        self.out = res.pinned(nbytes)
+        self.array = CAIArray(self.memory, (nbytes,), np.uint8, stream=self.stream.ptr)
+
+    def write(self):
+        from driver_support import drv, ok
+
+        for _ in range(self.FILLERS):
+            ok(drv.cuMemsetD8Async(self.scratch.ptr, 0, 64, self.stream.handle))
+        ok(drv.cuMemsetD8Async(self.memory.ptr, self.value, self.nbytes, self.stream.handle))
+
+    def read_on(self, stream_handle, ptr) -> bool:
+        """Copy the bytes at ``ptr`` on ``stream_handle`` to pinned memory; whether all are new."""
+        from driver_support import drv, ok
+
+        ok(drv.cuMemcpyDtoHAsync(self.out.ptr, ptr, self.nbytes, stream_handle))
+        ok(drv.cuStreamSynchronize(stream_handle))
+        fresh = bool((self.out.array() == self.value).all())
+        self.stream.synchronize()
+        return fresh
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("consumer_stream", ["stream", "none-is-legacy", "minus-one"])
+def test_export_handshake_orders_the_consumer(gpu, simulator, consumer_stream):
+    """A view ready on the producer's stream, exported with __dlpack__(stream=S): S waits for the
+    producer (a slow write is read complete); stream=None is the legacy default stream; -1
+    orders nothing (stale read: the control)."""
+    slow = SlowProducer(gpu)
+    view = StridedMemoryView(slow.array, stream_ptr=-1)
+    assert view.ready_stream == slow.stream.ptr
+    other = gpu.stream()
+    simulator.set_delay_us(2000)
+    slow.write()
+    if consumer_stream == "stream":
+        calls = [simulator.calls(name) for name in ("cuEventRecord", "cuStreamWaitEvent")]
+        theirs = core_view_class().from_dlpack(view, stream_ptr=other.ptr)
+        added = [simulator.calls(name) - n for name, n in zip(("cuEventRecord", "cuStreamWaitEvent"), calls)]
+        assert added == [1, 1]  # one record on the producer's stream, one wait (none by cuda.core)
+        fresh = slow.read_on(other.handle, theirs.ptr)
+    elif consumer_stream == "none-is-legacy":
+        view.__dlpack__(max_version=(1, 3))
+        fresh = slow.read_on(0, view.ptr)
+    else:
+        theirs = core_view_class().from_dlpack(view, stream_ptr=-1)
+        fresh = slow.read_on(other.handle, theirs.ptr)
+    assert fresh is (consumer_stream != "minus-one")
+
+
+@pytest.mark.simgpu
+@pytest.mark.parametrize("how", ["view-of-view", "dlpack-made-on-a-stream"])
+def test_view_of_a_view_orders_the_new_stream(gpu, simulator, how):
+    """A view, on stream S, of a view ready on the producer's stream: S waits for the producer,
+    and the new view is ready on S; a DLPack view made on stream R orders an export to S after R."""
+    from producers import make_producer
+
+    slow = SlowProducer(gpu)
+    other = gpu.stream()
+    simulator.set_delay_us(2000)
+    if how == "view-of-view":
+        first = StridedMemoryView(slow.array, stream_ptr=-1)
+        slow.write()
+        again = StridedMemoryView(first, other.ptr)
+        assert again.ready_stream == other.ptr
+        assert slow.read_on(other.handle, again.ptr)
+    else:
+        producer = make_producer(shape=(slow.nbytes,), dtype="uint8", device=(2, 0), data=slow.memory.ptr)
+        view = StridedMemoryView(producer, slow.stream.ptr)  # made on the producer's stream R
+        assert view.ready_stream == slow.stream.ptr
+        slow.write()
+        core_view_class().from_dlpack(view, stream_ptr=other.ptr)
+        assert slow.read_on(other.handle, view.ptr)
+
+
+# --- CuPy, Numba and torch on a real GPU -------------------------------------------------------
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +583,7 @@ def _check_fields(view, obj, name, device):
     np.testing.assert_array_equal(values(obj), EXPECTED)
 
 
+@pytest.mark.real_gpu
 @pytest.mark.parametrize(("name", "protocol"), PROTOCOLS, ids=[f"{n}-{p}" for n, p in PROTOCOLS])
 def test_gpu_view_fields_match_the_producer(name, protocol):
     """A strided CUDA array viewed through each protocol it speaks has the producer's pointer, shape, strides, dtype and device."""
@@ -96,6 +591,7 @@ def test_gpu_view_fields_match_the_producer(name, protocol):
     _check_fields(_view(obj, protocol), obj, name, 0)
 
 
+@pytest.mark.real_gpu
 @pytest.mark.parametrize(("name", "protocol"), PROTOCOLS, ids=[f"{n}-{p}" for n, p in PROTOCOLS])
 def test_gpu_view_on_the_second_device(name, protocol):
     """An array on device 1, viewed while device 0 is current, reports device 1 and its own pointer."""
@@ -140,6 +636,7 @@ CONSUMERS = {
 }
 
 
+@pytest.mark.real_gpu
 @pytest.mark.parametrize("consumer", list(CONSUMERS))
 @pytest.mark.parametrize(("name", "protocol"), PROTOCOLS, ids=[f"{n}-{p}" for n, p in PROTOCOLS])
 def test_gpu_view_handed_on_to_another_library(name, protocol, consumer):
@@ -152,6 +649,7 @@ def test_gpu_view_handed_on_to_another_library(name, protocol, consumer):
     np.testing.assert_array_equal(values(received), EXPECTED)
 
 
+@pytest.mark.real_gpu
 def test_gpu_numba_to_torch_bridge_writes_through():
     """Numba (CAI only) to torch (DLPack) through a view: a write in torch is seen by Numba."""
     torch = _torch()

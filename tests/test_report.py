@@ -6,7 +6,8 @@ of consumer/verdict/reason); ``format_report`` renders the matrix; ``main`` take
 ``--json`` and ``--no-timing`` and returns 1 when a view or a hand-over fails.
 
 Verdicts: "ok" (same memory and values), "copies" (a consumer made a copy with the
-same values: not a failure) and "fail".  jax copies host buffers that are not
+same values: not a failure), "read-only", "n/a" (the consumer takes no memory of the
+producer's kind: numba-cuda and CuPy take device memory only) and "fail".  jax copies host buffers that are not
 64-byte aligned (PROTOCOLS.md), so the report builds its host arrays aligned: on
 the CPU every cell is "ok" whatever the allocator does, and an unaligned buffer
 shows as "copies", never as a failure.
@@ -45,6 +46,9 @@ MODULES = {
     "cupy": "cupy",
     "numba-cuda": "numba.cuda",
 }
+
+#: The consumers that take device memory only: "n/a" for every host producer.
+DEVICE_ONLY = ("cupy", "numba-cuda")
 
 #: jax shares a host buffer only when it is aligned to this many bytes.
 JAX_ALIGNMENT = 64
@@ -175,10 +179,9 @@ def test_verdicts_are_the_same_in_every_mode(text_run):
     from_json = _verdicts(json.loads(completed.stdout))
     in_process = _verdicts(_report.build_report(timing=False))
     assert from_json == in_process
-    table = {
-        match.group(1): match.group(2).split()
-        for match in re.finditer(r"^  (\S+ \(\w+\))\s+[\d.]+\s+(.*)$", text_run[0].stdout, re.MULTILINE)
-    }
+    table: dict = {}  # a row's marks from every table it is in (a wide one is split)
+    for match in re.finditer(r"^  (\S+ \(\w+\))\s+[\d.]+\s+(.*)$", text_run[0].stdout, re.MULTILINE):
+        table.setdefault(match.group(1), []).extend(match.group(2).split())
     for (producer, device, _consumer), verdict in in_process.items():
         if verdict == "ok":
             assert "ok" in table[f"{producer} ({device})"]
@@ -283,7 +286,7 @@ def test_report_structure(report):
         assert isinstance(row["error"], str)
         for cell in row["cells"]:
             assert set(cell) == CELL_KEYS
-            assert cell["verdict"] in ("ok", "copies", "read-only", "fail")
+            assert cell["verdict"] in ("ok", "copies", "read-only", "n/a", "fail")
             assert (cell["verdict"] == "ok") == (cell["reason"] == "")
     json.dumps(report)  # plain data
 
@@ -316,12 +319,18 @@ def test_report_cpu_cells_all_ok(report):
     not_ok = {
         key: verdict for key, verdict in _verdicts(report).items() if key[1] == "cpu" and verdict != "ok"
     }
-    expected = {}
+    cpu_producers = {row["producer"] for row in report["rows"] if row["device"] == "cpu"}
+    expected = {
+        (producer, "cpu", consumer): "n/a"
+        for producer in cpu_producers
+        for consumer in DEVICE_ONLY
+        if consumer in INSTALLED
+    }
     if "jax" in INSTALLED:
         from jax_dlpack import jax_asks_for_versioned
 
         if not jax_asks_for_versioned():
-            expected = {("jax", "cpu", "jax"): "read-only"}
+            expected[("jax", "cpu", "jax")] = "read-only"
     assert not_ok == expected
 
 
@@ -447,9 +456,9 @@ def test_format_report_matrix(report):
     for key, value in report["environment"].items():
         assert re.search(rf"^\s+{re.escape(key)}\s+\S", text, re.MULTILINE), key
         assert f" {key} {' '.join(str(value).split())} " in flowing, key
-    header = next(line for line in text.splitlines() if re.match(r"\s+producer\s+view", line))
+    headers = " ".join(line for line in text.splitlines() if re.match(r"\s+producer\s+view", line))
     for consumer in INSTALLED:
-        assert consumer in header
+        assert consumer in headers.split()
     for row in report["rows"]:
         assert re.search(rf"^\s+{re.escape(row['producer'])} \({row['device']}\)\s", text, re.MULTILINE)
     failures = sum(cell["verdict"] == "fail" for row in report["rows"] for cell in row["cells"])
@@ -504,6 +513,97 @@ def test_report_row_for_a_failing_producer(monkeypatch, capsys):
     assert "[1] broken (cpu): view failed: BufferError" in text
     assert _report.main(["--no-timing"]) == 1
     capsys.readouterr()
+
+
+def _device_only(factory, name):
+    """A consumer like ``factory``'s that takes device memory only (as numba-cuda and CuPy)."""
+    def refuse(view):
+        raise AssertionError("a device-only consumer was handed host memory")
+
+    return _renamed(factory, name, devices=lambda: [], takes=lambda: ["cuda"], consume=refuse)
+
+
+def test_device_only_consumer_is_not_applicable_to_host_rows(monkeypatch, capsys):
+    """A consumer that takes only device memory is never handed a host view: its cells in host
+    rows are "n/a" (with the reason), not failures; the text shows "n/a" with no footnote and
+    main exits 0."""
+    _only(monkeypatch, _report._numpy_library, _device_only(_report._numpy_library, "device-only"))
+    report = _report.build_report(timing=False)
+    (row,) = report["rows"]
+    cells = {cell["consumer"]: cell for cell in row["cells"]}
+    assert cells["numpy"]["verdict"] == "ok"
+    assert cells["device-only"] == {
+        "consumer": "device-only", "verdict": "n/a", "reason": "device-only takes no host memory here",
+    }
+    assert not _report.failed(report)
+    text = _report.format_report(report)
+    assert re.search(r"^  numpy \(cpu\)\s+ok\s+n/a$", text, re.MULTILINE), text
+    assert "n/a    = not tried: the consumer takes no memory of this kind" in text
+    assert "[1]" not in text
+    assert _report.main(["--no-timing"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.interop
+def test_numba_cuda_is_not_applicable_to_host_rows(report):
+    """With numba-cuda installed (a device-only CUDA Array Interface consumer), every host row's
+    numba-cuda cell is "n/a", never a failure."""
+    pytest.importorskip("numba.cuda")
+    cells = [
+        cell for row in report["rows"] if row["device"] == "cpu"
+        for cell in row["cells"] if cell["consumer"] == "numba-cuda"
+    ]
+    assert cells and {cell["verdict"] for cell in cells} == {"n/a"}
+    assert not _report.failed(report)
+
+
+def test_wide_table_is_split_with_the_producer_column_repeated(monkeypatch):
+    """Consumers whose columns would pass 79 characters go to a second table that repeats the
+    producer and timing columns; a footnote keeps one number across tables."""
+    names = [f"consumer-number-{i}" for i in range(5)]
+
+    def refuse(view):
+        raise RuntimeError("no")
+
+    factories = [_report._numpy_library] + [
+        _renamed(_report._numpy_library, name, **({"consume": refuse} if i == 4 else {}))
+        for i, name in enumerate(names)
+    ]
+    _only(monkeypatch, *factories)
+    text = _report.format_report(_report.build_report(timing=False))
+    lines = text.splitlines()
+    assert [line for line in lines if len(line) > MAX_WIDTH] == []
+    headers = [line for line in lines if line.startswith("  producer ")]
+    assert len(headers) >= 2
+    for name in ["numpy", *names]:
+        assert sum(name in header.split() for header in headers) == 1, name
+    assert len([line for line in lines if line.startswith("  numpy (cpu)")]) == len(headers)
+    assert text.count("FAIL [1]") == 1 and "[1] numpy (cpu) -> consumer-number-4: RuntimeError: no" in text
+
+
+def test_simulated_device_is_said(monkeypatch):
+    """On the simulated device (tests/simgpu) the environment names it, and "not checked" says
+    what a simulated device leaves to a real GPU."""
+    from stridedview import _driver
+
+    monkeypatch.setattr(_driver, "device_count", lambda: 2)
+    monkeypatch.setattr(_report, "_simulated", lambda: True)
+    _only(monkeypatch, _report._numpy_library)
+    report = _report.build_report(timing=False)
+    assert report["environment"]["cuda driver"] == "the simulated device of tests/simgpu (no GPU), 2 device(s)"
+    assert _report.SIMULATED in report["not_checked"]
+    assert "no kernel runs" in " ".join(_report.format_report(report).split())
+
+
+def test_simulated_is_false_on_this_driver_or_none():
+    """_simulated() tells the simulator from any other libcuda (or none) by its exported symbol."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        lib = None
+    assert _report._simulated() is (lib is not None and hasattr(lib, "simgpu_is_simulator"))
 
 
 # --- the sample in the docs ------------------------------------------------------------

@@ -6,16 +6,21 @@ hands the view to every installed consumer, checking that the consumer sees the
 same memory and the same values.  It imports only libraries that are installed,
 and each only when its turn comes.
 
-Each hand-over gets one of four verdicts: "ok" (same memory, same values),
+Each hand-over gets one of five verdicts: "ok" (same memory, same values),
 "copies" (the consumer made a copy holding the same values: the hand-over works
 but is not zero-copy), "read-only" (the view is read-only and the consumer asks
 for a legacy DLPack capsule, which cannot say so: refused on purpose, as it
-must be) and "fail" (the consumer raised, or saw other values).
+must be), "n/a" (the consumer takes no memory of that kind: numba-cuda and CuPy
+take device memory only, numpy host memory only; nothing is tried) and "fail"
+(the consumer raised, or saw other values).
 The verdicts do not depend on allocation: host arrays are built in buffers
 aligned to 64 bytes, since jax shares a host buffer only when it is so aligned
 and copies it otherwise.  ``main`` returns 1 when a view or a hand-over fails.
 The report also says what it could not check on this machine (device rows and
 stream ordering without a GPU) and which known libraries are not installed.
+With a driver that has devices (a GPU, or the simulated device of tests/simgpu,
+which the environment names as such), device producers (numba-cuda, CuPy, torch
+or jax with CUDA) get a "cuda" row of their own.
 """
 
 from __future__ import annotations
@@ -49,11 +54,15 @@ VERDICTS = {
     "ok": "same memory, same values",
     "copies": "same values in a copy (works, but not zero-copy)",
     "read-only": "refused, as it must be: a read-only view, legacy-only consumer",
+    "n/a": "not tried: the consumer takes no memory of this kind",
     "fail": "the consumer raised or saw other values",
 }
 
 #: How each verdict shows in the text table.
-MARKS = {"ok": "ok", "copies": "copies", "read-only": "r/o", "fail": "FAIL"}
+MARKS = {"ok": "ok", "copies": "copies", "read-only": "r/o", "n/a": "n/a", "fail": "FAIL"}
+
+#: Verdicts shown without a numbered reason (the legend says it all).
+SILENT = ("ok", "n/a")
 
 #: The refusal a read-only view gives a consumer that asks for a legacy capsule.
 LEGACY_READ_ONLY = "dlpack: a read-only view cannot be exported as a legacy capsule"
@@ -95,6 +104,16 @@ class Library:
     consume: Any = None  # (view) -> array, or None when not a DLPack/CAI consumer
     address: Any = None  # (array) -> int, the address of element [0, 0]
     to_list: Any = None  # (array) -> nested list of its values
+    # () -> the devices ("cpu", "cuda") whose memory the consumer takes; None: its ``devices``
+    takes: Any = None
+
+
+def _taken(library: Library) -> set:
+    """The devices whose memory ``library`` consumes (none if it cannot even list them)."""
+    try:
+        return set((library.takes or library.devices)())
+    except Exception:
+        return set()
 
 
 def _aligned_host_array():
@@ -353,7 +372,10 @@ def environment() -> dict:
 
     try:
         gpus = _driver.device_count()
-        driver = f"found, {gpus} GPU(s)"
+        if _simulated():
+            driver = f"the simulated device of tests/simgpu (no GPU), {gpus} device(s)"
+        else:
+            driver = f"found, {gpus} GPU(s)"
     except CUDAError as exc:
         gpus = 0
         driver = _driver_fact(exc)
@@ -368,7 +390,26 @@ def environment() -> dict:
     }
 
 
-def _not_checked(gpus: int, installed_names: list[str]) -> list[str]:
+def _simulated() -> bool:
+    """Whether the loaded CUDA driver is the simulated device (tests/simgpu), which alone
+    exports ``simgpu_is_simulator``; called only once the driver answered."""
+    import ctypes
+
+    try:
+        return hasattr(ctypes.CDLL("libcuda.so.1"), "simgpu_is_simulator")
+    except (OSError, AttributeError):
+        return False
+
+
+#: Said when the driver is the simulated device.
+SIMULATED = (
+    "the device is simulated (tests/simgpu): its memory, copies and streams are the "
+    "driver's, but no kernel runs and the CUDA runtime (CuPy, torch's and jax's CUDA "
+    "builds) does not work on it; a real GPU is needed for those."
+)
+
+
+def _not_checked(gpus: int, installed_names: list[str], simulated: bool = False) -> list[str]:
     """What the report could not check on this machine, in plain sentences."""
     if gpus == 0:
         return [
@@ -386,6 +427,8 @@ def _not_checked(gpus: int, installed_names: list[str]) -> list[str]:
         "stream ordering across two streams: every device row uses the legacy default "
         "stream; the gpu tests (python -m pytest -m gpu) check it."
     )
+    if simulated:
+        missing.append(SIMULATED)
     return missing
 
 
@@ -397,6 +440,7 @@ def build_report(timing: bool = True) -> dict:
     installed = [lib for lib in libraries if _installed(lib.module.split(".")[0])]
     installed = [lib for lib in installed if _installed(lib.module)]
     consumers = [lib for lib in installed if lib.consume is not None]
+    taken = {consumer.name: _taken(consumer) for consumer in consumers}
     rows = []
     for producer in installed:
         try:
@@ -419,17 +463,27 @@ def build_report(timing: bool = True) -> dict:
                 row.error = _short(exc)
                 continue
             for consumer in consumers:
-                row.cells.append(_hand_over(view, consumer))
+                if device in taken[consumer.name]:
+                    row.cells.append(_hand_over(view, consumer))
+                else:
+                    row.cells.append(Cell(consumer.name, "n/a", _not_taken(consumer.name, device)))
     env = environment()
     names = [lib.name for lib in installed]
     return {
         "environment": env,
         "libraries": {lib.name: _version(lib.distribution) for lib in installed},
         "not_installed": [lib.name for lib in libraries if lib not in installed],
-        "not_checked": _not_checked(env["gpus"], names),
+        "not_checked": _not_checked(
+            env["gpus"], names, env["cuda driver"].startswith("the simulated device")
+        ),
         "notes": [TORCH_NEGATIVE_STRIDES] if "torch" in names else [],
         "rows": [asdict(row) for row in rows],
     }
+
+
+def _not_taken(consumer: str, device: str) -> str:
+    memory = "host" if device == "cpu" else "device"
+    return f"{consumer} takes no {memory} memory here"
 
 
 def _hand_over(view, consumer: Library) -> Cell:
@@ -491,6 +545,27 @@ def _table(lines: list[list[str]], right: set[int]) -> list[str]:
     ]
 
 
+def _tables(table: list[list[str]]) -> list[str]:
+    """``table`` (header first; producer and timing, then one column per consumer) as aligned
+    text, split into several tables, each repeating the first two columns, where one would be
+    wider than WIDTH."""
+    width = max(len(line) for line in table)
+    table = [line + [""] * (width - len(line)) for line in table]
+    out: list[str] = []
+    start = 2
+    while start < width or not out:
+        end = start + 1
+        while end < width and max(len(line) for line in _table(
+            [line[:2] + line[start:end + 1] for line in table], right={1}
+        )) <= WIDTH:
+            end += 1
+        if out:
+            out.append("")
+        out += _table([line[:2] + line[start:end] for line in table], right={1})
+        start = end
+    return out
+
+
 def format_report(report: dict) -> str:
     """The report as text: environment, the producer x consumer matrix, reasons, then caveats."""
     lines = ["stridedview interop report", ""]
@@ -531,14 +606,13 @@ def format_report(report: dict) -> str:
             cell = by_consumer.get(name)
             if cell is None:
                 marks.append("")
-            elif cell["verdict"] == "ok":
-                marks.append("ok")
+            elif cell["verdict"] in SILENT:
+                marks.append(MARKS[cell["verdict"]])
             else:
                 reasons.append(f"[{len(reasons) + 1}] {label} -> {name}: {cell['reason']}")
                 marks.append(f"{MARKS[cell['verdict']]} [{len(reasons)}]")
         table.append([label, timing, *marks])
-    width = max(len(line) for line in table)
-    lines += _table([line + [""] * (width - len(line)) for line in table], right={1})
+    lines += _tables(table)
     if reasons:
         lines.append("")
         for reason in reasons:

@@ -231,8 +231,9 @@ def encode_tiled(
     device = view.device_id
     api = _driver._driver()
     args = (
-        _enum(api, "CUtensorMapDataType", code), rank, view.ptr, dims, byte_strides,
-        tuple(reversed(box)), tuple(reversed(steps)),
+        _enum(api, "CUtensorMapDataType", code), rank, view.ptr,
+        _sized(api, "cuuint64_t", dims), _sized(api, "cuuint64_t", byte_strides),
+        _sized(api, "cuuint32_t", reversed(box)), _sized(api, "cuuint32_t", reversed(steps)),
         _enum(api, "CUtensorMapInterleave", interleave),
         _enum(api, "CUtensorMapSwizzle", swizzle),
         _enum(api, "CUtensorMapL2promotion", l2_promotion),
@@ -259,3 +260,10 @@ def encode_tiled(
 def _enum(api, name, value):
     kind = getattr(api, name, None)
     return value if kind is None else kind(value)
+
+
+def _sized(api, name, values):
+    """``values`` as a list of the bindings' ``name`` (cuuint32_t, cuuint64_t): cuda-bindings
+    takes the arrays of cuTensorMapEncodeTiled only so, and refuses plain ints."""
+    kind = getattr(api, name, None)
+    return [value if kind is None else kind(value) for value in values]

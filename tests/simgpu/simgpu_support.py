@@ -1,0 +1,206 @@
+"""Helpers of the simulated-GPU tests: driver results, the simulator's own exports, gates.
+
+Everything here works against any ``libcuda.so.1``: ``simulator()`` returns None on a real
+driver, and the tests use the simulator-only features (the launch log, counters, the
+per-operation delay) only when it is not None.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from cuda.bindings import driver as drv
+
+CUresult = drv.CUresult
+SUCCESS = CUresult.CUDA_SUCCESS
+
+
+class DriverError(AssertionError):
+    """A driver call returned something other than CUDA_SUCCESS."""
+
+    def __init__(self, code):
+        self.code = code
+        super().__init__(f"driver call failed: {code!r}")
+
+
+def ok(result):
+    """The values of a binding's ``(CUresult, value...)`` tuple, after checking it succeeded."""
+    code, *values = result if isinstance(result, tuple) else (result,)
+    if code != SUCCESS:
+        raise DriverError(code)
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def code(result):
+    """The CUresult of a binding call's result."""
+    return result[0] if isinstance(result, tuple) else result
+
+
+# ---- the simulator's exports ----------------------------------------------------------
+
+
+class LaunchInfo(ctypes.Structure):
+    """One entry of the simulator's launch log (simgpu_launch_get)."""
+
+    _fields_ = [
+        ("name", ctypes.c_char * 256),
+        ("grid", ctypes.c_uint * 3),
+        ("block", ctypes.c_uint * 3),
+        ("shared_bytes", ctypes.c_uint),
+        ("nparams", ctypes.c_int),
+        ("stream_arg", ctypes.c_ulonglong),
+        ("stream", ctypes.c_ulonglong),
+        ("context", ctypes.c_ulonglong),
+        ("device", ctypes.c_int),
+        ("executed", ctypes.c_int),
+        ("captured", ctypes.c_int),
+        ("from_graph", ctypes.c_int),
+        ("function", ctypes.c_ulonglong),
+        ("params_size", ctypes.c_ulonglong),
+    ]
+
+
+class Simulator:
+    """The simulator's test exports, reached through ctypes on the loaded libcuda.so.1."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        lib.simgpu_counter.restype = ctypes.c_longlong
+        lib.simgpu_counter.argtypes = [ctypes.c_char_p]
+        lib.simgpu_call_count.restype = ctypes.c_longlong
+        lib.simgpu_call_count.argtypes = [ctypes.c_char_p]
+        lib.simgpu_launch_count.restype = ctypes.c_long
+        lib.simgpu_launch_get.argtypes = [ctypes.c_long, ctypes.POINTER(LaunchInfo)]
+        lib.simgpu_launch_params.restype = ctypes.c_longlong
+        lib.simgpu_launch_params.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_size_t]
+        lib.simgpu_launch_param_sizes.argtypes = [ctypes.c_long, ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+        lib.simgpu_set_delay_us.argtypes = [ctypes.c_uint]
+        lib.simgpu_set_kernel_params.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
+        lib.simgpu_calls_report.restype = ctypes.c_size_t
+        lib.simgpu_calls_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+    def counter(self, name: str) -> int:
+        return self.lib.simgpu_counter(name.encode())
+
+    def calls(self, name: str) -> int:
+        return self.lib.simgpu_call_count(name.encode())
+
+    def calls_report(self) -> dict[str, int]:
+        size = self.lib.simgpu_calls_report(None, 0)
+        buffer = ctypes.create_string_buffer(size + 1)
+        self.lib.simgpu_calls_report(buffer, size + 1)
+        return {name: int(n) for name, n in (line.split() for line in buffer.value.decode().splitlines())}
+
+    def set_delay_us(self, microseconds: int) -> None:
+        self.lib.simgpu_set_delay_us(microseconds)
+
+    def launch_count(self) -> int:
+        return self.lib.simgpu_launch_count()
+
+    def launch(self, index: int) -> dict:
+        info = LaunchInfo()
+        if self.lib.simgpu_launch_get(index, ctypes.byref(info)) != 0:
+            raise IndexError(index)
+        n = info.nparams
+        sizes = (ctypes.c_size_t * max(n, 1))()
+        self.lib.simgpu_launch_param_sizes(index, sizes, max(n, 1))
+        raw = ctypes.create_string_buffer(max(info.params_size, 1))
+        self.lib.simgpu_launch_params(index, raw, info.params_size)
+        return {
+            "name": info.name.decode(),
+            "grid": tuple(info.grid),
+            "block": tuple(info.block),
+            "shared_bytes": info.shared_bytes,
+            "nparams": n,
+            "param_sizes": tuple(sizes[:n]) if n > 0 else (),
+            "params": raw.raw[: info.params_size],
+            "stream_arg": info.stream_arg,
+            "stream": info.stream,
+            "context": info.context,
+            "device": info.device,
+            "executed": bool(info.executed),
+            "captured": bool(info.captured),
+            "from_graph": bool(info.from_graph),
+            "function": info.function,
+        }
+
+    def set_kernel_params(self, name: str, sizes) -> None:
+        array = (ctypes.c_size_t * max(len(sizes), 1))(*sizes)
+        self.lib.simgpu_set_kernel_params(name.encode(), len(sizes), array)
+
+
+def simulator() -> Simulator | None:
+    """The simulator behind this process's libcuda.so.1, or None for a real driver."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    if getattr(lib, "simgpu_is_simulator", None) is None:
+        return None
+    return Simulator(lib)
+
+
+# ---- host functions --------------------------------------------------------------------
+
+HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_keep_alive: list = []  # callbacks a stream may still call
+
+
+def host_fn(stream, fn) -> None:
+    """Enqueues ``fn()`` on ``stream`` (cuLaunchHostFunc)."""
+    callback = HOST_FN(lambda _data: fn())
+    _keep_alive.append(callback)
+    ok(drv.cuLaunchHostFunc(stream, drv.CUhostFn(ctypes.cast(callback, ctypes.c_void_p).value), 0))
+
+
+class Gate:
+    """A host function that holds its stream until ``open()`` (at most ``timeout`` seconds).
+
+    ``entered`` is set once the stream reached it.
+    """
+
+    def __init__(self, timeout: float = 20.0):
+        self.timeout = timeout
+        self.entered = threading.Event()
+        self._open = threading.Event()
+
+    def enqueue(self, stream) -> "Gate":
+        def wait():
+            self.entered.set()
+            self._open.wait(self.timeout)
+
+        host_fn(stream, wait)
+        return self
+
+    def open(self) -> None:
+        self._open.set()
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    """Polls ``predicate`` until it holds or ``timeout`` seconds pass."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.002)
+    return predicate()
+
+
+# ---- subprocesses ------------------------------------------------------------------------
+
+
+def run_python(source: str, env: dict | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """Runs ``source`` in a fresh interpreter with this process's environment (plus ``env``)."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", source], env=full_env, capture_output=True, text=True, timeout=timeout
+    )

@@ -1,0 +1,1063 @@
+/* simgpu core: configuration, tracing, handles, initialisation, errors, devices,
+ * contexts and the per-thread context stack. */
+#include "sim.h"
+
+#include <errno.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+sg_config sg_cfg;
+pthread_mutex_t sg_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t sg_progress = PTHREAD_COND_INITIALIZER;
+int sg_initialized;
+
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+
+static long env_long(const char *name, long fallback, long lo, long hi) {
+    const char *text = getenv(name);
+    if (text == NULL || *text == '\0') return fallback;
+    char *end = NULL;
+    errno = 0;
+    long value = strtol(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || value < lo || value > hi) {
+        fprintf(stderr, "simgpu: ignoring %s=%s (expected an integer in [%ld, %ld])\n", name, text,
+                lo, hi);
+        return fallback;
+    }
+    return value;
+}
+
+static void load_config_once(void) {
+    sg_cfg.devices = (int)env_long("SIMGPU_DEVICES", 2, 0, 64);
+    sg_cfg.delay_us = (unsigned)env_long("SIMGPU_DELAY_US", 0, 0, 10000000);
+    sg_cfg.trace = (int)env_long("SIMGPU_TRACE", 0, 0, 1);
+    sg_cfg.device_bytes = (size_t)env_long("SIMGPU_MEMORY_MB", 8192, 16, 1 << 20) << 20;
+    sg_cfg.driver_version = (int)env_long("SIMGPU_DRIVER_VERSION", 13000, 12000, 99999);
+}
+
+void sg_load_config(void) { pthread_once(&config_once, load_config_once); }
+
+double sg_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- call counters and the trace ------------------------------------------------ */
+
+#define MAX_APIS 1024
+static const char *api_names[MAX_APIS];
+static atomic_llong api_calls[MAX_APIS];
+static int api_count;
+static pthread_mutex_t api_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int sg_api_index(const char *name) {
+    pthread_mutex_lock(&api_lock);
+    int found = -1;
+    for (int i = 0; i < api_count; i++) {
+        if (strcmp(api_names[i], name) == 0) {
+            found = i;
+            break;
+        }
+    }
+    if (found < 0 && api_count < MAX_APIS) {
+        found = api_count++;
+        api_names[found] = name;
+    }
+    pthread_mutex_unlock(&api_lock);
+    return found < 0 ? MAX_APIS - 1 : found;
+}
+
+void sg_api_enter(int index) {
+    sg_load_config();
+    atomic_fetch_add(&api_calls[index], 1);
+}
+
+SG_API CUresult cuGetErrorName(CUresult error, const char **name);
+
+CUresult sg_api_leave(int index, CUresult result) {
+    if (sg_cfg.trace) {
+        const char *name = NULL;
+        if (cuGetErrorName(result, &name) != CUDA_SUCCESS) name = "?";
+        fprintf(stderr, "simgpu[%ld]: %s -> %d %s\n", (long)syscall(SYS_gettid),
+                api_names[index] ? api_names[index] : "?", result, name);
+    }
+    return result;
+}
+
+#define MAX_COUNTERS 64
+static struct {
+    const char *name;
+    atomic_llong value;
+} counters[MAX_COUNTERS];
+static int counter_count;
+
+void sg_count(const char *counter, long long delta) {
+    int found = -1;
+    pthread_mutex_lock(&api_lock);
+    for (int i = 0; i < counter_count; i++) {
+        if (strcmp(counters[i].name, counter) == 0) {
+            found = i;
+            break;
+        }
+    }
+    if (found < 0 && counter_count < MAX_COUNTERS) {
+        found = counter_count++;
+        counters[found].name = counter;
+    }
+    pthread_mutex_unlock(&api_lock);
+    if (found >= 0) atomic_fetch_add(&counters[found].value, delta);
+}
+
+/* Exported for tests (ctypes): how many times an entry point was called. */
+SG_API long long simgpu_call_count(const char *name) {
+    long long total = 0;
+    pthread_mutex_lock(&api_lock);
+    for (int i = 0; i < api_count; i++)
+        if (strcmp(api_names[i], name) == 0) total += atomic_load(&api_calls[i]);
+    pthread_mutex_unlock(&api_lock);
+    return total;
+}
+
+/* Exported for tests: a named counter (events_created, events_destroyed, events_live,
+ * streams_created, streams_destroyed, streams_live, allocations_live, launches,
+ * host_waits, ...); 0 for a name never counted. */
+SG_API long long simgpu_counter(const char *name) {
+    long long value = 0;
+    pthread_mutex_lock(&api_lock);
+    for (int i = 0; i < counter_count; i++)
+        if (strcmp(counters[i].name, name) == 0) value = atomic_load(&counters[i].value);
+    pthread_mutex_unlock(&api_lock);
+    return value;
+}
+
+/* Exported for tests: changes SIMGPU_DELAY_US for the operations streams start from now on. */
+SG_API void simgpu_set_delay_us(unsigned int microseconds) {
+    sg_load_config();
+    __atomic_store_n(&sg_cfg.delay_us, microseconds, __ATOMIC_RELAXED);
+}
+
+/* Exported for tests: 1, so a test can tell the simulator from a real driver. */
+SG_API int simgpu_is_simulator(void) { return 1; }
+
+/* Exported for tests: the entry points called so far, one "name count" per line. */
+SG_API size_t simgpu_calls_report(char *buffer, size_t capacity) {
+    size_t used = 0;
+    pthread_mutex_lock(&api_lock);
+    for (int i = 0; i < api_count; i++) {
+        long long n = atomic_load(&api_calls[i]);
+        if (n == 0) continue;
+        int w = snprintf(buffer ? buffer + used : NULL, buffer && used < capacity ? capacity - used : 0,
+                         "%s %lld\n", api_names[i], n);
+        if (w > 0) used += (size_t)w;
+    }
+    pthread_mutex_unlock(&api_lock);
+    return used;
+}
+
+/* ---- handles ---------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t key; /* 0: empty, 1: removed */
+    void *obj;
+} slot_t;
+static slot_t *table;
+static size_t table_cap, table_used; /* used counts removed slots too */
+static uint64_t next_handle = 0x100000000000ULL;
+
+static size_t hash64(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return (size_t)k;
+}
+
+static void table_put(uint64_t key, void *obj) {
+    size_t mask = table_cap - 1, i = hash64(key) & mask;
+    while (table[i].key > 1) i = (i + 1) & mask;
+    if (table[i].key == 0) table_used++;
+    table[i].key = key;
+    table[i].obj = obj;
+}
+
+static void table_grow(void) {
+    slot_t *old = table;
+    size_t old_cap = table_cap, live = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].key > 1) live++;
+    size_t cap = 1024;
+    while (cap < live * 4) cap *= 2;
+    table = calloc(cap, sizeof(slot_t));
+    if (table == NULL) {
+        fprintf(stderr, "simgpu: out of host memory for the handle table\n");
+        abort();
+    }
+    table_cap = cap;
+    table_used = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].key > 1) table_put(old[i].key, old[i].obj);
+    free(old);
+}
+
+uint64_t sg_handle_new(void *obj, int kind) {
+    if ((table_used + 1) * 2 > table_cap) table_grow();
+    uint64_t h = next_handle;
+    next_handle += 0x100;
+    ((sg_obj *)obj)->h = h;
+    ((sg_obj *)obj)->kind = kind;
+    table_put(h, obj);
+    return h;
+}
+
+void *sg_handle_get(uint64_t h, int kind) {
+    if (h < 2 || table_cap == 0) return NULL;
+    size_t mask = table_cap - 1, i = hash64(h) & mask;
+    while (table[i].key != 0) {
+        if (table[i].key == h) {
+            sg_obj *o = table[i].obj;
+            return (kind == 0 || o->kind == kind) ? o : NULL;
+        }
+        i = (i + 1) & mask;
+    }
+    return NULL;
+}
+
+void sg_handle_drop(uint64_t h) {
+    if (table_cap == 0) return;
+    size_t mask = table_cap - 1, i = hash64(h) & mask;
+    while (table[i].key != 0) {
+        if (table[i].key == h) {
+            table[i].key = 1;
+            table[i].obj = NULL;
+            return;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+/* Calls fn on every live object of a kind (lock held; fn may drop handles). */
+void sg_handle_each(int kind, void (*fn)(void *obj, void *arg), void *arg) {
+    for (size_t i = 0; i < table_cap; i++) {
+        if (table[i].key > 1 && ((sg_obj *)table[i].obj)->kind == kind) fn(table[i].obj, arg);
+    }
+}
+
+/* ---- errors -------------------------------------------------------------------------- */
+
+static const struct {
+    CUresult code;
+    const char *name;
+    const char *text;
+} errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "an illegal memory access was encountered"},
+    {CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED",
+     "peer access is already enabled"},
+    {CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED",
+     "peer access has not been enabled"},
+    {CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE",
+     "cannot set while device is active in this process"},
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+     "context is destroyed"},
+    {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+     "part or all of the requested memory range is already mapped"},
+    {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+     "pointer does not correspond to a registered memory region"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "operation failed due to a previous error during capture"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
+     "capture was not ended in the same stream as it began"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED",
+     "capturing stream has unjoined work"},
+    {CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+     "dependency created on uncaptured work in another stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT",
+     "operation not permitted on an event last recorded in a capturing stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "attempt to terminate a thread-local capture sequence from another thread"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+SG_API CUresult cuGetErrorName(CUresult error, const char **name) {
+    if (name == NULL) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+        if (errors[i].code == error) {
+            *name = errors[i].name;
+            return CUDA_SUCCESS;
+        }
+    }
+    *name = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+SG_API CUresult cuGetErrorString(CUresult error, const char **text) {
+    if (text == NULL) return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+        if (errors[i].code == error) {
+            *text = errors[i].text;
+            return CUDA_SUCCESS;
+        }
+    }
+    *text = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- initialisation and version -------------------------------------------------- */
+
+static sg_ctx **primaries;
+
+SG_API CUresult cuDriverGetVersion(int *version) {
+    API_BEGIN("cuDriverGetVersion");
+    if (version == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *version = sg_cfg.driver_version;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+static unsigned long long next_ctx_id = 1;
+
+static sg_ctx *ctx_new(int dev, int primary) {
+    sg_ctx *c = calloc(1, sizeof *c);
+    if (c == NULL) return NULL;
+    c->dev = dev;
+    c->primary = primary;
+    c->id = next_ctx_id++;
+    c->limits[0] = 1024;             /* stack size */
+    c->limits[1] = 1048576;          /* printf FIFO */
+    c->limits[2] = 8388608;          /* malloc heap */
+    c->limits[3] = 2;                /* device runtime sync depth */
+    c->limits[4] = 2048;             /* device runtime pending launches */
+    c->limits[5] = 64;               /* L2 fetch granularity */
+    sg_handle_new(c, K_CTX);
+    return c;
+}
+
+/* Makes a context usable: its legacy default stream exists. */
+static void ctx_activate(sg_ctx *c) {
+    if (c->active) return;
+    c->legacy = sg_stream_create(c, SK_LEGACY, 0, 0);
+    c->active = 1;
+}
+
+SG_API CUresult cuInit(unsigned int flags) {
+    API_BEGIN("cuInit");
+    if (flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&sg_lock);
+    if (!sg_initialized) {
+        if (sg_cfg.devices == 0) {
+            pthread_mutex_unlock(&sg_lock);
+            API_RETURN(CUDA_ERROR_NO_DEVICE);
+        }
+        sg_memory_init();
+        primaries = calloc((size_t)sg_cfg.devices, sizeof *primaries);
+        for (int d = 0; d < sg_cfg.devices; d++) primaries[d] = ctx_new(d, 1);
+        sg_initialized = 1;
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+/* ---- devices ------------------------------------------------------------------------- */
+
+int sg_device_valid(int dev) { return dev >= 0 && dev < sg_cfg.devices; }
+sg_ctx *sg_primary(int dev) { return primaries[dev]; }
+
+SG_API CUresult cuDeviceGetCount(int *count) {
+    API_BEGIN("cuDeviceGetCount");
+    API_NEED_INIT();
+    if (count == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *count = sg_cfg.devices;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    API_BEGIN("cuDeviceGet");
+    API_NEED_INIT();
+    if (device == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(ordinal)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    *device = ordinal;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    API_BEGIN("cuDeviceGetName");
+    API_NEED_INIT();
+    if (name == NULL || len <= 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    snprintf(name, (size_t)len, "SimGPU %d (simulated, sm_90)", dev);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+static void device_uuid(int dev, sg_uuid *uuid) {
+    static const unsigned char base[16] = {0x51, 0x6d, 0x47, 0x50, 0x55, 0x00, 0x4e, 0x00,
+                                           0x80, 0x00, 0x73, 0x69, 0x6d, 0x67, 0x70, 0x00};
+    memcpy(uuid->bytes, base, 16);
+    uuid->bytes[15] = (unsigned char)dev;
+}
+
+SG_API CUresult cuDeviceGetUuid(sg_uuid *uuid, CUdevice dev) {
+    API_BEGIN("cuDeviceGetUuid");
+    API_NEED_INIT();
+    if (uuid == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    device_uuid(dev, uuid);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuDeviceGetUuid_v2(sg_uuid *uuid, CUdevice dev) {
+    API_BEGIN("cuDeviceGetUuid_v2");
+    API_NEED_INIT();
+    if (uuid == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    device_uuid(dev, uuid);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuDeviceGetLuid(char *luid, unsigned int *mask, CUdevice dev) {
+    API_BEGIN("cuDeviceGetLuid");
+    API_NEED_INIT();
+    (void)luid;
+    (void)mask;
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    API_RETURN(CUDA_ERROR_NOT_SUPPORTED); /* a LUID exists on Windows only */
+}
+
+SG_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    API_BEGIN("cuDeviceTotalMem_v2");
+    API_NEED_INIT();
+    if (bytes == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    *bytes = sg_cfg.device_bytes;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+/* Attribute values of a Hopper-class device (compute capability 9.0). */
+static int attribute_value(int attrib, int dev, int *value) {
+    switch (attrib) {
+    case 1: *value = 1024; return 1;              /* max threads per block */
+    case 2: case 3: *value = 1024; return 1;      /* max block dim x, y */
+    case 4: *value = 64; return 1;                /* max block dim z */
+    case 5: *value = 2147483647; return 1;        /* max grid dim x */
+    case 6: case 7: *value = 65535; return 1;     /* max grid dim y, z */
+    case 8: *value = 49152; return 1;             /* shared memory per block */
+    case 9: *value = 65536; return 1;             /* constant memory */
+    case 10: *value = 32; return 1;               /* warp size */
+    case 11: *value = 2147483647; return 1;       /* max pitch */
+    case 12: *value = 65536; return 1;            /* registers per block */
+    case 13: *value = 1980000; return 1;          /* clock rate (kHz) */
+    case 14: *value = 512; return 1;              /* texture alignment */
+    case 15: *value = 1; return 1;                /* copy/compute overlap */
+    case 16: *value = 132; return 1;              /* multiprocessors */
+    case 17: *value = 0; return 1;                /* kernel timeout */
+    case 18: *value = 0; return 1;                /* integrated */
+    case 19: *value = 1; return 1;                /* can map host memory */
+    case 20: *value = 0; return 1;                /* compute mode: default */
+    case 21: *value = 131072; return 1;
+    case 22: *value = 131072; return 1;
+    case 23: *value = 65536; return 1;
+    case 24: case 25: case 26: *value = 16384; return 1;
+    case 27: *value = 32768; return 1;
+    case 28: *value = 32768; return 1;
+    case 29: *value = 2048; return 1;
+    case 30: *value = 512; return 1;              /* surface alignment */
+    case 31: *value = 1; return 1;                /* concurrent kernels */
+    case 32: *value = 1; return 1;                /* ECC */
+    case 33: *value = 0x10 + dev; return 1;       /* PCI bus */
+    case 34: *value = 0; return 1;                /* PCI device */
+    case 35: *value = 0; return 1;                /* TCC */
+    case 36: *value = 2619000; return 1;          /* memory clock (kHz) */
+    case 37: *value = 5120; return 1;             /* memory bus width */
+    case 38: *value = 52428800; return 1;         /* L2 size */
+    case 39: *value = 2048; return 1;             /* threads per multiprocessor */
+    case 40: *value = 3; return 1;                /* copy engines */
+    case 41: *value = 1; return 1;                /* unified addressing */
+    case 50: *value = 0; return 1;                /* PCI domain */
+    case 51: *value = 32; return 1;               /* texture pitch alignment */
+    case 75: *value = 9; return 1;                /* compute capability major */
+    case 76: *value = 0; return 1;                /* compute capability minor */
+    case 78: *value = 1; return 1;                /* stream priorities */
+    case 79: case 80: *value = 1; return 1;       /* L1 caches */
+    case 81: *value = 233472; return 1;           /* shared memory per multiprocessor */
+    case 82: *value = 65536; return 1;            /* registers per multiprocessor */
+    case 83: *value = 1; return 1;                /* managed memory */
+    case 84: *value = 0; return 1;                /* multi-GPU board */
+    case 85: *value = dev; return 1;              /* board group */
+    case 86: *value = 0; return 1;
+    case 87: *value = 2; return 1;
+    case 88: *value = 0; return 1;                /* pageable memory access */
+    case 89: *value = 1; return 1;                /* concurrent managed access */
+    case 90: *value = 1; return 1;                /* compute preemption */
+    case 91: *value = 1; return 1;                /* host pointer usable for registered memory */
+    case 92: case 93: case 94: *value = 0; return 1;
+    case 95: *value = 1; return 1;                /* cooperative launch */
+    case 96: *value = 0; return 1;
+    case 97: *value = 232448; return 1;           /* opt-in shared memory per block */
+    case 98: *value = 0; return 1;
+    case 99: *value = 1; return 1;                /* host register */
+    case 100: *value = 0; return 1;
+    case 101: *value = 0; return 1;
+    case 102: *value = 1; return 1;               /* virtual memory management */
+    case 103: *value = 1; return 1;               /* POSIX fd handles */
+    case 104: case 105: *value = 0; return 1;
+    case 106: *value = 32; return 1;              /* blocks per multiprocessor */
+    case 107: *value = 1; return 1;
+    case 108: *value = 34078720; return 1;
+    case 109: *value = 134213632; return 1;
+    case 110: *value = 1; return 1;
+    case 111: *value = 1024; return 1;            /* reserved shared memory per block */
+    case 112: *value = 1; return 1;
+    case 113: *value = 1; return 1;
+    case 114: *value = 1; return 1;
+    case 115: *value = 1; return 1;               /* memory pools */
+    case 116: *value = 1; return 1;
+    case 117: *value = 1; return 1;
+    case 118: *value = 100; return 1;
+    case 119: *value = 1; return 1;               /* pool handle types: POSIX fd */
+    case 120: *value = 1; return 1;               /* cluster launch */
+    case 121: *value = 1; return 1;
+    case 122: case 123: *value = 1; return 1;
+    case 124: *value = 0; return 1;
+    case 125: *value = 1; return 1;
+    case 126: *value = 4; return 1;
+    case 127: *value = 1; return 1;               /* tensor maps */
+    case 128: *value = 0; return 1;
+    case 129: *value = 0; return 1;
+    case 130: *value = 0; return 1;               /* NUMA config: none */
+    case 131: *value = -1; return 1;
+    case 132: *value = 0; return 1;
+    case 133: *value = 0; return 1;
+    case 134: *value = -1; return 1;
+    default:
+        if (attrib >= 42 && attrib <= 74) { *value = 65536; return 1; } /* texture/surface limits */
+        if (attrib == 77) { *value = 32768; return 1; }
+        if (attrib >= 135 && attrib <= 147) { *value = 0; return 1; }
+        return 0;
+    }
+}
+
+SG_API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
+    API_BEGIN("cuDeviceGetAttribute");
+    API_NEED_INIT();
+    if (value == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    if (!attribute_value(attrib, dev, value)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev) {
+    API_BEGIN("cuDeviceComputeCapability");
+    API_NEED_INIT();
+    if (major == NULL || minor == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    *major = 9;
+    *minor = 0;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuDeviceGetPCIBusId(char *bus_id, int len, CUdevice dev) {
+    API_BEGIN("cuDeviceGetPCIBusId");
+    API_NEED_INIT();
+    if (bus_id == NULL || len <= 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    snprintf(bus_id, (size_t)len, "0000:%02X:00.0", 0x10 + dev);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *bus_id) {
+    API_BEGIN("cuDeviceGetByPCIBusId");
+    API_NEED_INIT();
+    if (dev == NULL || bus_id == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    unsigned domain = 0, bus = 0, device = 0, function = 0;
+    int n = sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &device, &function);
+    if (n < 3) {
+        n = sscanf(bus_id, "%x:%x.%x", &bus, &device, &function);
+        if (n < 2) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    }
+    int ordinal = (int)bus - 0x10;
+    if (domain != 0 || device != 0 || !sg_device_valid(ordinal)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    *dev = ordinal;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
+    API_BEGIN("cuDeviceCanAccessPeer");
+    API_NEED_INIT();
+    if (can == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev) || !sg_device_valid(peer)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    *can = dev != peer;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst) {
+    API_BEGIN("cuDeviceGetP2PAttribute");
+    API_NEED_INIT();
+    if (value == NULL || attrib < 1 || attrib > 5) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(src) || !sg_device_valid(dst) || src == dst)
+        API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    *value = attrib == 1 ? 0 : 1; /* performance rank 0; access, atomics, arrays supported */
+    API_RETURN(CUDA_SUCCESS);
+}
+
+/* ---- the per-thread context stack ------------------------------------------------------ */
+
+static __thread uint64_t *tls_stack;
+static __thread int tls_depth, tls_cap;
+
+uint64_t sg_current_handle(void) { return tls_depth > 0 ? tls_stack[tls_depth - 1] : 0; }
+
+static int tls_push(uint64_t h) {
+    if (tls_depth == tls_cap) {
+        int cap = tls_cap ? tls_cap * 2 : 8;
+        uint64_t *grown = realloc(tls_stack, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return 0;
+        tls_stack = grown;
+        tls_cap = cap;
+    }
+    tls_stack[tls_depth++] = h;
+    return 1;
+}
+
+sg_ctx *sg_ctx_get(uint64_t h, CUresult *err) {
+    sg_ctx *c = sg_handle_get(h, K_CTX);
+    if (c == NULL) {
+        *err = h == 0 ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_CONTEXT_IS_DESTROYED;
+        return NULL;
+    }
+    if (!c->active) {
+        /* A primary context released to zero (or never retained). */
+        *err = CUDA_ERROR_INVALID_CONTEXT;
+        return NULL;
+    }
+    return c;
+}
+
+sg_ctx *sg_current_ctx(CUresult *err) {
+    uint64_t h = sg_current_handle();
+    if (h == 0) {
+        *err = CUDA_ERROR_INVALID_CONTEXT;
+        return NULL;
+    }
+    return sg_ctx_get(h, err);
+}
+
+/* ---- primary contexts ---------------------------------------------------------------- */
+
+SG_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
+    API_BEGIN("cuDevicePrimaryCtxRetain");
+    API_NEED_INIT();
+    if (pctx == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = primaries[dev];
+    ctx_activate(c);
+    c->refcount++;
+    *pctx = P(c->o.h);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+/* Waits for the context's work, then destroys its streams, events, modules and
+ * memory (lock held). */
+static void ctx_reset(sg_ctx *c) {
+    sg_wait_ctx_idle(c);
+    sg_ctx_teardown(c);
+    c->generation++;
+}
+
+static CUresult primary_release(CUdevice dev) {
+    if (!sg_device_valid(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = primaries[dev];
+    if (c->refcount <= 0) {
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (--c->refcount == 0 && c->active) {
+        ctx_reset(c);
+        c->active = 0;
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return CUDA_SUCCESS;
+}
+
+SG_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+    API_BEGIN("cuDevicePrimaryCtxRelease");
+    API_NEED_INIT();
+    API_RETURN(primary_release(dev));
+}
+
+SG_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    API_BEGIN("cuDevicePrimaryCtxRelease_v2");
+    API_NEED_INIT();
+    API_RETURN(primary_release(dev));
+}
+
+static CUresult primary_reset(CUdevice dev) {
+    if (!sg_device_valid(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = primaries[dev];
+    if (c->active) {
+        ctx_reset(c);
+        c->active = 0;
+        /* Resetting does not release: a context still retained comes back at once,
+         * with the same handle and none of its old streams or events. */
+        if (c->refcount > 0) ctx_activate(c);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return CUDA_SUCCESS;
+}
+
+SG_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+    API_BEGIN("cuDevicePrimaryCtxReset");
+    API_NEED_INIT();
+    API_RETURN(primary_reset(dev));
+}
+
+SG_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    API_BEGIN("cuDevicePrimaryCtxReset_v2");
+    API_NEED_INIT();
+    API_RETURN(primary_reset(dev));
+}
+
+static CUresult primary_set_flags(CUdevice dev, unsigned flags) {
+    if (!sg_device_valid(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    if (flags & ~0xFFu) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sg_lock);
+    primaries[dev]->flags = flags;
+    pthread_mutex_unlock(&sg_lock);
+    return CUDA_SUCCESS;
+}
+
+SG_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+    API_BEGIN("cuDevicePrimaryCtxSetFlags");
+    API_NEED_INIT();
+    API_RETURN(primary_set_flags(dev, flags));
+}
+
+SG_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+    API_BEGIN("cuDevicePrimaryCtxSetFlags_v2");
+    API_NEED_INIT();
+    API_RETURN(primary_set_flags(dev, flags));
+}
+
+SG_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+    API_BEGIN("cuDevicePrimaryCtxGetState");
+    API_NEED_INIT();
+    if (flags == NULL || active == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
+    pthread_mutex_lock(&sg_lock);
+    *flags = primaries[dev]->flags;
+    *active = primaries[dev]->active;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+/* ---- created contexts ------------------------------------------------------------------- */
+
+static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev) {
+    if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (!sg_device_valid(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    if (flags & ~0xFFu) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = ctx_new(dev, 0);
+    if (c == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    c->flags = flags;
+    ctx_activate(c);
+    c->refcount = 1;
+    tls_push(c->o.h);
+    *pctx = P(c->o.h);
+    pthread_mutex_unlock(&sg_lock);
+    return CUDA_SUCCESS;
+}
+
+SG_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    API_BEGIN("cuCtxCreate_v2");
+    API_NEED_INIT();
+    API_RETURN(ctx_create(pctx, flags, dev));
+}
+
+SG_API CUresult cuCtxCreate_v3(CUcontext *pctx, void *params, int nparams, unsigned int flags,
+                               CUdevice dev) {
+    API_BEGIN("cuCtxCreate_v3");
+    API_NEED_INIT();
+    if (nparams < 0 || (nparams > 0 && params == NULL)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (nparams > 0) API_RETURN(CUDA_ERROR_NOT_SUPPORTED); /* execution affinity */
+    API_RETURN(ctx_create(pctx, flags, dev));
+}
+
+typedef struct {
+    void *affinity;
+    int naffinity;
+    void *cig;
+} sg_ctx_create_params;
+
+SG_API CUresult cuCtxCreate_v4(CUcontext *pctx, sg_ctx_create_params *params, unsigned int flags,
+                               CUdevice dev) {
+    API_BEGIN("cuCtxCreate_v4");
+    API_NEED_INIT();
+    if (params != NULL && (params->naffinity != 0 || params->cig != NULL))
+        API_RETURN(CUDA_ERROR_NOT_SUPPORTED);
+    API_RETURN(ctx_create(pctx, flags, dev));
+}
+
+SG_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    API_BEGIN("cuCtxDestroy_v2");
+    API_NEED_INIT();
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_handle_get(H(ctx), K_CTX);
+    if (c == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        API_RETURN(ctx == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT);
+    }
+    if (c->primary) {
+        pthread_mutex_unlock(&sg_lock);
+        API_RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    }
+    sg_wait_ctx_idle(c);
+    sg_ctx_teardown(c);
+    sg_handle_drop(c->o.h);
+    /* Popped from this thread's stack if current here; other threads keep the dead
+     * handle and get CONTEXT_IS_DESTROYED. */
+    if (tls_depth > 0 && tls_stack[tls_depth - 1] == H(ctx)) tls_depth--;
+    free(c->streams);
+    free(c);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+    API_BEGIN("cuCtxPushCurrent_v2");
+    API_NEED_INIT();
+    if (ctx == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_handle_get(H(ctx), K_CTX);
+    pthread_mutex_unlock(&sg_lock);
+    if (c == NULL) API_RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    if (!tls_push(H(ctx))) API_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
+    API_BEGIN("cuCtxPopCurrent_v2");
+    API_NEED_INIT();
+    if (tls_depth == 0) API_RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    uint64_t h = tls_stack[--tls_depth];
+    if (pctx != NULL) *pctx = P(h);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuCtxSetCurrent(CUcontext ctx) {
+    API_BEGIN("cuCtxSetCurrent");
+    API_NEED_INIT();
+    if (ctx == NULL) {
+        if (tls_depth > 0) tls_depth--;
+        API_RETURN(CUDA_SUCCESS);
+    }
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_handle_get(H(ctx), K_CTX);
+    pthread_mutex_unlock(&sg_lock);
+    if (c == NULL) API_RETURN(CUDA_ERROR_INVALID_CONTEXT);
+    if (tls_depth > 0)
+        tls_stack[tls_depth - 1] = H(ctx);
+    else if (!tls_push(H(ctx)))
+        API_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuCtxGetCurrent(CUcontext *pctx) {
+    API_BEGIN("cuCtxGetCurrent");
+    API_NEED_INIT();
+    if (pctx == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *pctx = P(sg_current_handle());
+    API_RETURN(CUDA_SUCCESS);
+}
+
+static CUresult ctx_device(CUdevice *device, uint64_t h) {
+    if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = h ? sg_ctx_get(h, &err) : sg_current_ctx(&err);
+    if (c != NULL) *device = c->dev;
+    pthread_mutex_unlock(&sg_lock);
+    return c ? CUDA_SUCCESS : err;
+}
+
+SG_API CUresult cuCtxGetDevice(CUdevice *device) {
+    API_BEGIN("cuCtxGetDevice");
+    API_NEED_INIT();
+    API_RETURN(ctx_device(device, 0));
+}
+
+SG_API CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
+    API_BEGIN("cuCtxGetDevice_v2");
+    API_NEED_INIT();
+    API_RETURN(ctx_device(device, H(ctx)));
+}
+
+SG_API CUresult cuCtxGetFlags(unsigned int *flags) {
+    API_BEGIN("cuCtxGetFlags");
+    API_NEED_INIT();
+    if (flags == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_current_ctx(&err);
+    if (c) *flags = c->flags;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(c ? CUDA_SUCCESS : err);
+}
+
+SG_API CUresult cuCtxSetFlags(unsigned int flags) {
+    API_BEGIN("cuCtxSetFlags");
+    API_NEED_INIT();
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_current_ctx(&err);
+    if (c) c->flags = flags;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(c ? CUDA_SUCCESS : err);
+}
+
+SG_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id) {
+    API_BEGIN("cuCtxGetId");
+    API_NEED_INIT();
+    if (id == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = ctx ? sg_ctx_get(H(ctx), &err) : sg_current_ctx(&err);
+    if (c) *id = c->id;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(c ? CUDA_SUCCESS : err);
+}
+
+SG_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) {
+    API_BEGIN("cuCtxGetApiVersion");
+    API_NEED_INIT();
+    if (version == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = ctx ? sg_ctx_get(H(ctx), &err) : sg_current_ctx(&err);
+    pthread_mutex_unlock(&sg_lock);
+    if (c == NULL) API_RETURN(err);
+    *version = 3020;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
+    API_BEGIN("cuCtxGetStreamPriorityRange");
+    API_NEED_INIT();
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuCtxGetLimit(size_t *value, int limit) {
+    API_BEGIN("cuCtxGetLimit");
+    API_NEED_INIT();
+    if (value == NULL || limit < 0 || limit > 9) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_current_ctx(&err);
+    if (c) *value = c->limits[limit];
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(c ? CUDA_SUCCESS : err);
+}
+
+SG_API CUresult cuCtxSetLimit(int limit, size_t value) {
+    API_BEGIN("cuCtxSetLimit");
+    API_NEED_INIT();
+    if (limit < 0 || limit > 9) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_current_ctx(&err);
+    if (c) c->limits[limit] = value;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(c ? CUDA_SUCCESS : err);
+}
+
+SG_API CUresult cuCtxGetCacheConfig(int *config) {
+    API_BEGIN("cuCtxGetCacheConfig");
+    API_NEED_INIT();
+    if (config == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *config = 0;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuCtxSetCacheConfig(int config) {
+    API_BEGIN("cuCtxSetCacheConfig");
+    API_NEED_INIT();
+    API_RETURN(config < 0 || config > 3 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
+}
+
+SG_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+    API_BEGIN("cuCtxEnablePeerAccess");
+    API_NEED_INIT();
+    if (flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_current_ctx(&err);
+    sg_ctx *p = c ? sg_ctx_get(H(peer), &err) : NULL;
+    CUresult r = CUDA_SUCCESS;
+    if (c == NULL || p == NULL)
+        r = err;
+    else if (p->dev == c->dev)
+        r = CUDA_ERROR_INVALID_DEVICE;
+    else if (c->peer[p->dev])
+        r = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    else
+        c->peer[p->dev] = 1;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+SG_API CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+    API_BEGIN("cuCtxDisablePeerAccess");
+    API_NEED_INIT();
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_current_ctx(&err);
+    sg_ctx *p = c ? sg_ctx_get(H(peer), &err) : NULL;
+    CUresult r = CUDA_SUCCESS;
+    if (c == NULL || p == NULL)
+        r = err;
+    else if (!c->peer[p->dev])
+        r = CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+    else
+        c->peer[p->dev] = 0;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+/* ---- context teardown -------------------------------------------------------------------- */
+
+void sg_ctx_teardown(sg_ctx *c) {
+    sg_events_of_ctx_destroy(c);
+    sg_modules_of_ctx_destroy(c);
+    /* Streams: every stream of the context goes, the default ones too. */
+    while (c->nstreams > 0) sg_stream_destroy(c->streams[c->nstreams - 1]);
+    c->legacy = NULL;
+    sg_allocs_of_ctx_free(c);
+    memset(c->peer, 0, sizeof c->peer);
+}

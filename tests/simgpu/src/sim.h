@@ -1,0 +1,417 @@
+/* simgpu: a simulated CUDA driver (libcuda.so.1) for tests on machines without a GPU.
+ *
+ * Internal declarations shared by the simulator's source files.  Every type the
+ * driver ABI needs is declared here from the documented layout (field order and
+ * widths); no NVIDIA header is included or copied.
+ *
+ * Threading model: one global mutex (sg_lock) guards all driver state.  Each
+ * stream has a worker thread that takes operations from its queue in order and
+ * runs them without the lock held; every completion is broadcast on sg_progress,
+ * which host-side waits and cross-stream dependencies wait on.
+ */
+#ifndef SIMGPU_SIM_H
+#define SIMGPU_SIM_H
+
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SG_API __attribute__((visibility("default")))
+
+/* ---- result codes (the driver's numbering) ---------------------------------- */
+typedef int CUresult;
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_DEINITIALIZED = 4,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_IMAGE = 200,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_FILE_NOT_FOUND = 301,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_ILLEGAL_STATE = 401,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+    CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
+    CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE = 708,
+    CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
+    CUDA_ERROR_NOT_PERMITTED = 800,
+    CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CUDA_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
+    CUDA_ERROR_STREAM_CAPTURE_UNJOINED = 904,
+    CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
+    CUDA_ERROR_CAPTURED_EVENT = 907,
+    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
+    CUDA_ERROR_UNKNOWN = 999,
+};
+
+/* ---- scalar and handle types ---------------------------------------------------- */
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long cuuint64_t;
+typedef unsigned int cuuint32_t;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUlibrary;
+typedef void *CUkernel;
+typedef void *CUmemoryPool;
+typedef void *CUgraph;
+typedef void *CUgraphExec;
+typedef void *CUgraphNode;
+typedef void *CUlinkState;
+typedef void *CUarray;
+typedef void *CUgreenCtx;
+typedef void (*CUhostFn)(void *userData);
+typedef void (*CUstreamCallback)(CUstream stream, CUresult status, void *userData);
+
+#define SG_STREAM_LEGACY ((uint64_t)1)
+#define SG_STREAM_PER_THREAD ((uint64_t)2)
+
+enum { SG_MEMTYPE_HOST = 1, SG_MEMTYPE_DEVICE = 2, SG_MEMTYPE_ARRAY = 3, SG_MEMTYPE_UNIFIED = 4 };
+enum { SG_STREAM_NON_BLOCKING = 1 };
+enum { SG_EVENT_BLOCKING_SYNC = 1, SG_EVENT_DISABLE_TIMING = 2, SG_EVENT_INTERPROCESS = 4 };
+enum { SG_CAPTURE_NONE = 0, SG_CAPTURE_ACTIVE = 1, SG_CAPTURE_INVALIDATED = 2 };
+enum { SG_CAPTURE_MODE_GLOBAL = 0, SG_CAPTURE_MODE_THREAD_LOCAL = 1, SG_CAPTURE_MODE_RELAXED = 2 };
+
+/* ---- ABI structs (layouts as documented for the 64-bit driver) ------------------ */
+typedef struct {
+    size_t src_x, src_y;
+    int src_type;
+    const void *src_host;
+    CUdeviceptr src_dev;
+    CUarray src_array;
+    size_t src_pitch;
+    size_t dst_x, dst_y;
+    int dst_type;
+    void *dst_host;
+    CUdeviceptr dst_dev;
+    CUarray dst_array;
+    size_t dst_pitch;
+    size_t width, height;
+} sg_copy2d_desc;
+
+typedef struct {
+    size_t src_x, src_y, src_z, src_lod;
+    int src_type;
+    const void *src_host;
+    CUdeviceptr src_dev;
+    CUarray src_array;
+    void *src_reserved_or_ctx; /* reserved (3-D) or the source context (3-D peer) */
+    size_t src_pitch, src_height;
+    size_t dst_x, dst_y, dst_z, dst_lod;
+    int dst_type;
+    void *dst_host;
+    CUdeviceptr dst_dev;
+    CUarray dst_array;
+    void *dst_reserved_or_ctx;
+    size_t dst_pitch, dst_height;
+    size_t width, height, depth;
+} sg_copy3d_desc;
+
+typedef struct {
+    int type; /* 1: device, 2: host, 3: host NUMA node, 4: current host NUMA node */
+    int id;
+} sg_mem_location;
+
+typedef struct {
+    int alloc_type;   /* 1: pinned */
+    int handle_types; /* bit mask of shareable handle kinds */
+    sg_mem_location location;
+    void *win32_security;
+    size_t max_size;
+    unsigned short usage;
+    unsigned char reserved[54];
+} sg_pool_props;
+
+typedef struct {
+    sg_mem_location location;
+    int flags; /* 0: none, 1: read, 3: read-write */
+} sg_access_desc;
+
+typedef struct {
+    int id;
+    char pad[4];
+    unsigned char value[64];
+} sg_launch_attr;
+
+typedef struct {
+    unsigned int grid[3];
+    unsigned int block[3];
+    unsigned int shared_bytes;
+    CUstream stream;
+    sg_launch_attr *attrs;
+    unsigned int num_attrs;
+} sg_launch_config;
+
+typedef struct {
+    unsigned char bytes[16];
+} sg_uuid;
+
+_Static_assert(sizeof(sg_copy2d_desc) == 128, "2-D copy descriptor layout");
+_Static_assert(sizeof(sg_copy3d_desc) == 200, "3-D copy descriptor layout");
+_Static_assert(sizeof(sg_pool_props) == 88, "memory pool properties layout");
+_Static_assert(sizeof(sg_access_desc) == 12, "access descriptor layout");
+_Static_assert(sizeof(sg_launch_attr) == 72, "launch attribute layout");
+_Static_assert(sizeof(sg_launch_config) == 56, "launch configuration layout");
+
+/* ---- configuration ------------------------------------------------------------- */
+typedef struct {
+    int devices;            /* SIMGPU_DEVICES, default 2 */
+    unsigned delay_us;      /* SIMGPU_DELAY_US, default 0 */
+    int trace;              /* SIMGPU_TRACE=1 */
+    size_t device_bytes;    /* SIMGPU_MEMORY_MB, default 8192 */
+    int driver_version;     /* SIMGPU_DRIVER_VERSION, default 13000 */
+} sg_config;
+extern sg_config sg_cfg;
+
+/* ---- global lock, progress condition, initialisation ---------------------------- */
+extern pthread_mutex_t sg_lock;
+extern pthread_cond_t sg_progress;
+extern int sg_initialized;
+void sg_load_config(void);
+double sg_now_ms(void);
+
+/* ---- tracing and per-entry-point call counters ---------------------------------- */
+int sg_api_index(const char *name);
+void sg_api_enter(int index);
+CUresult sg_api_leave(int index, CUresult result);
+#define API_BEGIN(name)                              \
+    static int api_index_ = -1;                      \
+    if (api_index_ < 0) api_index_ = sg_api_index(name); \
+    sg_api_enter(api_index_)
+#define API_RETURN(expr) return sg_api_leave(api_index_, (expr))
+/* The thread is a stream worker running a host function (which may make no CUDA call). */
+extern __thread int sg_in_host_fn;
+#define API_NEED_INIT()                                                          \
+    do {                                                                         \
+        if (!sg_initialized) API_RETURN(CUDA_ERROR_NOT_INITIALIZED);             \
+        if (sg_in_host_fn) API_RETURN(CUDA_ERROR_NOT_PERMITTED);                 \
+    } while (0)
+void sg_count(const char *counter, long long delta);
+
+/* ---- handles --------------------------------------------------------------------- */
+enum {
+    K_CTX = 1, K_STREAM, K_EVENT, K_MODULE, K_FUNC, K_LIB, K_KERNEL, K_POOL,
+    K_GRAPH, K_GEXEC, K_LINK,
+};
+typedef struct {
+    uint64_t h;
+    int kind;
+} sg_obj;
+/* Handles are never reused, so a destroyed object's handle stays invalid. */
+uint64_t sg_handle_new(void *obj, int kind);
+void *sg_handle_get(uint64_t h, int kind);
+void sg_handle_drop(uint64_t h);
+#define H(p) ((uint64_t)(uintptr_t)(p))
+#define P(h) ((void *)(uintptr_t)(h))
+
+/* ---- contexts ------------------------------------------------------------------- */
+struct sg_stream;
+typedef struct sg_ctx {
+    sg_obj o;
+    int dev;
+    int primary;
+    int active;        /* a primary context is inactive until retained, and after release to 0 */
+    int refcount;      /* primary contexts */
+    unsigned flags;
+    unsigned generation; /* bumped by every reset of a primary context */
+    unsigned long long id;
+    struct sg_stream *legacy;
+    struct sg_stream **streams; /* every stream of the context, the legacy one included */
+    int nstreams, cap_streams;
+    size_t limits[16];
+    int peer[64];      /* peer access enabled to device i */
+} sg_ctx;
+
+/* The thread's current context handle (0: none), whatever the context's state. */
+uint64_t sg_current_handle(void);
+/* The current context, or NULL with *err set (INVALID_CONTEXT / CONTEXT_IS_DESTROYED). */
+sg_ctx *sg_current_ctx(CUresult *err);
+/* A live, active context named by a handle. */
+sg_ctx *sg_ctx_get(uint64_t h, CUresult *err);
+int sg_device_valid(int dev);
+sg_ctx *sg_primary(int dev);
+void sg_ctx_teardown(sg_ctx *c); /* destroys streams, events, modules, allocations; lock held */
+
+/* ---- streams and operations ----------------------------------------------------- */
+enum {
+    OP_NOP = 1,      /* a wait: dependencies only */
+    OP_COPY,         /* 3-D strided copy between worker-visible addresses */
+    OP_MEMSET,
+    OP_RECORD,       /* an event record: timestamps the event */
+    OP_HOSTFN,
+    OP_CALLBACK,     /* cuStreamAddCallback */
+    OP_KERNEL,       /* a launch: marks its log entry executed */
+    OP_POOL_FREE,    /* a stream-ordered free reaches its point in the stream */
+    OP_EXTERNAL_WAIT, /* a graph's wait on an event outside it: a wait on the event's
+                         last record when the graph is launched */
+    OP_ALLOC_FREE,   /* cuMemFreeAsync of memory not from a pool */
+};
+
+typedef struct {
+    uint64_t stream; /* handle of the stream waited on */
+    uint64_t seq;    /* its operation number to wait for */
+} sg_dep;
+
+typedef struct sg_op {
+    struct sg_op *next;
+    int type;
+    uint64_t seq;
+    sg_dep *deps;
+    int ndeps, cap_deps;
+    union {
+        struct {
+            unsigned char *dst;
+            const unsigned char *src;
+            size_t width, height, depth;
+            size_t dst_pitch, dst_slice, src_pitch, src_slice;
+            void *owned; /* staging buffer freed after the copy */
+        } copy;
+        struct {
+            unsigned char *dst;
+            size_t pitch, width, height; /* width in elements */
+            unsigned elem;               /* 1, 2 or 4 bytes */
+            unsigned value;
+        } memset;
+        struct {
+            uint64_t event;
+            uint64_t generation;
+        } record; /* also OP_EXTERNAL_WAIT's event */
+        struct {
+            CUhostFn fn;
+            void *data;
+        } hostfn;
+        struct {
+            CUstreamCallback fn;
+            void *data;
+            uint64_t stream;
+        } callback;
+        struct {
+            long index;
+        } kernel;
+        struct {
+            uint64_t pool;
+            uint64_t token;
+        } pool_free;
+        struct {
+            int kind, dev;
+            CUdeviceptr base;
+            size_t size;
+            void *map;
+            size_t len;
+        } alloc_free;
+    } u;
+} sg_op;
+
+enum { SK_USER = 0, SK_LEGACY, SK_PER_THREAD };
+
+struct sg_capture;
+typedef struct sg_stream {
+    sg_obj o;
+    sg_ctx *ctx;
+    int kind;
+    unsigned flags;
+    int priority;
+    unsigned long long id;
+    uint64_t submitted; /* operations enqueued so far (the last one's seq) */
+    uint64_t completed; /* operations finished (in order) */
+    sg_op *head, *tail;
+    pthread_cond_t work;
+    int destroyed;      /* the user's handle is gone; the worker drains and frees it */
+    struct sg_capture *capture;
+    int capture_index;  /* this stream's slot in the capture's vector clocks */
+} sg_stream;
+
+/* Resolves a stream handle (0, 1, 2 or a stream) against the current context. */
+sg_stream *sg_stream_resolve(uint64_t h, CUresult *err);
+sg_op *sg_op_new(int type);
+void sg_op_add_dep(sg_op *op, uint64_t stream, uint64_t seq);
+/* Enqueues op on s (lock held).  Under capture the op goes to the graph instead. */
+CUresult sg_enqueue(sg_stream *s, sg_op *op);
+/* Waits (lock held, released while waiting) until s has completed seq. */
+void sg_wait_point(uint64_t stream, uint64_t seq);
+int sg_point_done(uint64_t stream, uint64_t seq);
+void sg_wait_stream_idle(sg_stream *s);
+void sg_wait_ctx_idle(sg_ctx *c);
+void sg_wait_device_idle(int dev);  /* every context of a device (dev < 0: all devices) */
+sg_stream *sg_stream_create(sg_ctx *c, int kind, unsigned flags, int priority);
+void sg_stream_destroy(sg_stream *s); /* lock held */
+void sg_op_free(sg_op *op);
+void sg_op_execute(sg_op *op, sg_stream *s); /* runs without the lock */
+int sg_capture_active_in_ctx(sg_ctx *c);
+CUresult sg_capture_check_unsafe(void); /* a "potentially unsafe" call during capture */
+void sg_events_of_ctx_destroy(sg_ctx *c);
+
+/* ---- memory ---------------------------------------------------------------------- */
+enum { A_DEVICE = 1, A_POOL, A_MANAGED, A_HOST, A_REGISTERED };
+typedef struct sg_alloc {
+    CUdeviceptr base;
+    size_t size;
+    int kind;
+    int dev;
+    uint64_t ctx;   /* context of the allocation (0 for pool blocks) */
+    uint64_t pool;
+    unsigned long long buffer_id;
+    unsigned flags;
+    unsigned sync_memops;
+    void *map_base; size_t map_len; /* host mappings to unmap at free */
+} sg_alloc;
+
+void sg_memory_init(void);
+sg_alloc *sg_alloc_find(CUdeviceptr p); /* the allocation holding p, or NULL */
+/* Where a worker reads or writes [p, p+n): device memory through the private view,
+ * other memory as is.  *err: INVALID_VALUE for an address outside any allocation
+ * that must be known (or lies in a device's range), ILLEGAL_ADDRESS for a range
+ * running past its allocation. */
+unsigned char *sg_worker_addr(CUdeviceptr p, size_t n, int must_be_known, CUresult *err);
+int sg_is_device_range(CUdeviceptr p);
+void sg_allocs_of_ctx_free(sg_ctx *c);
+void sg_pools_on_sync(void);
+void sg_pool_free_reached(uint64_t pool, uint64_t token);
+void sg_alloc_free_reached(int kind, int dev, CUdeviceptr base, size_t size, void *map, size_t len);
+CUresult sg_dev_alloc_raw(int dev, size_t size, CUdeviceptr *out);
+void sg_dev_free_raw(int dev, CUdeviceptr p, size_t size);
+
+/* ---- events ---------------------------------------------------------------------- */
+typedef struct sg_event {
+    sg_obj o;
+    uint64_t ctx;
+    unsigned generation; /* the context generation at creation */
+    unsigned flags;
+    int recorded;
+    uint64_t stream;     /* the stream and operation captured by the last record */
+    uint64_t seq;
+    uint64_t record_gen; /* which record the timestamp belongs to */
+    double time_ms;
+    int time_valid;
+    struct sg_capture *capture; /* set when the last record was captured into a graph */
+    uint64_t vclock[16];
+} sg_event;
+void sg_record_reached(uint64_t event, uint64_t generation);
+
+/* ---- kernels ---------------------------------------------------------------------- */
+void sg_kernel_reached(long index);
+void sg_modules_of_ctx_destroy(sg_ctx *c);
+
+/* ---- graphs (capture) ------------------------------------------------------------ */
+sg_op *sg_op_clone(const sg_op *op);
+
+#endif

@@ -1,0 +1,1366 @@
+/* simgpu streams: a worker thread per stream runs its operations in order; the
+ * legacy default stream's implicit synchronisation; per-thread default streams;
+ * events; host functions; synchronisation; stream capture and its graphs. */
+#include "sim.h"
+
+#include <unistd.h>
+
+void sg_handle_each(int kind, void (*fn)(void *obj, void *arg), void *arg);
+
+static unsigned long long next_stream_id = 100;
+__thread int sg_in_host_fn;
+
+/* ---- operations ---------------------------------------------------------------------- */
+
+sg_op *sg_op_new(int type) {
+    sg_op *op = calloc(1, sizeof *op);
+    if (op != NULL) op->type = type;
+    return op;
+}
+
+void sg_op_add_dep(sg_op *op, uint64_t stream, uint64_t seq) {
+    if (op->ndeps == op->cap_deps) {
+        int cap = op->cap_deps ? op->cap_deps * 2 : 4;
+        sg_dep *grown = realloc(op->deps, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return; /* dropping a dependency only weakens ordering */
+        op->deps = grown;
+        op->cap_deps = cap;
+    }
+    op->deps[op->ndeps].stream = stream;
+    op->deps[op->ndeps].seq = seq;
+    op->ndeps++;
+}
+
+void sg_op_free(sg_op *op) {
+    if (op == NULL) return;
+    if (op->type == OP_COPY) free(op->u.copy.owned);
+    free(op->deps);
+    free(op);
+}
+
+long sg_kernel_relog(long index, int from_graph);
+
+sg_op *sg_op_clone(const sg_op *op) {
+    sg_op *c = sg_op_new(op->type);
+    if (c == NULL) return NULL;
+    c->u = op->u;
+    if (op->type == OP_COPY && op->u.copy.owned != NULL) {
+        /* The staged source bytes: copy the buffer and point into the copy. */
+        size_t span = (size_t)(op->u.copy.src - (const unsigned char *)op->u.copy.owned) +
+                      op->u.copy.src_slice * op->u.copy.depth;
+        c->u.copy.owned = malloc(span ? span : 1);
+        if (c->u.copy.owned == NULL) {
+            free(c);
+            return NULL;
+        }
+        memcpy(c->u.copy.owned, op->u.copy.owned, span);
+        c->u.copy.src = (const unsigned char *)c->u.copy.owned +
+                        (op->u.copy.src - (const unsigned char *)op->u.copy.owned);
+    }
+    return c;
+}
+
+void sg_op_execute(sg_op *op, sg_stream *s) {
+    switch (op->type) {
+    case OP_COPY: {
+        for (size_t z = 0; z < op->u.copy.depth; z++) {
+            for (size_t y = 0; y < op->u.copy.height; y++) {
+                memmove(op->u.copy.dst + z * op->u.copy.dst_slice + y * op->u.copy.dst_pitch,
+                        op->u.copy.src + z * op->u.copy.src_slice + y * op->u.copy.src_pitch,
+                        op->u.copy.width);
+            }
+        }
+        break;
+    }
+    case OP_MEMSET: {
+        for (size_t y = 0; y < op->u.memset.height; y++) {
+            unsigned char *row = op->u.memset.dst + y * op->u.memset.pitch;
+            size_t n = op->u.memset.width;
+            if (op->u.memset.elem == 1) {
+                memset(row, (int)(op->u.memset.value & 0xFF), n);
+            } else if (op->u.memset.elem == 2) {
+                uint16_t v = (uint16_t)op->u.memset.value;
+                for (size_t i = 0; i < n; i++) memcpy(row + 2 * i, &v, 2);
+            } else {
+                uint32_t v = (uint32_t)op->u.memset.value;
+                for (size_t i = 0; i < n; i++) memcpy(row + 4 * i, &v, 4);
+            }
+        }
+        break;
+    }
+    case OP_HOSTFN:
+        sg_in_host_fn = 1;
+        op->u.hostfn.fn(op->u.hostfn.data);
+        sg_in_host_fn = 0;
+        break;
+    case OP_CALLBACK:
+        sg_in_host_fn = 1;
+        op->u.callback.fn(P(op->u.callback.stream), CUDA_SUCCESS, op->u.callback.data);
+        sg_in_host_fn = 0;
+        break;
+    default:
+        break;
+    }
+    (void)s;
+}
+
+/* The parts of an operation that touch driver state, run with the lock held. */
+static void op_complete_locked(sg_op *op) {
+    switch (op->type) {
+    case OP_RECORD: sg_record_reached(op->u.record.event, op->u.record.generation); break;
+    case OP_KERNEL: sg_kernel_reached(op->u.kernel.index); break;
+    case OP_POOL_FREE: sg_pool_free_reached(op->u.pool_free.pool, op->u.pool_free.token); break;
+    case OP_ALLOC_FREE:
+        sg_alloc_free_reached(op->u.alloc_free.kind, op->u.alloc_free.dev, op->u.alloc_free.base,
+                              op->u.alloc_free.size, op->u.alloc_free.map, op->u.alloc_free.len);
+        break;
+    default: break;
+    }
+}
+
+int sg_point_done(uint64_t stream, uint64_t seq) {
+    sg_stream *s = sg_handle_get(stream, K_STREAM);
+    return s == NULL || s->completed >= seq;
+}
+
+static int deps_done(const sg_op *op) {
+    for (int i = 0; i < op->ndeps; i++)
+        if (!sg_point_done(op->deps[i].stream, op->deps[i].seq)) return 0;
+    return 1;
+}
+
+static void *worker(void *arg) {
+    sg_stream *s = arg;
+    pthread_mutex_lock(&sg_lock);
+    for (;;) {
+        while (s->head == NULL && !s->destroyed) pthread_cond_wait(&s->work, &sg_lock);
+        if (s->head == NULL) break; /* destroyed and drained */
+        sg_op *op = s->head;
+        while (!deps_done(op)) pthread_cond_wait(&sg_progress, &sg_lock);
+        pthread_mutex_unlock(&sg_lock);
+        unsigned delay = __atomic_load_n(&sg_cfg.delay_us, __ATOMIC_RELAXED);
+        if (delay) usleep(delay);
+        sg_op_execute(op, s);
+        pthread_mutex_lock(&sg_lock);
+        op_complete_locked(op);
+        s->head = op->next;
+        if (s->head == NULL) s->tail = NULL;
+        s->completed = op->seq;
+        sg_op_free(op);
+        pthread_cond_broadcast(&sg_progress);
+    }
+    sg_handle_drop(s->o.h);
+    pthread_cond_broadcast(&sg_progress);
+    pthread_mutex_unlock(&sg_lock);
+    pthread_cond_destroy(&s->work);
+    free(s);
+    return NULL;
+}
+
+/* ---- streams --------------------------------------------------------------------------- */
+
+sg_stream *sg_stream_create(sg_ctx *c, int kind, unsigned flags, int priority) {
+    sg_stream *s = calloc(1, sizeof *s);
+    if (s == NULL) return NULL;
+    if (c->nstreams == c->cap_streams) {
+        int cap = c->cap_streams ? c->cap_streams * 2 : 8;
+        sg_stream **grown = realloc(c->streams, (size_t)cap * sizeof *grown);
+        if (grown == NULL) {
+            free(s);
+            return NULL;
+        }
+        c->streams = grown;
+        c->cap_streams = cap;
+    }
+    s->ctx = c;
+    s->kind = kind;
+    s->flags = flags;
+    s->priority = priority;
+    s->id = next_stream_id++;
+    pthread_cond_init(&s->work, NULL);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_t thread;
+    if (pthread_create(&thread, &attr, worker, s) != 0) {
+        pthread_attr_destroy(&attr);
+        pthread_cond_destroy(&s->work);
+        free(s);
+        return NULL;
+    }
+    pthread_attr_destroy(&attr);
+    sg_handle_new(s, K_STREAM);
+    c->streams[c->nstreams++] = s;
+    return s;
+}
+
+static void capture_leave(sg_stream *s);
+
+/* The user's handle goes now; the worker finishes the queued work, then frees it. */
+void sg_stream_destroy(sg_stream *s) {
+    sg_ctx *c = s->ctx;
+    for (int i = 0; i < c->nstreams; i++) {
+        if (c->streams[i] == s) {
+            c->streams[i] = c->streams[--c->nstreams];
+            break;
+        }
+    }
+    if (s->capture) capture_leave(s);
+    if (s->kind == SK_USER) {
+        sg_count("streams_destroyed", 1);
+        sg_count("streams_live", -1);
+    }
+    s->destroyed = 1;
+    pthread_cond_signal(&s->work);
+}
+
+/* Per-thread default streams: one per (thread, context generation). */
+typedef struct {
+    uint64_t ctx;
+    unsigned generation;
+    uint64_t stream;
+} pts_entry;
+typedef struct {
+    int n, cap;
+    pts_entry *e;
+} pts_list;
+
+static pthread_key_t pts_key;
+static pthread_once_t pts_once = PTHREAD_ONCE_INIT;
+static __thread pts_list *tls_pts;
+static __thread int tls_ptds; /* the entry point called was a per-thread-default-stream variant */
+
+static void pts_thread_exit(void *arg) {
+    pts_list *list = arg;
+    pthread_mutex_lock(&sg_lock);
+    for (int i = 0; i < list->n; i++) {
+        sg_stream *s = sg_handle_get(list->e[i].stream, K_STREAM);
+        if (s != NULL && !s->destroyed) sg_stream_destroy(s);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    free(list->e);
+    free(list);
+}
+
+static void pts_key_create(void) { pthread_key_create(&pts_key, pts_thread_exit); }
+
+static sg_stream *per_thread_stream(sg_ctx *c) {
+    pthread_once(&pts_once, pts_key_create);
+    if (tls_pts == NULL) {
+        tls_pts = calloc(1, sizeof *tls_pts);
+        if (tls_pts == NULL) return NULL;
+        pthread_setspecific(pts_key, tls_pts);
+    }
+    for (int i = 0; i < tls_pts->n; i++) {
+        pts_entry *e = &tls_pts->e[i];
+        if (e->ctx == c->o.h && e->generation == c->generation) {
+            sg_stream *s = sg_handle_get(e->stream, K_STREAM);
+            if (s != NULL && !s->destroyed) return s;
+            e->ctx = 0; /* stale */
+        }
+    }
+    sg_stream *s = sg_stream_create(c, SK_PER_THREAD, 0, 0);
+    if (s == NULL) return NULL;
+    if (tls_pts->n == tls_pts->cap) {
+        int cap = tls_pts->cap ? tls_pts->cap * 2 : 4;
+        pts_entry *grown = realloc(tls_pts->e, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return s;
+        tls_pts->e = grown;
+        tls_pts->cap = cap;
+    }
+    tls_pts->e[tls_pts->n].ctx = c->o.h;
+    tls_pts->e[tls_pts->n].generation = c->generation;
+    tls_pts->e[tls_pts->n].stream = s->o.h;
+    tls_pts->n++;
+    return s;
+}
+
+void sg_set_ptds(int on) { tls_ptds = on; }
+
+sg_stream *sg_stream_resolve(uint64_t h, CUresult *err) {
+    if (h == 0) h = tls_ptds ? SG_STREAM_PER_THREAD : SG_STREAM_LEGACY;
+    if (h == SG_STREAM_LEGACY || h == SG_STREAM_PER_THREAD) {
+        sg_ctx *c = sg_current_ctx(err);
+        if (c == NULL) return NULL;
+        sg_stream *s = h == SG_STREAM_LEGACY ? c->legacy : per_thread_stream(c);
+        if (s == NULL) *err = CUDA_ERROR_OUT_OF_MEMORY;
+        return s;
+    }
+    sg_stream *s = sg_handle_get(h, K_STREAM);
+    if (s == NULL || s->destroyed) {
+        *err = CUDA_ERROR_INVALID_HANDLE;
+        return NULL;
+    }
+    return s;
+}
+
+/* ---- capture ---------------------------------------------------------------------------- */
+
+#define MAX_MEMBERS 16
+typedef struct sg_graph {
+    sg_obj o;
+    sg_op **nodes;
+    int n, cap;
+} sg_graph;
+
+typedef struct sg_capture {
+    unsigned long long id;
+    int status;
+    int mode;
+    pthread_t thread;
+    sg_stream *members[MAX_MEMBERS];
+    uint64_t vclock[MAX_MEMBERS][MAX_MEMBERS];
+    int nmembers;
+    sg_graph *graph;
+} sg_capture;
+
+static unsigned long long next_capture_id = 1;
+static __thread int tls_capture_mode = SG_CAPTURE_MODE_GLOBAL;
+
+static sg_capture **captures; /* the active (or invalidated, not yet ended) captures */
+static int ncaptures, cap_captures;
+
+static void graph_add(sg_graph *g, sg_op *op) {
+    if (g->n == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 8;
+        sg_op **grown = realloc(g->nodes, (size_t)cap * sizeof *grown);
+        if (grown == NULL) {
+            sg_op_free(op);
+            return;
+        }
+        g->nodes = grown;
+        g->cap = cap;
+    }
+    g->nodes[g->n++] = op;
+}
+
+static void graph_free(sg_graph *g) {
+    for (int i = 0; i < g->n; i++) sg_op_free(g->nodes[i]);
+    free(g->nodes);
+    free(g);
+}
+
+static int capture_join(sg_capture *cap, sg_stream *s) {
+    if (cap->nmembers == MAX_MEMBERS) return 0;
+    int i = cap->nmembers++;
+    cap->members[i] = s;
+    memset(cap->vclock[i], 0, sizeof cap->vclock[i]);
+    s->capture = cap;
+    s->capture_index = i;
+    return 1;
+}
+
+static void capture_leave(sg_stream *s) {
+    sg_capture *cap = s->capture;
+    if (cap->members[s->capture_index] == s) cap->members[s->capture_index] = NULL;
+    s->capture = NULL;
+}
+
+static void capture_invalidate(sg_capture *cap) { cap->status = SG_CAPTURE_INVALIDATED; }
+
+/* An event last recorded inside a capture that ends holds no work outside it. */
+static void clear_event_capture(void *obj, void *arg) {
+    sg_event *e = obj;
+    if (e->capture == arg) {
+        e->capture = NULL;
+        e->recorded = 0;
+    }
+}
+
+/* Ends a capture: its streams stop capturing; returns its graph (NULL if none kept). */
+static sg_graph *capture_end(sg_capture *cap, int keep_graph) {
+    for (int i = 0; i < cap->nmembers; i++)
+        if (cap->members[i] != NULL) cap->members[i]->capture = NULL;
+    sg_handle_each(K_EVENT, clear_event_capture, cap);
+    for (int i = 0; i < ncaptures; i++) {
+        if (captures[i] == cap) {
+            captures[i] = captures[--ncaptures];
+            break;
+        }
+    }
+    sg_graph *g = cap->graph;
+    if (!keep_graph) {
+        sg_handle_drop(g->o.h);
+        graph_free(g);
+        g = NULL;
+    }
+    free(cap);
+    return g;
+}
+
+int sg_capture_active_in_ctx(sg_ctx *c) {
+    for (int i = 0; i < ncaptures; i++) {
+        sg_capture *cap = captures[i];
+        for (int j = 0; j < cap->nmembers; j++)
+            if (cap->members[j] && cap->members[j]->ctx == c) return 1;
+    }
+    return 0;
+}
+
+static void invalidate_captures_in_ctx(sg_ctx *c) {
+    for (int i = 0; i < ncaptures; i++) {
+        sg_capture *cap = captures[i];
+        for (int j = 0; j < cap->nmembers; j++)
+            if (cap->members[j] && cap->members[j]->ctx == c) capture_invalidate(cap);
+    }
+}
+
+/* A "potentially unsafe" call (allocation, free, synchronous copy) made while a
+ * capture that forbids it is under way: the capture is invalidated. */
+CUresult sg_capture_check_unsafe(void) {
+    if (tls_capture_mode == SG_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+    CUresult r = CUDA_SUCCESS;
+    pthread_t self = pthread_self();
+    for (int i = 0; i < ncaptures; i++) {
+        sg_capture *cap = captures[i];
+        if (cap->status != SG_CAPTURE_ACTIVE) continue;
+        if (cap->mode == SG_CAPTURE_MODE_GLOBAL ||
+            (cap->mode == SG_CAPTURE_MODE_THREAD_LOCAL && pthread_equal(cap->thread, self))) {
+            capture_invalidate(cap);
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    return r;
+}
+
+/* ---- enqueue ----------------------------------------------------------------------------- */
+
+CUresult sg_enqueue(sg_stream *s, sg_op *op) {
+    if (op == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+    sg_ctx *c = s->ctx;
+    if (s->capture != NULL) {
+        sg_capture *cap = s->capture;
+        if (cap->status != SG_CAPTURE_ACTIVE) {
+            sg_op_free(op);
+            return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        }
+        free(op->deps);
+        op->deps = NULL;
+        op->ndeps = op->cap_deps = 0;
+        cap->vclock[s->capture_index][s->capture_index]++;
+        graph_add(cap->graph, op);
+        return CUDA_SUCCESS;
+    }
+    if (s->kind == SK_LEGACY) {
+        /* The legacy stream waits for every blocking stream of its context; a blocking
+         * stream that is capturing cannot be waited for. */
+        for (int i = 0; i < c->nstreams; i++) {
+            sg_stream *t = c->streams[i];
+            if (t != s && !(t->flags & SG_STREAM_NON_BLOCKING) && t->capture != NULL) {
+                capture_invalidate(t->capture);
+                sg_op_free(op);
+                return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+            }
+        }
+        for (int i = 0; i < c->nstreams; i++) {
+            sg_stream *t = c->streams[i];
+            if (t != s && !(t->flags & SG_STREAM_NON_BLOCKING) && t->submitted > t->completed)
+                sg_op_add_dep(op, t->o.h, t->submitted);
+        }
+    } else if (!(s->flags & SG_STREAM_NON_BLOCKING) && c->legacy != NULL &&
+               c->legacy->submitted > c->legacy->completed) {
+        /* ... and every blocking stream waits for the legacy stream. */
+        sg_op_add_dep(op, c->legacy->o.h, c->legacy->submitted);
+    }
+    op->seq = ++s->submitted;
+    op->next = NULL;
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    pthread_cond_signal(&s->work);
+    return CUDA_SUCCESS;
+}
+
+/* ---- host-side waits ---------------------------------------------------------------------- */
+
+void sg_wait_point(uint64_t stream, uint64_t seq) {
+    while (!sg_point_done(stream, seq)) pthread_cond_wait(&sg_progress, &sg_lock);
+}
+
+void sg_wait_stream_idle(sg_stream *s) { sg_wait_point(s->o.h, s->submitted); }
+
+typedef struct {
+    int dev; /* -1: all */
+    sg_ctx *ctx;
+    sg_dep *points;
+    int n, cap;
+} idle_snapshot;
+
+static void snapshot_ctx(sg_ctx *c, idle_snapshot *snap) {
+    for (int i = 0; i < c->nstreams; i++) {
+        if (snap->n == snap->cap) {
+            int cap = snap->cap ? snap->cap * 2 : 16;
+            sg_dep *grown = realloc(snap->points, (size_t)cap * sizeof *grown);
+            if (grown == NULL) return;
+            snap->points = grown;
+            snap->cap = cap;
+        }
+        snap->points[snap->n].stream = c->streams[i]->o.h;
+        snap->points[snap->n].seq = c->streams[i]->submitted;
+        snap->n++;
+    }
+}
+
+static void snapshot_each(void *obj, void *arg) {
+    sg_ctx *c = obj;
+    idle_snapshot *snap = arg;
+    if (snap->dev < 0 || c->dev == snap->dev) snapshot_ctx(c, snap);
+}
+
+static void wait_snapshot(idle_snapshot *snap) {
+    for (int i = 0; i < snap->n; i++) sg_wait_point(snap->points[i].stream, snap->points[i].seq);
+    free(snap->points);
+}
+
+void sg_wait_ctx_idle(sg_ctx *c) {
+    idle_snapshot snap = {0};
+    snapshot_ctx(c, &snap);
+    wait_snapshot(&snap);
+}
+
+void sg_wait_device_idle(int dev) {
+    idle_snapshot snap = {0};
+    snap.dev = dev;
+    sg_handle_each(K_CTX, snapshot_each, &snap);
+    wait_snapshot(&snap);
+}
+
+/* ---- stream entry points ------------------------------------------------------------------ */
+
+static CUresult stream_create(CUstream *ph, unsigned flags, int priority) {
+    if (ph == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE;
+    if (priority > 0) priority = 0;
+    if (priority < -5) priority = -5;
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_current_ctx(&err);
+    sg_stream *s = c ? sg_stream_create(c, SK_USER, flags, priority) : NULL;
+    if (c != NULL && s == NULL) err = CUDA_ERROR_OUT_OF_MEMORY;
+    if (s != NULL) {
+        *ph = P(s->o.h);
+        sg_count("streams_created", 1);
+        sg_count("streams_live", 1);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return s ? CUDA_SUCCESS : err;
+}
+
+SG_API CUresult cuStreamCreate(CUstream *ph, unsigned int flags) {
+    API_BEGIN("cuStreamCreate");
+    API_NEED_INIT();
+    API_RETURN(stream_create(ph, flags, 0));
+}
+
+SG_API CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority) {
+    API_BEGIN("cuStreamCreateWithPriority");
+    API_NEED_INIT();
+    API_RETURN(stream_create(ph, flags, priority));
+}
+
+SG_API CUresult cuStreamDestroy_v2(CUstream h) {
+    API_BEGIN("cuStreamDestroy_v2");
+    API_NEED_INIT();
+    if (H(h) <= SG_STREAM_PER_THREAD) API_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    pthread_mutex_lock(&sg_lock);
+    sg_stream *s = sg_handle_get(H(h), K_STREAM);
+    if (s == NULL || s->destroyed || s->kind != SK_USER) {
+        pthread_mutex_unlock(&sg_lock);
+        API_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    }
+    sg_stream_destroy(s);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuStreamDestroy(CUstream h) { return cuStreamDestroy_v2(h); }
+
+#define RESOLVE_OR_RETURN(var, handle)                    \
+    CUresult err_ = CUDA_SUCCESS;                         \
+    pthread_mutex_lock(&sg_lock);                         \
+    sg_stream *var = sg_stream_resolve(H(handle), &err_); \
+    if (var == NULL) {                                    \
+        pthread_mutex_unlock(&sg_lock);                   \
+        API_RETURN(err_);                                 \
+    }
+
+SG_API CUresult cuStreamQuery(CUstream h) {
+    API_BEGIN("cuStreamQuery");
+    API_NEED_INIT();
+    RESOLVE_OR_RETURN(s, h);
+    CUresult r;
+    if (s->capture != NULL) {
+        capture_invalidate(s->capture);
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else {
+        r = s->completed >= s->submitted ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+SG_API CUresult cuStreamSynchronize(CUstream h) {
+    API_BEGIN("cuStreamSynchronize");
+    API_NEED_INIT();
+    RESOLVE_OR_RETURN(s, h);
+    CUresult r = CUDA_SUCCESS;
+    if (s->capture != NULL) {
+        capture_invalidate(s->capture);
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else {
+        sg_count("host_waits", 1);
+        sg_wait_stream_idle(s);
+        sg_pools_on_sync();
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+static CUresult ctx_synchronize(uint64_t h) {
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = h ? sg_ctx_get(h, &err) : sg_current_ctx(&err);
+    if (c == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        return err;
+    }
+    if (sg_capture_active_in_ctx(c)) {
+        invalidate_captures_in_ctx(c);
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    sg_count("host_waits", 1);
+    sg_wait_ctx_idle(c);
+    sg_pools_on_sync();
+    pthread_mutex_unlock(&sg_lock);
+    return CUDA_SUCCESS;
+}
+
+SG_API CUresult cuCtxSynchronize(void) {
+    API_BEGIN("cuCtxSynchronize");
+    API_NEED_INIT();
+    API_RETURN(ctx_synchronize(0));
+}
+
+SG_API CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+    API_BEGIN("cuCtxSynchronize_v2");
+    API_NEED_INIT();
+    API_RETURN(ctx_synchronize(H(ctx)));
+}
+
+SG_API CUresult cuStreamGetCtx(CUstream h, CUcontext *pctx) {
+    API_BEGIN("cuStreamGetCtx");
+    API_NEED_INIT();
+    if (pctx == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    RESOLVE_OR_RETURN(s, h);
+    *pctx = P(s->ctx->o.h);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuStreamGetCtx_v2(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen) {
+    API_BEGIN("cuStreamGetCtx_v2");
+    API_NEED_INIT();
+    if (pctx == NULL && pgreen == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    RESOLVE_OR_RETURN(s, h);
+    if (pctx) *pctx = P(s->ctx->o.h);
+    if (pgreen) *pgreen = NULL;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuStreamGetDevice(CUstream h, CUdevice *dev) {
+    API_BEGIN("cuStreamGetDevice");
+    API_NEED_INIT();
+    if (dev == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    RESOLVE_OR_RETURN(s, h);
+    *dev = s->ctx->dev;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuStreamGetFlags(CUstream h, unsigned int *flags) {
+    API_BEGIN("cuStreamGetFlags");
+    API_NEED_INIT();
+    if (flags == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    RESOLVE_OR_RETURN(s, h);
+    *flags = s->flags;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuStreamGetPriority(CUstream h, int *priority) {
+    API_BEGIN("cuStreamGetPriority");
+    API_NEED_INIT();
+    if (priority == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    RESOLVE_OR_RETURN(s, h);
+    *priority = s->priority;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuStreamGetId(CUstream h, unsigned long long *id) {
+    API_BEGIN("cuStreamGetId");
+    API_NEED_INIT();
+    if (id == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    RESOLVE_OR_RETURN(s, h);
+    *id = s->id;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+static CUresult host_fn(CUstream h, CUhostFn fn, void *data) {
+    if (fn == NULL) return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_stream *s = sg_stream_resolve(H(h), &err);
+    if (s != NULL) {
+        sg_op *op = sg_op_new(OP_HOSTFN);
+        if (op) {
+            op->u.hostfn.fn = fn;
+            op->u.hostfn.data = data;
+        }
+        err = sg_enqueue(s, op);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return err;
+}
+
+SG_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) {
+    API_BEGIN("cuLaunchHostFunc");
+    API_NEED_INIT();
+    API_RETURN(host_fn(h, fn, data));
+}
+
+SG_API CUresult cuLaunchHostFunc_v2(CUstream h, CUhostFn fn, void *data, unsigned int sync_mode) {
+    API_BEGIN("cuLaunchHostFunc_v2");
+    API_NEED_INIT();
+    (void)sync_mode;
+    API_RETURN(host_fn(h, fn, data));
+}
+
+SG_API CUresult cuStreamAddCallback(CUstream h, CUstreamCallback fn, void *data,
+                                    unsigned int flags) {
+    API_BEGIN("cuStreamAddCallback");
+    API_NEED_INIT();
+    if (fn == NULL || flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    RESOLVE_OR_RETURN(s, h);
+    sg_op *op = sg_op_new(OP_CALLBACK);
+    if (op) {
+        op->u.callback.fn = fn;
+        op->u.callback.data = data;
+        op->u.callback.stream = H(h);
+    }
+    CUresult r = sg_enqueue(s, op);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+/* ---- events -------------------------------------------------------------------------------- */
+
+SG_API CUresult cuEventCreate(CUevent *ph, unsigned int flags) {
+    API_BEGIN("cuEventCreate");
+    API_NEED_INIT();
+    if (ph == NULL || (flags & ~7u)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if ((flags & SG_EVENT_INTERPROCESS) && !(flags & SG_EVENT_DISABLE_TIMING))
+        API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_current_ctx(&err);
+    sg_event *e = c ? calloc(1, sizeof *e) : NULL;
+    if (c != NULL && e == NULL) err = CUDA_ERROR_OUT_OF_MEMORY;
+    if (e != NULL) {
+        e->ctx = c->o.h;
+        e->generation = c->generation;
+        e->flags = flags;
+        sg_handle_new(e, K_EVENT);
+        *ph = P(e->o.h);
+        sg_count("events_created", 1);
+        sg_count("events_live", 1);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(e ? CUDA_SUCCESS : err);
+}
+
+static void event_free(sg_event *e) {
+    sg_handle_drop(e->o.h);
+    free(e);
+    sg_count("events_destroyed", 1);
+    sg_count("events_live", -1);
+}
+
+SG_API CUresult cuEventDestroy_v2(CUevent h) {
+    API_BEGIN("cuEventDestroy_v2");
+    API_NEED_INIT();
+    pthread_mutex_lock(&sg_lock);
+    sg_event *e = sg_handle_get(H(h), K_EVENT);
+    if (e != NULL) event_free(e);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
+}
+
+SG_API CUresult cuEventDestroy(CUevent h) { return cuEventDestroy_v2(h); }
+
+static void destroy_event_of_ctx(void *obj, void *arg) {
+    sg_event *e = obj;
+    if (e->ctx == ((sg_ctx *)arg)->o.h) event_free(e);
+}
+
+void sg_events_of_ctx_destroy(sg_ctx *c) { sg_handle_each(K_EVENT, destroy_event_of_ctx, c); }
+
+void sg_record_reached(uint64_t event, uint64_t generation) {
+    sg_event *e = sg_handle_get(event, K_EVENT);
+    if (e != NULL && e->record_gen == generation) {
+        e->time_ms = sg_now_ms();
+        e->time_valid = 1;
+    }
+}
+
+static CUresult event_record(uint64_t event, uint64_t stream, unsigned flags) {
+    if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_event *e = sg_handle_get(event, K_EVENT);
+    if (e == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    sg_stream *s = sg_stream_resolve(stream, &err);
+    if (s == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        return err;
+    }
+    /* An event records only work of its own context. */
+    if (s->ctx->o.h != e->ctx || s->ctx->generation != e->generation) {
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    if (s->capture != NULL) {
+        sg_capture *cap = s->capture;
+        if (cap->status != SG_CAPTURE_ACTIVE) {
+            pthread_mutex_unlock(&sg_lock);
+            return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        }
+        if (flags & 1u) {
+            /* An external record: a node of the graph that records the event when
+             * the graph runs, for work outside the graph to wait on. */
+            sg_op *op = sg_op_new(OP_RECORD);
+            if (op == NULL) {
+                pthread_mutex_unlock(&sg_lock);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            op->u.record.event = e->o.h;
+            err = sg_enqueue(s, op);
+            pthread_mutex_unlock(&sg_lock);
+            return err;
+        }
+        /* A record under capture marks a point of the graph being built, for waits
+         * of other streams to join the capture; nothing is recorded at run time. */
+        e->recorded = 1;
+        e->capture = cap;
+        e->time_valid = 0;
+        memcpy(e->vclock, cap->vclock[s->capture_index], sizeof e->vclock);
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_SUCCESS;
+    }
+    sg_op *op = sg_op_new(OP_RECORD);
+    if (op == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->u.record.event = e->o.h;
+    op->u.record.generation = e->record_gen + 1;
+    err = sg_enqueue(s, op);
+    if (err == CUDA_SUCCESS) {
+        e->record_gen++;
+        e->recorded = 1;
+        e->capture = NULL;
+        e->stream = s->o.h;
+        e->seq = s->submitted;
+        e->time_valid = 0;
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return err;
+}
+
+SG_API CUresult cuEventRecord(CUevent h, CUstream stream) {
+    API_BEGIN("cuEventRecord");
+    API_NEED_INIT();
+    API_RETURN(event_record(H(h), H(stream), 0));
+}
+
+SG_API CUresult cuEventRecordWithFlags(CUevent h, CUstream stream, unsigned int flags) {
+    API_BEGIN("cuEventRecordWithFlags");
+    API_NEED_INIT();
+    API_RETURN(event_record(H(h), H(stream), flags));
+}
+
+SG_API CUresult cuEventQuery(CUevent h) {
+    API_BEGIN("cuEventQuery");
+    API_NEED_INIT();
+    pthread_mutex_lock(&sg_lock);
+    sg_event *e = sg_handle_get(H(h), K_EVENT);
+    CUresult r;
+    if (e == NULL) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+    } else if (e->capture != NULL) {
+        capture_invalidate(e->capture); /* an invalid operation invalidates the capture */
+        r = CUDA_ERROR_CAPTURED_EVENT;
+    }
+    else if (!e->recorded || sg_point_done(e->stream, e->seq))
+        r = CUDA_SUCCESS;
+    else
+        r = CUDA_ERROR_NOT_READY;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+SG_API CUresult cuEventSynchronize(CUevent h) {
+    API_BEGIN("cuEventSynchronize");
+    API_NEED_INIT();
+    pthread_mutex_lock(&sg_lock);
+    sg_event *e = sg_handle_get(H(h), K_EVENT);
+    CUresult r = CUDA_SUCCESS;
+    if (e == NULL) {
+        r = CUDA_ERROR_INVALID_HANDLE;
+    } else if (e->capture != NULL) {
+        capture_invalidate(e->capture);
+        r = CUDA_ERROR_CAPTURED_EVENT;
+    } else {
+        sg_count("host_waits", 1);
+        if (e->recorded) sg_wait_point(e->stream, e->seq);
+        sg_pools_on_sync();
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+static CUresult elapsed(float *ms, uint64_t start, uint64_t end) {
+    if (ms == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sg_lock);
+    sg_event *a = sg_handle_get(start, K_EVENT), *b = sg_handle_get(end, K_EVENT);
+    CUresult r = CUDA_SUCCESS;
+    if (a == NULL || b == NULL || !a->recorded || !b->recorded ||
+        ((a->flags | b->flags) & SG_EVENT_DISABLE_TIMING) || a->capture || b->capture)
+        r = CUDA_ERROR_INVALID_HANDLE;
+    else if (!sg_point_done(a->stream, a->seq) || !sg_point_done(b->stream, b->seq) ||
+             !a->time_valid || !b->time_valid)
+        r = CUDA_ERROR_NOT_READY;
+    else
+        *ms = (float)(b->time_ms - a->time_ms);
+    pthread_mutex_unlock(&sg_lock);
+    return r;
+}
+
+SG_API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
+    API_BEGIN("cuEventElapsedTime");
+    API_NEED_INIT();
+    API_RETURN(elapsed(ms, H(start), H(end)));
+}
+
+SG_API CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end) {
+    API_BEGIN("cuEventElapsedTime_v2");
+    API_NEED_INIT();
+    API_RETURN(elapsed(ms, H(start), H(end)));
+}
+
+SG_API CUresult cuStreamWaitEvent(CUstream h, CUevent event, unsigned int flags) {
+    API_BEGIN("cuStreamWaitEvent");
+    API_NEED_INIT();
+    if (flags & ~1u) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_event *e = sg_handle_get(H(event), K_EVENT);
+    if (e == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        API_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    }
+    sg_stream *s = sg_stream_resolve(H(h), &err);
+    if (s == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        API_RETURN(err);
+    }
+    if (e->capture != NULL) {
+        /* A wait on a point of a capture: the stream joins (or merges into) it. */
+        sg_capture *cap = e->capture;
+        if (s->capture != NULL && s->capture != cap) {
+            capture_invalidate(s->capture);
+            pthread_mutex_unlock(&sg_lock);
+            API_RETURN(CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+        }
+        if (cap->status != SG_CAPTURE_ACTIVE) {
+            pthread_mutex_unlock(&sg_lock);
+            API_RETURN(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        }
+        if (s->capture == NULL && !capture_join(cap, s)) {
+            pthread_mutex_unlock(&sg_lock);
+            API_RETURN(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        uint64_t *mine = cap->vclock[s->capture_index];
+        for (int i = 0; i < MAX_MEMBERS; i++)
+            if (e->vclock[i] > mine[i]) mine[i] = e->vclock[i];
+        pthread_mutex_unlock(&sg_lock);
+        API_RETURN(CUDA_SUCCESS);
+    }
+    if (s->capture != NULL) {
+        /* A capturing stream may wait on an event of ordinary work only as an
+         * external wait: a node that waits, when the graph runs, for the event's
+         * last record then. */
+        CUresult r = CUDA_SUCCESS;
+        if (flags & 1u) {
+            sg_op *op = sg_op_new(OP_EXTERNAL_WAIT);
+            if (op) op->u.record.event = e->o.h;
+            r = sg_enqueue(s, op);
+        } else if (!e->recorded) {
+            r = s->capture->status == SG_CAPTURE_ACTIVE ? CUDA_SUCCESS
+                                                         : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        } else {
+            capture_invalidate(s->capture);
+            r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+        }
+        pthread_mutex_unlock(&sg_lock);
+        API_RETURN(r);
+    }
+    sg_op *op = sg_op_new(OP_NOP);
+    if (op != NULL && e->recorded && !sg_point_done(e->stream, e->seq))
+        sg_op_add_dep(op, e->stream, e->seq);
+    CUresult r = sg_enqueue(s, op);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+/* ---- capture entry points -------------------------------------------------------------------- */
+
+static CUresult begin_capture(uint64_t h, int mode) {
+    if (mode < 0 || mode > 2) return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_stream *s = sg_stream_resolve(h, &err);
+    CUresult r = CUDA_SUCCESS;
+    if (s == NULL) {
+        r = err;
+    } else if (s->kind == SK_LEGACY) {
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if (s->capture != NULL) {
+        r = CUDA_ERROR_ILLEGAL_STATE;
+    } else {
+        sg_capture *cap = calloc(1, sizeof *cap);
+        sg_graph *g = calloc(1, sizeof *g);
+        sg_capture **grown = ncaptures == cap_captures
+                                 ? realloc(captures, (size_t)(cap_captures ? cap_captures * 2 : 4) *
+                                                         sizeof *captures)
+                                 : captures;
+        if (cap == NULL || g == NULL || grown == NULL) {
+            free(cap);
+            free(g);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            if (grown != captures) {
+                captures = grown;
+                cap_captures = cap_captures ? cap_captures * 2 : 4;
+            }
+            sg_handle_new(g, K_GRAPH);
+            cap->graph = g;
+            cap->id = next_capture_id++;
+            cap->status = SG_CAPTURE_ACTIVE;
+            cap->mode = mode;
+            cap->thread = pthread_self();
+            captures[ncaptures++] = cap;
+            capture_join(cap, s);
+        }
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return r;
+}
+
+SG_API CUresult cuStreamBeginCapture(CUstream h) {
+    API_BEGIN("cuStreamBeginCapture");
+    API_NEED_INIT();
+    API_RETURN(begin_capture(H(h), SG_CAPTURE_MODE_GLOBAL));
+}
+
+SG_API CUresult cuStreamBeginCapture_v2(CUstream h, int mode) {
+    API_BEGIN("cuStreamBeginCapture_v2");
+    API_NEED_INIT();
+    API_RETURN(begin_capture(H(h), mode));
+}
+
+SG_API CUresult cuStreamEndCapture(CUstream h, CUgraph *graph) {
+    API_BEGIN("cuStreamEndCapture");
+    API_NEED_INIT();
+    if (graph == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    RESOLVE_OR_RETURN(s, h);
+    sg_capture *cap = s->capture;
+    CUresult r = CUDA_SUCCESS;
+    if (cap == NULL) {
+        r = CUDA_ERROR_ILLEGAL_STATE;
+    } else if (cap->members[0] != s) {
+        r = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+    } else if (cap->mode != SG_CAPTURE_MODE_RELAXED && !pthread_equal(cap->thread, pthread_self())) {
+        r = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    } else if (cap->status != SG_CAPTURE_ACTIVE) {
+        capture_end(cap, 0);
+        *graph = NULL;
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    } else {
+        for (int i = 1; i < cap->nmembers; i++) {
+            if (cap->members[i] != NULL && cap->vclock[0][i] < cap->vclock[i][i])
+                r = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+        }
+        if (r != CUDA_SUCCESS) {
+            capture_end(cap, 0);
+            *graph = NULL;
+        } else {
+            sg_graph *g = capture_end(cap, 1);
+            *graph = P(g->o.h);
+        }
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+static CUresult capture_status(sg_stream *s, int *status) {
+    if (s->kind == SK_LEGACY) {
+        sg_ctx *c = s->ctx;
+        for (int i = 0; i < c->nstreams; i++) {
+            sg_stream *t = c->streams[i];
+            if (t->capture && !(t->flags & SG_STREAM_NON_BLOCKING))
+                return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+        }
+    }
+    *status = s->capture == NULL ? SG_CAPTURE_NONE
+              : s->capture->status == SG_CAPTURE_ACTIVE ? SG_CAPTURE_ACTIVE
+                                                        : SG_CAPTURE_INVALIDATED;
+    return CUDA_SUCCESS;
+}
+
+SG_API CUresult cuStreamIsCapturing(CUstream h, int *status) {
+    API_BEGIN("cuStreamIsCapturing");
+    API_NEED_INIT();
+    if (status == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    RESOLVE_OR_RETURN(s, h);
+    CUresult r = capture_status(s, status);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+static CUresult capture_info(uint64_t h, int *status, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const void **edges, size_t *ndeps) {
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_stream *s = sg_stream_resolve(h, &err);
+    if (s == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        return err;
+    }
+    int st = 0;
+    CUresult r = status ? capture_status(s, &st) : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS) {
+        if (status) *status = st;
+        if (s->capture != NULL) {
+            if (id) *id = s->capture->id;
+            if (graph) *graph = P(s->capture->graph->o.h);
+        } else if (graph) {
+            *graph = NULL;
+        }
+        if (deps) *deps = NULL;
+        if (edges) *edges = NULL;
+        if (ndeps) *ndeps = 0;
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return r;
+}
+
+SG_API CUresult cuStreamGetCaptureInfo_v2(CUstream h, int *status, cuuint64_t *id, CUgraph *graph,
+                                          const CUgraphNode **deps, size_t *ndeps) {
+    API_BEGIN("cuStreamGetCaptureInfo_v2");
+    API_NEED_INIT();
+    API_RETURN(capture_info(H(h), status, id, graph, deps, NULL, ndeps));
+}
+
+SG_API CUresult cuStreamGetCaptureInfo_v3(CUstream h, int *status, cuuint64_t *id, CUgraph *graph,
+                                          const CUgraphNode **deps, const void **edges,
+                                          size_t *ndeps) {
+    API_BEGIN("cuStreamGetCaptureInfo_v3");
+    API_NEED_INIT();
+    API_RETURN(capture_info(H(h), status, id, graph, deps, edges, ndeps));
+}
+
+SG_API CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    API_BEGIN("cuThreadExchangeStreamCaptureMode");
+    API_NEED_INIT();
+    if (mode == NULL || *mode < 0 || *mode > 2) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    int old = tls_capture_mode;
+    tls_capture_mode = *mode;
+    *mode = old;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+/* ---- graphs: a captured graph runs its operations in capture order -------------------------- */
+
+typedef struct {
+    sg_obj o;
+    sg_op **nodes;
+    int n;
+} sg_graph_exec;
+
+SG_API CUresult cuGraphCreate(CUgraph *ph, unsigned int flags) {
+    API_BEGIN("cuGraphCreate");
+    API_NEED_INIT();
+    if (ph == NULL || flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    sg_graph *g = calloc(1, sizeof *g);
+    if (g == NULL) API_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    pthread_mutex_lock(&sg_lock);
+    sg_handle_new(g, K_GRAPH);
+    *ph = P(g->o.h);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(CUDA_SUCCESS);
+}
+
+SG_API CUresult cuGraphDestroy(CUgraph h) {
+    API_BEGIN("cuGraphDestroy");
+    API_NEED_INIT();
+    pthread_mutex_lock(&sg_lock);
+    sg_graph *g = sg_handle_get(H(h), K_GRAPH);
+    int in_capture = 0;
+    for (int i = 0; g && i < ncaptures; i++)
+        if (captures[i]->graph == g) in_capture = 1;
+    if (g != NULL && !in_capture) {
+        sg_handle_drop(g->o.h);
+        graph_free(g);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(g == NULL ? CUDA_ERROR_INVALID_VALUE : in_capture ? CUDA_ERROR_NOT_PERMITTED : CUDA_SUCCESS);
+}
+
+SG_API CUresult cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *count) {
+    API_BEGIN("cuGraphGetNodes");
+    API_NEED_INIT();
+    if (count == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&sg_lock);
+    sg_graph *g = sg_handle_get(H(h), K_GRAPH);
+    if (g != NULL) {
+        if (nodes != NULL) {
+            for (size_t i = 0; i < *count && i < (size_t)g->n; i++)
+                nodes[i] = P(H(g) ^ ((uint64_t)(i + 1) << 3)); /* opaque per-node values */
+        }
+        *count = (size_t)g->n;
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(g ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+static CUresult instantiate(CUgraphExec *ph, uint64_t graph) {
+    if (ph == NULL) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sg_lock);
+    sg_graph *g = sg_handle_get(graph, K_GRAPH);
+    if (g == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    sg_graph_exec *x = calloc(1, sizeof *x);
+    sg_op **nodes = calloc((size_t)g->n + 1, sizeof *nodes);
+    if (x == NULL || nodes == NULL) {
+        free(x);
+        free(nodes);
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < g->n; i++) nodes[i] = sg_op_clone(g->nodes[i]);
+    x->nodes = nodes;
+    x->n = g->n;
+    sg_handle_new(x, K_GEXEC);
+    *ph = P(x->o.h);
+    pthread_mutex_unlock(&sg_lock);
+    return CUDA_SUCCESS;
+}
+
+SG_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *ph, CUgraph graph,
+                                            unsigned long long flags) {
+    API_BEGIN("cuGraphInstantiateWithFlags");
+    API_NEED_INIT();
+    (void)flags;
+    API_RETURN(instantiate(ph, H(graph)));
+}
+
+typedef struct {
+    cuuint64_t flags;
+    CUstream upload_stream;
+    CUgraphNode error_node;
+    int result;
+} sg_instantiate_params;
+
+SG_API CUresult cuGraphInstantiateWithParams(CUgraphExec *ph, CUgraph graph,
+                                             sg_instantiate_params *params) {
+    API_BEGIN("cuGraphInstantiateWithParams");
+    API_NEED_INIT();
+    CUresult r = instantiate(ph, H(graph));
+    if (params != NULL) {
+        params->error_node = NULL;
+        params->result = r == CUDA_SUCCESS ? 0 : 1;
+    }
+    API_RETURN(r);
+}
+
+SG_API CUresult cuGraphExecDestroy(CUgraphExec h) {
+    API_BEGIN("cuGraphExecDestroy");
+    API_NEED_INIT();
+    pthread_mutex_lock(&sg_lock);
+    sg_graph_exec *x = sg_handle_get(H(h), K_GEXEC);
+    if (x != NULL) {
+        sg_handle_drop(x->o.h);
+        for (int i = 0; i < x->n; i++) sg_op_free(x->nodes[i]);
+        free(x->nodes);
+        free(x);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(x ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+SG_API CUresult cuGraphUpload(CUgraphExec h, CUstream stream) {
+    API_BEGIN("cuGraphUpload");
+    API_NEED_INIT();
+    RESOLVE_OR_RETURN(s, stream);
+    (void)s;
+    sg_graph_exec *x = sg_handle_get(H(h), K_GEXEC);
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(x ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+SG_API CUresult cuGraphLaunch(CUgraphExec h, CUstream stream) {
+    API_BEGIN("cuGraphLaunch");
+    API_NEED_INIT();
+    RESOLVE_OR_RETURN(s, stream);
+    sg_graph_exec *x = sg_handle_get(H(h), K_GEXEC);
+    CUresult r = x ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; x && i < x->n && r == CUDA_SUCCESS; i++) {
+        if (x->nodes[i] == NULL) continue;
+        sg_op *op = sg_op_clone(x->nodes[i]);
+        sg_event *e = NULL;
+        if (op && op->type == OP_KERNEL) op->u.kernel.index = sg_kernel_relog(op->u.kernel.index, 1);
+        if (op && op->type == OP_EXTERNAL_WAIT) {
+            op->type = OP_NOP;
+            e = sg_handle_get(op->u.record.event, K_EVENT);
+            if (e != NULL && e->recorded && e->capture == NULL && !sg_point_done(e->stream, e->seq))
+                sg_op_add_dep(op, e->stream, e->seq);
+            e = NULL;
+        } else if (op && op->type == OP_RECORD) {
+            e = sg_handle_get(op->u.record.event, K_EVENT);
+            if (e != NULL) op->u.record.generation = e->record_gen + 1;
+        }
+        r = sg_enqueue(s, op);
+        if (r == CUDA_SUCCESS && e != NULL && s->capture == NULL) {
+            e->record_gen++;
+            e->recorded = 1;
+            e->capture = NULL;
+            e->stream = s->o.h;
+            e->seq = s->submitted;
+            e->time_valid = 0;
+        }
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
