@@ -3,10 +3,11 @@
 One build switch, read from the environment:
 
 STRIDEDVIEW_NO_GIL_FAST_PATHS=1
-    Compile the extension with SV_NO_GIL_FAST_PATHS defined: the fast paths whose shared
-    state only the GIL protects are left out, as in a free-threaded build
-    (docs/internals.md, "How to switch each off"; ``stridedview._view.gil_fast_paths`` is
-    then False).  A build to compare against: CI builds CPython 3.12 so.  Every other
+    Compile the extension with SV_NO_GIL_FAST_PATHS defined: the fast paths that keep
+    objects between calls (their state per process with the GIL, per thread without) are
+    left out (docs/internals.md, "How to switch each off"; ``stridedview._view.fast_paths``
+    is then False).  A build to compare against: CI builds CPython 3.12 so, and 3.13t for
+    the fast paths' and threads' test files.  Every other
     compile flag stays the interpreter's, as in any ``pip install``.  Remove ``build/``
     first when switching: setuptools does not recompile an extension newer than its sources.
 

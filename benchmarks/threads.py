@@ -1,15 +1,18 @@
 """Per-call cost of a view and of a decorated launch, on 1 and on N threads.
 
-    python benchmarks/threads.py [--threads 1 8] [--calls 200000]
+    python benchmarks/threads.py [--threads 1 2 8] [--calls 200000]
 
 Each thread makes ``--calls`` calls of its own arrays; the figure is the wall time from the
 start to the last thread's end divided by one thread's calls (per-call time) and the calls of all threads per second
-(throughput).  Wall-clock: run it on an otherwise idle machine.
+(throughput), then each thread count's throughput as a multiple of one thread's (the scaling
+ratio: at best the number of threads, while there are cores for them).  Wall-clock: run it on
+an otherwise idle machine; the load average at the start is printed with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -62,17 +65,24 @@ def measure(loop, threads, calls):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 8])
     parser.add_argument("--calls", type=int, default=200000)
     args = parser.parse_args()
     gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"python {sys.version.split()[0]}  GIL {'on' if gil else 'off'}  "
-          f"gil_fast_paths {_view.gil_fast_paths}")
+          f"fast paths {_view.fast_paths_state or 'off'}  cores {os.cpu_count()}  "
+          f"load average {load:.2f}")
     for name, loop in (("view", _view_loop), ("launch of 3", _launch_loop)):
+        rates = {}
         for threads in args.threads:
-            per_call, rate = measure(loop, threads, args.calls)
+            per_call, rates[threads] = measure(loop, threads, args.calls)
             print(f"{name:12s} {threads:2d} thread(s): {per_call * 1e9:8.0f} ns/call  "
-                  f"{rate / 1e6:6.2f} M calls/s in all")
+                  f"{rates[threads] / 1e6:6.2f} M calls/s in all")
+        if 1 in rates:
+            print(f"{name:12s} scaling: " + ", ".join(
+                f"{threads} threads {rates[threads] / rates[1]:.2f}x"
+                for threads in args.threads if threads != 1))
 
 
 if __name__ == "__main__":

@@ -22,12 +22,15 @@ from libc.stdint cimport (
 
 from stridedview._dlpack cimport *
 
-# The fast paths whose shared state only the GIL protects (the view freelist,
-# spare proxies, interned ints and tuples, the last-type and last-itemsize
-# caches): compiled in only where the GIL exists.  A free-threaded build
-# (Py_GIL_DISABLED) leaves them out, and so does a build with
-# -DSV_NO_GIL_FAST_PATHS, which the tests use to prove the general path alone
-# gives the same views.  docs/internals.md lists each.
+# The fast paths that keep objects between calls (the view freelist, spare
+# proxies and their kept views, interned ints and tuples, the last-type and
+# last-itemsize caches) keep them in _thread_state.pxi's struct: one for the
+# process where the GIL protects it, one per thread where there is no GIL.  A
+# build with -DSV_NO_GIL_FAST_PATHS leaves all of them out (SV_FAST_PATHS 0),
+# which the tests use to prove the general path alone gives the same views.
+# SV_GIL_FAST_PATHS is 1 where they are in and the GIL protects them: what still
+# differs between the two kinds of build (Cython's own freelist, used with the
+# GIL).  docs/internals.md lists each.
 cdef extern from *:
     """
     #if defined(Py_GIL_DISABLED) || defined(SV_NO_GIL_FAST_PATHS)
@@ -46,8 +49,14 @@ cdef extern from *:
     """
     bint SV_GIL_FAST_PATHS
 
-# Whether this build has the fast paths above; for tests and the report.
-gil_fast_paths = bool(SV_GIL_FAST_PATHS)
+include "_thread_state.pxi"
+
+# Whether this build has the fast paths above, and where their state lives
+# ("process": GIL builds; "thread": free-threaded builds; None: compiled out);
+# for tests and the report.  gil_fast_paths is the older name of fast_paths.
+fast_paths = bool(SV_FAST_PATHS)
+fast_paths_state = None if not SV_FAST_PATHS else ("thread" if SV_PER_THREAD_STATE else "process")
+gil_fast_paths = fast_paths
 
 
 # The C API the hot-path modules share (_view_lifecycle.pxi, _launcher.pxi).
@@ -748,7 +757,6 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
     ``shape``, ``strides`` and ``dtype`` are final: a caller of _derive that
     changes them calls it again.
     """
-    global _last_itemsize
     cdef tuple shape = <tuple>view.shape
     cdef tuple strides = <tuple>view.strides
     cdef Py_ssize_t i, ndim = PyTuple_GET_SIZE(shape)
@@ -756,18 +764,26 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
     for i in range(ndim):
         dims[i] = <int64_t>(<object>PyTuple_GET_ITEM(shape, i))
         dims[ndim + i] = <int64_t>(<object>PyTuple_GET_ITEM(strides, i))
-    # dtype.itemsize is an attribute lookup: the last dtype's answer is kept, in
-    # one global so that a reader never pairs one dtype with another's size.
+    # dtype.itemsize is an attribute lookup: the last dtype's answer is kept in the
+    # fast paths' state (_intern.pxi), the dtype with its size.
     dtype = view.dtype
-    if not SV_GIL_FAST_PATHS:
-        view._itemsize = <int64_t>dtype.itemsize
+    cdef sv_thread_state *st = _thread_state()
+    if st != NULL and st.last_itemsize_dtype == <PyObject *>dtype:
+        view._itemsize = st.last_itemsize
         return 0
-    cdef tuple last = _last_itemsize
-    if last[0] is not dtype:
-        last = (dtype, dtype.itemsize)
-        _last_itemsize = last
-    view._itemsize = <int64_t>last[1]
+    view._itemsize = <int64_t>dtype.itemsize
+    st = _thread_state()  # asked again: the lookup is numpy code
+    if st != NULL:
+        _remember_itemsize(st, dtype, view._itemsize)
     return 0
+
+
+cdef void _remember_itemsize(sv_thread_state *st, object dtype, int64_t itemsize) noexcept:
+    cdef PyObject *old = st.last_itemsize_dtype
+    Py_INCREF(dtype)
+    st.last_itemsize_dtype = <PyObject *>dtype
+    st.last_itemsize = itemsize
+    Py_XDECREF(old)
 
 
 cdef inline int _store_c_layout_from(

@@ -14,14 +14,22 @@
 #   the object; it releases the capsule, the held buffer and the shape block
 #   exactly once each, saving the pending exception only where Python code may
 #   run (a deleter, a buffer release).
-# - Allocation (_new_view): pops a view from Cython's own freelist and
-#   re-initialises it as Cython's tp_new would, but for the inline shape/stride
-#   arrays (never read before _c_dims_storage writes them).  The freelist is a
+# - Allocation (_new_view): pops a view from a freelist and re-initialises it as
+#   Cython's tp_new would, but for the inline shape/stride arrays (never read
+#   before _c_dims_storage writes them).  GIL builds pop Cython's own freelist, a
 #   module-global array: the pop relies on the GIL, exactly as Cython's tp_new
-#   does.  Cython compiles its freelists out in a free-threaded build
-#   (CYTHON_USE_FREELISTS is 0 there), and SV_VIEW_FREE_COUNT is then the
-#   constant 0 (as without SV_GIL_FAST_PATHS): every view comes from tp_new,
-#   which needs no lock.
+#   does.  Cython compiles its freelists out of a free-threaded build
+#   (CYTHON_USE_FREELISTS is 0 there; SV_VIEW_FREE_COUNT is then the constant 0):
+#   there the type's tp_free is _view_free, which keeps up to SV_FREE_VIEW_SLOTS
+#   freed views in the freeing thread's state (_thread_state.pxi), and _new_view
+#   pops from the current thread's, as CPython's own per-thread freelists do.  A
+#   freed view is dead: untracked by the collector (Cython's tp_dealloc untracks
+#   it first), its reference counts zero, its memory never handed back while it
+#   waits, so no other thread can revive it (a stale pointer's _Py_TryIncref
+#   fails on a zero shared count) or see it as an object (the collector skips
+#   untracked blocks).  Its memory may belong to another thread's heap, as that
+#   of any object freed by another thread; the interpreter allows it.  Without
+#   SV_FAST_PATHS, or in a thread with no state, every view comes from tp_new.
 # - The constructor's vectorcall (_construct_view): ``StridedMemoryView(obj)``,
 #   ``StridedMemoryView(obj, stream_ptr)`` and ``StridedMemoryView(obj,
 #   stream_ptr=s)`` skip argument parsing; any other call goes to Cython's own
@@ -35,8 +43,8 @@
 #   SV_VIEW_PREPARE, which zeroes ``_parked`` too, or tp_new), to which no other
 #   reference exists before it returns; so does Cython's vectorcall, whose
 #   __init__ runs on the object its tp_new has just made.  Nothing here depends
-#   on the GIL: without SV_GIL_FAST_PATHS no view is ever parked, and the check
-#   of the real state is the same.
+#   on the GIL: without SV_FAST_PATHS no view is ever parked, and the check of
+#   the real state is the same on every build.
 #
 # Proven equal to the general path by tests/test_fast_paths.py and
 # tests/test_hot_path_review.py (views from the constructor, __init__ and
@@ -231,6 +239,35 @@ cdef extern from *:
     #define SV_VIEW_FREE_COUNT 0
     #define SV_VIEW_FREE_POP() ((PyObject *)NULL)
     #endif
+    #if SV_PER_THREAD_STATE
+    /* A freed view from this thread's freelist (free-threaded builds), or NULL. */
+    static CYTHON_INLINE PyObject *sv_view_thread_free_pop(void) {
+        sv_thread_state *st = sv_thread_state_get();
+        if (st != NULL && st->free_view_count > 0)
+            return st->free_views[--st->free_view_count];
+        return NULL;
+    }
+    /* The type's tp_free (free-threaded builds): a freed view kept in the freeing
+       thread's freelist if it has room, else given to the interpreter's. */
+    static freefunc sv_generated_view_free = NULL;
+    static void sv_view_free(void *o) {
+        sv_thread_state *st = sv_thread_state_if_any();
+        if (st != NULL && st->free_view_count < SV_FREE_VIEW_SLOTS) {
+            st->free_views[st->free_view_count++] = (PyObject *)o;
+            return;
+        }
+        sv_generated_view_free(o);
+    }
+    static void sv_install_view_free(PyTypeObject *tp) {
+        if (sv_generated_view_free == NULL && tp->tp_free != NULL) {
+            sv_generated_view_free = tp->tp_free;
+            tp->tp_free = sv_view_free;
+        }
+    }
+    #else
+    #define sv_view_thread_free_pop() ((PyObject *)NULL)
+    #define sv_install_view_free(tp) ((void)(tp))
+    #endif
     /* Every byte of a view from `start` on zeroed but for the inline arrays,
        then the vtable and the object fields (None): the state Cython's tp_new
        leaves a view in, from `start` on. */
@@ -287,6 +324,8 @@ cdef extern from *:
     """
     Py_ssize_t SV_VIEW_FREE_COUNT
     PyObject *SV_VIEW_FREE_POP() noexcept
+    PyObject *_view_thread_free_pop "sv_view_thread_free_pop"() noexcept
+    void _install_view_free "sv_install_view_free"(PyTypeObject_dealloc *) noexcept
     void SV_VIEW_PREPARE(PyObject *) noexcept
     void SV_VIEW_EMPTY(PyObject *, PyObject **) noexcept
     bint SV_VIEW_HOLDS_NOTHING(PyObject *) noexcept
@@ -323,11 +362,18 @@ cdef inline StridedMemoryView _new_view():
     """A new empty view, as ``StridedMemoryView.__new__(StridedMemoryView)`` makes it
     (object fields None, C fields zero), sooner when the freelist has one."""
     cdef PyObject *view
-    if SV_VIEW_FREE_COUNT > 0:
+    if SV_VIEW_FREE_COUNT > 0:  # GIL builds: Cython's freelist
         view = SV_VIEW_FREE_POP()
         SV_VIEW_PREPARE(view)
         return <StridedMemoryView>_take_reference(view)
+    view = _view_thread_free_pop()  # free-threaded builds: this thread's (else NULL)
+    if view != NULL:
+        SV_VIEW_PREPARE(view)
+        return <StridedMemoryView>_take_reference(view)
     return StridedMemoryView.__new__(StridedMemoryView)
+
+
+_install_view_free(<PyTypeObject_dealloc *>StridedMemoryView)  # free-threaded builds only
 
 
 cdef extern from "Python.h":
