@@ -497,6 +497,7 @@ def test_pointer_past_2_63_accepted(ptr):
     assert f"ptr={ptr:#x}" in repr(view)
 
 
+@pytest.mark.slow
 def test_exporting_obj_kept_alive():
     """The view keeps the producer alive (the CAI has no owner slot) and lets it go with the view."""
     producer = CAIProducer()

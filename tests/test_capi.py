@@ -206,6 +206,7 @@ def views():
 VIEWS = views()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("view", [pytest.param(v, id=i) for i, v in VIEWS])
 def test_cython_extension_reads_the_layout_as_c_values(probes, view):
     """A Cython extension's c_ptr/c_ndim/c_shape/c_strides/... equal the view's Python fields."""

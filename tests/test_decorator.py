@@ -512,7 +512,14 @@ def _jax():
 
 
 @pytest.mark.interop
-@pytest.mark.parametrize("make", [_numpy, _torch, _jax], ids=["numpy", "torch", "jax"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(_numpy, id="numpy"),
+        pytest.param(_torch, id="torch", marks=pytest.mark.torch),
+        pytest.param(_jax, id="jax", marks=pytest.mark.jax),
+    ],
+)
 def test_proxy_view_of_real_producer(make):
     """The proxy's .obj is the argument itself and .view() equals StridedMemoryView(obj) field for field."""
     obj = make()

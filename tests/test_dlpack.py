@@ -308,6 +308,7 @@ def test_exception_inside_dlpack_propagates_unchanged(kind, entry, error):
     assert producer.tensor_ids == []
 
 
+@pytest.mark.slow
 def test_exception_inside_dlpack_leaks_no_reference(kind):
     """After __dlpack__ raised, the producer's reference count is back where it was."""
     producer = make_producer(kind, mode="raise", raises=BufferError("cannot export"))
@@ -568,6 +569,7 @@ _REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kind, fields",
     [pytest.param(k, f, id=f"{k}-{name}") for name, f in _REFUSALS.items() for k in KINDS]
@@ -853,7 +855,15 @@ def test_type_error_not_naming_the_copy_keyword_is_not_retried(kind, message):
 
 
 @pytest.mark.interop
-@pytest.mark.parametrize("library", ["numpy", "torch", "jax.numpy", "array_api_strict"])
+@pytest.mark.parametrize(
+    "library",
+    [
+        "numpy",
+        pytest.param("torch", marks=pytest.mark.torch),
+        pytest.param("jax.numpy", marks=pytest.mark.jax),
+        "array_api_strict",
+    ],
+)
 def test_real_producers_take_copy_false(library):
     """numpy, torch, jax and array-api-strict accept copy=False: each view shares the array's memory."""
     module = pytest.importorskip(library)
@@ -986,6 +996,7 @@ def test_largest_representable_element_count_accepted(kind):
     assert view.size == 3037000499**2
 
 
+@pytest.mark.slow
 def test_large_extents_and_strides_survive(kind):
     """Extents and strides beyond the small-int cache stay correct after memory is reused."""
     shape, strides = (300, 1000), (-1000, 1001)
@@ -1012,6 +1023,7 @@ def test_many_dimensions(kind, ndim):
 
 # --- the deleter and lifetimes ----------------------------------------------
 
+@pytest.mark.slow
 def test_deleter_runs_once_when_the_view_dies(kind):
     """The deleter has not run while the view lives and runs exactly once when it dies."""
     producer = make_producer(kind)
@@ -1025,6 +1037,7 @@ def test_deleter_runs_once_when_the_view_dies(kind):
     assert deleter_calls(producer) == 1
 
 
+@pytest.mark.slow
 def test_deleter_once_when_only_the_consumer_holds_the_capsule(kind):
     """With no other reference to the capsule, the deleter still runs exactly once, when the view dies."""
     producer = make_producer(kind, hold_capsules=False)
@@ -1057,6 +1070,7 @@ def test_null_deleter_skipped_on_success(kind):
     assert deleter_calls(producer) == 0
 
 
+@pytest.mark.slow
 def test_view_keeps_the_exporting_object_alive(kind):
     """The view holds the producer alive, and lets it go when the view dies."""
     producer = make_producer(kind)

@@ -1025,6 +1025,7 @@ def check_cai(interface, stream_choice):
 
 # --- the fuzz tests ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=examples(2500))
 @given(spec=S.dlpack_specs(), stream_ptr=S.stream_args())
 @example(  # products just past 2**63: refused, never wrapped
@@ -1040,6 +1041,7 @@ def test_fuzz_dlpack_capsules(no_fake, spec, stream_ptr):
     check_dlpack(spec, stream_ptr)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=examples(1000))
 @given(spec=S.exchange_specs(), stream_choice=st.one_of(
     st.sampled_from([-1, -1, 0, 1, 2, "fake", "unknown", None]), S.stream_args()))
@@ -1048,6 +1050,7 @@ def test_fuzz_dlpack_exchange_api(no_fake, spec, stream_choice):
     check_exchange(spec, stream_choice)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Data type alias 'a' was deprecated:DeprecationWarning")
 @settings(FUZZ, max_examples=examples(3000))
 @given(

@@ -103,6 +103,7 @@ def layouts_and_indices(draw):
     return shape, strides, dtype, key
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(layouts_and_indices())
 def test_index_matches_numpy(case):
@@ -181,6 +182,7 @@ def test_index_structure_errors():
 # --- transpose ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(strided_layouts(), st.data())
 def test_transpose_matches_numpy(layout, data):
@@ -220,6 +222,7 @@ def test_transpose_errors(axes, exc, start):
 # --- reshape -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(strided_layouts(max_ndim=4), st.data(), st.sampled_from("CF"))
 def test_reshape_matches_numpy(layout, data, order):
@@ -267,6 +270,7 @@ def test_reshape_gives_numpy_error_types():
 # --- view(layout, dtype) -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(strided_layouts(), st.sampled_from(LAYOUT_DTYPES))
 def test_view_dtype_matches_numpy(layout, new_dtype):
@@ -373,6 +377,7 @@ class Layout:
         self.slice_offset = slice_offset
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(strided_layouts(max_ndim=3))
 def test_view_with_own_layout_is_the_view(layout):
@@ -398,6 +403,7 @@ def test_view_layout_value_errors():
 # --- squeeze, broadcast_to -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(strided_layouts(), st.data())
 def test_squeeze_matches_numpy(layout, data):
@@ -436,6 +442,7 @@ def broadcast_targets(draw):
     return shape, strides, dtype, lead + target
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(broadcast_targets())
 def test_broadcast_to_matches_numpy(case):
@@ -470,6 +477,7 @@ def test_broadcast_to_errors():
 # --- facts -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(strided_layouts())
 def test_byte_strides_and_bounds_match_numpy(layout):
@@ -483,6 +491,7 @@ def test_byte_strides_and_bounds_match_numpy(layout):
         assert view.byte_bounds == (view.ptr, view.ptr)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(strided_layouts(max_ndim=4, max_extent=5, max_stride=9))
 def test_has_overlap_is_exact_on_small_layouts(layout):
@@ -510,6 +519,7 @@ def test_has_overlap_is_conservative_past_the_limit():
             producer.release_capsules()
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(strided_layouts(max_extent=5))
 def test_is_dense_matches_brute_force_and_cuda_core(layout):
@@ -525,6 +535,7 @@ def test_is_dense_matches_brute_force_and_cuda_core(layout):
 # --- the derived view as a view ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_derived_views_share_the_owner_and_release_once(kind="versioned"):
     """Views derived from views keep the memory; the deleter runs once, when the last one goes."""
     producer = make_producer(kind, shape=(4, 6), dtype="float32")

@@ -326,6 +326,7 @@ def test_every_example_file_the_docs_name_exists():
     assert sorted(named - existing) == []
 
 
+@pytest.mark.torch
 @pytest.mark.interop
 def test_torch_tensor_requiring_grad_is_viewed_and_writes_bypass_autograd():
     """As docs/interop.md says: a tensor requiring grad is viewed (torch's own export refuses it) and a write through the view leaves its version counter unchanged."""

@@ -123,6 +123,7 @@ def _renamed(factory, name, **changes):
 
 # --- the command line ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_command_prints_environment_and_matrix(text_run):
     """`python -m stridedview` exits 0 and prints the environment lines and a matrix with numpy's row."""
     completed, _ = text_run
@@ -153,6 +154,7 @@ def test_command_lines_have_no_trailing_spaces_and_fit(text_run):
     assert [line for line in lines if len(line) > MAX_WIDTH] == []
 
 
+@pytest.mark.slow
 def test_command_json():
     """`--json` prints JSON with the documented keys, numpy -> numpy ok and a timing per viewed row."""
     completed, seconds = _run("--json")
@@ -172,6 +174,7 @@ def test_command_json():
     assert cells["numpy"] == {"consumer": "numpy", "verdict": "ok", "reason": ""}
 
 
+@pytest.mark.slow
 def test_verdicts_are_the_same_in_every_mode(text_run):
     """The text run, --json, --no-timing and an in-process report give the same verdicts."""
     completed, _ = _run("--json", "--no-timing")
@@ -212,6 +215,7 @@ def test_main_version():
     assert completed.stdout.strip() == f"stridedview {stridedview.__version__}"
 
 
+@pytest.mark.slow
 def test_json_without_timing_is_the_same_on_every_run():
     """Two runs of `--json --no-timing` print the same bytes (no addresses, no timings)."""
     first, _ = _run("--json", "--no-timing")
@@ -221,6 +225,7 @@ def test_json_without_timing_is_the_same_on_every_run():
     assert "0x" not in first.stdout
 
 
+@pytest.mark.slow
 def test_piped_into_a_reader_that_stops_early():
     """A closed pipe on stdout (`python -m stridedview | head -1`) ends quietly, with the report's status."""
     process = subprocess.Popen(
@@ -353,6 +358,7 @@ def test_aligned_host_array_holds_the_values():
         assert array.dtype == "float32" and array.tolist() == _report.VALUES
 
 
+@pytest.mark.jax
 @pytest.mark.interop
 def test_unaligned_buffer_to_jax_is_copies_not_a_failure(monkeypatch, capsys):
     """An unaligned numpy buffer handed to jax shows as 'copies' (with both addresses), and main still exits 0."""
@@ -434,6 +440,7 @@ def test_report_says_what_was_not_checked_with_a_gpu(monkeypatch):
 
 
 @pytest.mark.interop
+@pytest.mark.torch
 def test_report_warns_about_torch_and_negative_strides(report):
     """With torch installed the report warns that torch.from_dlpack aborts on a negative-stride view."""
     pytest.importorskip("torch")
@@ -545,6 +552,7 @@ def test_device_only_consumer_is_not_applicable_to_host_rows(monkeypatch, capsys
 
 
 @pytest.mark.interop
+@pytest.mark.numba
 def test_numba_cuda_is_not_applicable_to_host_rows(report):
     """With numba-cuda installed (a device-only CUDA Array Interface consumer), every host row's
     numba-cuda cell is "n/a", never a failure."""

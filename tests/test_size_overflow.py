@@ -120,6 +120,7 @@ def test_dlpack_capsule_past_int64_bytes_is_refused(kind, shape, strides):
     assert producers.deleter_calls(producer) == 1
 
 
+@pytest.mark.torch
 def test_torch_expanded_tensor_past_int64_bytes_is_refused():
     """torch's expand makes a tensor of more than int64 bytes' worth of elements: refused on
     the direct path (the stable-ABI reader declines it) and on torch's exchange API."""
@@ -341,6 +342,7 @@ int64s = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None)
 @given(a=int64s, b=int64s)
 def test_checked_int64_helpers_agree_with_exact_integers(a, b):

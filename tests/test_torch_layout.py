@@ -27,6 +27,7 @@ torch = pytest.importorskip("torch")
 
 pytestmark = [
     pytest.mark.interop,
+    pytest.mark.torch,
     pytest.mark.usefixtures("forbidden_driver"),
     # The direct reader stands in for the exchange API: nothing to compare without one
     # (torch 2.9; test_torch_readers.py asserts that such a torch gets capsules).
