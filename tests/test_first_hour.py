@@ -3,6 +3,9 @@ torch's negative-stride abort, and the build facts the report shows (issue 22)."
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -72,3 +75,26 @@ def test_build_facts_are_exposed():
     assert isinstance(_view._built_with_cxx_guard, bool)
     assert isinstance(_view.gil_fast_paths, bool)
     assert stridedview.__version__
+
+
+@pytest.mark.torch
+@pytest.mark.interop
+def test_torch_cannot_take_a_negative_stride_view_as_the_docs_say(tmp_path):
+    """torch.from_dlpack of a negative-stride view kills the process under torch 2.13 and raises
+    RuntimeError under torch 2.14, as the report and the interop guide say (in a child process)."""
+    torch = pytest.importorskip("torch")
+    code = (
+        "import numpy, torch\n"
+        "from stridedview import StridedMemoryView\n"
+        "torch.from_dlpack(StridedMemoryView(numpy.arange(6.0)[::-1]))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    if release == (2, 13):
+        assert completed.returncode < 0, completed  # killed by a signal (SIGABRT), no exception
+    elif release == (2, 14):
+        assert completed.returncode == 1 and "RuntimeError" in completed.stderr, completed
+    else:  # not tested: the docs say only that torch cannot take it
+        assert completed.returncode != 0, completed
