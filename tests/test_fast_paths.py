@@ -422,25 +422,35 @@ def test_exchange_api_failure_without_an_error_is_a_buffer_error():
 @pytest.mark.interop
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(
-    "make, says",
+    "make, says, way_out",
     [
-        (lambda torch: torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,)), "doesn't have storage"),
-        (lambda torch: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8), "QUInt/QInt types are not supported by dlpack"),
-        (lambda torch: torch.ones(3, device="meta"), "Cannot pack tensors on meta"),
+        (lambda torch: torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,)), "doesn't have storage",
+         "a torch.sparse_coo tensor has no strides; view a dense copy (tensor.to_dense())"),
+        (lambda torch: torch.eye(3).to_sparse_csr(), "doesn't have storage",
+         "a torch.sparse_csr tensor has no strides; view a dense copy (tensor.to_dense())"),
+        (lambda torch: torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.quint8),
+         "QUInt/QInt types are not supported by dlpack",
+         "view the dequantized values (tensor.dequantize(), a copy)"),
+        (lambda torch: torch.ones(3, device="meta"), "Cannot pack tensors on meta",
+         "a meta tensor has no data; make it on a real device first"),
+        (lambda torch: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), "",
+         "a nested tensor has no single layout; view each part (tensor.unbind())"),
     ],
-    ids=["sparse", "quantized", "meta"],
+    ids=["sparse", "sparse-csr", "quantized", "meta", "nested"],
 )
-def test_torch_tensors_the_exchange_api_cannot_export_give_one_line_buffer_error(make, says):
-    """Sparse, quantized and meta tensors give a one-line BufferError through the exchange API, like torch's own __dlpack__."""
+def test_torch_tensors_the_exchange_api_cannot_export_give_one_line_buffer_error(make, says, way_out):
+    """Sparse, quantized, meta and nested tensors give a one-line BufferError, torch's reason
+    quoted, that says what to view instead (no word of the exchange API the refusal came through)."""
     torch = pytest.importorskip("torch")
     tensor = make(torch)
     with pytest.raises(BufferError) as info:
         StridedMemoryView(tensor)
     message = str(info.value)
     assert type(info.value) is BufferError
-    assert message.startswith("dlpack: the exchange API of 'Tensor' cannot export this object (")
-    assert says in message
-    assert "\n" not in message and len(message) < 200
+    assert message.startswith("dlpack: the producer refused to export a 'Tensor' object (")
+    assert says in message and message.endswith("): " + way_out)
+    assert "exchange API" not in message
+    assert "\n" not in message and len(message) < 300
     assert info.value.__suppress_context__
 
 

@@ -24,11 +24,53 @@ def test_numpy_dtype_dlpack_refuses_points_to_from_array_interface(dtype):
     assert view.dtype == array.dtype and view.ptr == array.ctypes.data
 
 
-def test_numpy_object_dtype_gets_no_from_array_interface_hint():
-    """An object array, which no protocol here carries, keeps numpy's own message."""
+def test_numpy_object_array_is_told_to_convert():
+    """An object array, which no protocol carries, is refused with numpy's reason chained and a
+    conversion to make first, not from_array_interface (which refuses it too)."""
     with pytest.raises(BufferError) as info:
         StridedMemoryView(np.zeros(2, dtype=object))
-    assert "from_array_interface" not in str(info.value)
+    message = str(info.value)
+    assert message.startswith("dlpack: numpy cannot export an object array through DLPack (")
+    assert message.endswith("convert it first, e.g. array.astype(numpy.float64)")
+    assert "from_array_interface" not in message
+    assert isinstance(info.value.__cause__, BufferError)  # numpy's own refusal
+    with pytest.raises(BufferError, match="holds Python objects"):
+        StridedMemoryView.from_array_interface(np.zeros(2, dtype=object))
+
+
+class _DLPackOnly:
+    def __dlpack__(self, **kwargs):
+        return np.zeros(2).__dlpack__(**kwargs)
+
+
+@pytest.mark.parametrize("entry", [StridedMemoryView, StridedMemoryView.from_dlpack])
+def test_producer_without_dlpack_device_is_told_which_method_is_missing(entry):
+    """A producer with __dlpack__ alone is told that __dlpack_device__ is missing, by the
+    constructor and by from_dlpack alike."""
+    with pytest.raises(BufferError, match=r"^dlpack: '_DLPackOnly' object has __dlpack__ but no "
+                       r"__dlpack_device__: .*add the missing method$"):
+        entry(_DLPackOnly())
+
+
+@pytest.mark.parametrize("name", ["ptr", "shape", "strides", "dtype", "device_id", "readonly",
+                                  "exporting_obj", "ready_stream", "ndim", "nbytes", "T", "view"])
+def test_assigning_to_a_view_names_the_attribute(name):
+    """Assigning to or deleting any attribute of a view names it and says what to do instead;
+    the view is unchanged."""
+    view = StridedMemoryView(np.zeros((2, 3)))
+    before = view._asdict()
+    with pytest.raises(AttributeError, match=rf"^StridedMemoryView\.{name} is read-only and cannot "
+                       r"be assigned \(got 'int'\): .*make another view instead"):
+        setattr(view, name, 0)
+    with pytest.raises(AttributeError, match=rf"^StridedMemoryView\.{name} is read-only and cannot be deleted"):
+        delattr(view, name)
+    assert view._asdict() == before
+
+
+def test_assigning_an_unknown_attribute_keeps_python_s_message():
+    """A name the class does not have gets Python's own AttributeError (a view has no __dict__)."""
+    with pytest.raises(AttributeError, match="has no attribute 'colour'"):
+        StridedMemoryView(np.zeros(2)).colour = "red"
 
 
 def test_decorated_list_gets_the_constructor_hint():

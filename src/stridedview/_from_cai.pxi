@@ -230,7 +230,8 @@ cdef object _resolve_interface_dtype(str typestr, object descr, str where):
     """The numpy dtype of a CAI typestr, or of its descr when that is a structured type."""
     import numpy
 
-    if len(typestr) < 3 or typestr[0] not in "<>|=":
+    # numpy writes an object array's typestr without its item size ("|O").
+    if len(typestr) < 3 and typestr[1:] != "O" or typestr[0] not in "<>|=":
         raise BufferError(
             f"{where}: 'typestr' must be <byte order><kind><item size>, "
             f"e.g. '<f4' (got {typestr!r})"
@@ -247,7 +248,8 @@ cdef object _resolve_interface_dtype(str typestr, object descr, str where):
         )
     if dtype.hasobject:
         raise BufferError(
-            f"{where}: 'typestr' {typestr!r} holds Python objects"
+            f"{where}: 'typestr' {typestr!r} holds Python objects, which no view can "
+            "carry: convert the array first, e.g. array.astype(numpy.float64)"
         )
     if descr is not None and _descr_is_structured(descr):
         try:

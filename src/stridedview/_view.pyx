@@ -255,9 +255,11 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         stream = _normalize_stream(stream_ptr)
         info = _producer_type(obj)
         if not _has_dlpack(obj, info):
+            _refuse_half_dlpack(obj)
             raise BufferError(
                 f"dlpack: {type(obj).__name__!r} object has no __dlpack__ and "
-                "__dlpack_device__ methods"
+                "__dlpack_device__ methods: StridedMemoryView(obj) takes the other "
+                "protocols too"
             )
         _view_from_dlpack(view, obj, stream, info)
         return view
@@ -693,6 +695,7 @@ cdef int _view_without_type_dlpack(
         return _view_from_array_interface(view, obj, interface)
     if PyObject_CheckBuffer(obj):
         return _view_from_buffer_protocol(view, obj)
+    _refuse_half_dlpack(obj)
     raise BufferError(
         f"stridedview: {type(obj).__name__!r} object supports none of DLPack "
         "(__dlpack__ and __dlpack_device__), the CUDA Array Interface "
@@ -1137,6 +1140,7 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 
 include "_intern.pxi"
 include "_view_lifecycle.pxi"
+include "_attributes.pxi"
 include "_producer_types.pxi"
 include "_launcher.pxi"
 include "_torch_bits.pxi"
