@@ -140,7 +140,7 @@ class StridedMemoryView:
     def copy_from(
         self,
         other: StridedMemoryView,
-        stream: _StreamPtr,
+        stream: _StreamPtr = None,
         allocator: object | None = None,
         blocking: bool | None = None,
     ) -> None: ...

@@ -436,7 +436,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         """
         return _host_array_interface(self)
 
-    def copy_from(self, other, stream, allocator=None, blocking=None):
+    def copy_from(self, other, stream=None, allocator=None, blocking=None):
         """Copy the elements of view ``other`` into this view (cuda.core's ``copy_from``).
 
         Any layout to any layout of the same shape and dtype.  Host to host is
