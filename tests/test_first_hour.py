@@ -140,3 +140,39 @@ def test_torch_cannot_take_a_negative_stride_view_as_the_docs_say(tmp_path):
         assert completed.returncode == 1 and "RuntimeError" in completed.stderr, completed
     else:  # not tested: the docs say only that torch cannot take it
         assert completed.returncode != 0, completed
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.zeros((0, 3), np.float32),
+        lambda: np.arange(12.0).reshape(3, 4)[:, 4:],  # a slice keeps its base's strides
+        lambda: np.zeros((3, 0)).T,
+        lambda: np.zeros(0, np.int16),
+    ],
+    ids=["fresh", "sliced", "transposed", "1-d"],
+)
+def test_an_empty_array_gives_one_view_by_every_entry_point(make):
+    """An empty array's views all have strides of 0, whichever protocol made them (numpy's DLPack
+    export, its array interface, the buffer protocol, from_buffer, a CUDA Array Interface dict)
+    and so do views derived from them."""
+    from test_export import HostCAI
+
+    array = make()
+    zeros = (0,) * array.ndim
+    views = {
+        "constructor": StridedMemoryView(array),
+        "from_dlpack": StridedMemoryView.from_dlpack(array),
+        "from_array_interface": StridedMemoryView.from_array_interface(array),
+        "buffer protocol": StridedMemoryView(memoryview(np.ascontiguousarray(array))),
+        "from_buffer": StridedMemoryView.from_buffer(bytearray(8), array.shape, dtype=array.dtype),
+        "cuda array interface": StridedMemoryView(HostCAI(np.ascontiguousarray(array)), -1),
+        "a slice of a view": StridedMemoryView(
+            np.zeros((array.shape[0] + 1,) + array.shape[1:], array.dtype)
+        )[: array.shape[0]],
+    }
+    for entry, view in views.items():
+        assert (view.shape, view.strides, view.byte_strides) == (array.shape, zeros, zeros), entry
+        assert view.is_c_contiguous and view.is_f_contiguous
+    exported = np.from_dlpack(views["from_array_interface"])
+    assert exported.shape == array.shape and exported.size == 0

@@ -693,7 +693,8 @@ def test_from_buffer_accepts_exactly_the_layouts_inside_the_buffer(layout):
             StridedMemoryView.from_buffer(data, shape, strides, dtype=dtype)
         return
     view = StridedMemoryView.from_buffer(data, shape, strides, dtype=dtype)
-    assert (view.shape, view.strides, view.dtype) == (shape, strides, dtype)
+    expected_strides = strides if probe.size else (0,) * len(shape)  # an empty view's are 0
+    assert (view.shape, view.strides, view.dtype) == (shape, expected_strides, dtype)
     if probe.size:
         expected = np.ndarray(shape, dtype, buffer=data, strides=byte_strides)
         np.testing.assert_array_equal(np.from_dlpack(view), expected)

@@ -320,12 +320,17 @@ def test_host_copy_between_views_with_never_stepping_strides_past_int64_bytes():
 
 def test_allocator_strides_of_an_empty_prototype_never_wrap():
     """The exchange API's allocator gives an empty tensor's row-major strides that would
-    pass int64 as 0 (they address nothing), not wrapped products."""
+    pass int64 as 0 (they address nothing), not wrapped products; the view of it, being
+    empty, has strides of 0."""
+    from test_exchange_export import ManagedTensor
+
     out = ctypes.c_void_p()
     prototype = _prototype((0, 3**25, 3**25))
     assert api().managed_tensor_allocator(ctypes.byref(prototype), ctypes.byref(out), None, None) == 0
+    tensor = ManagedTensor.from_address(out.value).dl_tensor
+    assert [tensor.strides[i] for i in range(3)] == [0, 3**25, 1]
     view = _to_view(out.value)
-    assert (view.shape, view.strides, view.nbytes) == ((0, 3**25, 3**25), (0, 3**25, 1), 0)
+    assert (view.shape, view.strides, view.nbytes) == ((0, 3**25, 3**25), (0, 0, 0), 0)
 
 
 # --- the checked helpers -------------------------------------------------------------------

@@ -124,7 +124,7 @@ cdef int _view_from_cai(
     view._ptr = ptr
     view.ptr = ptr
     view.shape = shape
-    view.strides = element_strides
+    view.strides = _empty_view_strides(ndim) if size == 0 else element_strides
     view.dtype = dtype
     view._size = size
     view.readonly = bool(readonly)
@@ -133,7 +133,7 @@ cdef int _view_from_cai(
     view._device_id = _DEVICE_ID_UNKNOWN
     view.exporting_obj = obj
     view._interface = cai  # the producer may keep the memory alive through it alone
-    if strides is not None:  # the element strides are at hand in C
+    if strides is not None and size != 0:  # the element strides are at hand in C
         return _store_c_layout_from(view, extents, element_strides_c, <int32_t>ndim, itemsize)
     return _store_c_layout(view)
 

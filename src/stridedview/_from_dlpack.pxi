@@ -451,7 +451,7 @@ cdef int _fill_from_dltensor(
 
     if ndim == 0:
         strides = ()
-    elif tensor.strides != NULL:
+    elif tensor.strides != NULL and size != 0:
         strides = _int64_tuple(tensor.strides, ndim)
     else:
         # Producers before DLPack 1.2 may send NULL strides: row-major.
@@ -493,8 +493,8 @@ cdef int _fill_from_dltensor(
     else:
         view._device_id = tensor.device.device_id
         view.is_device_accessible = True
-    if ndim != 0 and tensor.strides == NULL:
-        return _store_c_layout(view)
+    if ndim != 0 and (tensor.strides == NULL or size == 0):
+        return _store_c_layout(view)  # strides computed, or an empty view's 0s
     # Padded sub-byte elements take one byte each.
     return _store_c_layout_from(
         view, tensor.shape, tensor.strides, ndim, max(tensor.dtype.bits // 8, 1)

@@ -55,7 +55,7 @@ cdef int _set_view(
     view._ptr = ptr
     view.ptr = ptr
     view.shape = shape
-    view.strides = strides
+    view.strides = _empty_view_strides(len(shape)) if size == 0 else strides
     view.dtype = dtype
     view._size = size
     view.readonly = readonly

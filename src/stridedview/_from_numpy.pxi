@@ -195,6 +195,9 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
             return False
         else:
             element_strides[i] = byte_strides[i] // itemsize
+    if size == 0:  # an empty view's strides are 0 (_empty_view_strides)
+        for i in range(ndim):
+            element_strides[i] = 0
     cdef void *data = PyArray_DATA(array)
     if size > 0 and data == NULL:
         return False

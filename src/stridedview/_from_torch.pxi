@@ -53,6 +53,8 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
             overflow = sv_mul_i64(size, extent, &size)
     if empty:
         size = 0
+        for i in range(count):  # an empty view's strides are 0 (_empty_view_strides)
+            dims[count + i] = 0
     elif overflow:
         return 1  # the element count passes int64
     cdef Py_ssize_t itemsize = lent.dtype.bits // 8

@@ -960,19 +960,30 @@ def _view_with_unchecked_layout(StridedMemoryView base, shape, strides):
     return view
 
 
+cdef tuple _empty_view_strides(Py_ssize_t ndim):
+    """The strides of a view with no elements, from any producer and entry point: all 0.
+
+    No element of an empty view is ever addressed, so its strides say nothing, and
+    producers disagree on them (numpy's DLPack export gives 0s, its array interface
+    none, a slice keeps its base's); one rule makes one array give one view by every
+    route, numpy's DLPack export included."""
+    return (0,) * ndim
+
+
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
     """Row-major element strides for ``shape`` (whose extents are also in ``extents``).
 
     The one place both protocols compute strides a producer left out.  For a
     non-empty shape every product fits int64 (its element count was checked), so
-    the strides are computed in C and interned.  Only an empty shape can make a
-    stride pass int64; such a stride never addresses anything, and is given as 0
-    so that every stride of a view fits DLPack's int64.
+    the strides are computed in C and interned.  An empty shape's are all 0
+    (_empty_view_strides).
     """
     cdef Py_ssize_t i, ndim = PyTuple_GET_SIZE(shape)
     cdef int64_t step = 1
     cdef int64_t computed[64]
-    if size != 0 and ndim <= 64:
+    if size == 0:
+        return _empty_view_strides(ndim)
+    if ndim <= 64:
         for i in range(ndim - 1, -1, -1):
             computed[i] = step
             step *= extents[i]
@@ -980,8 +991,8 @@ cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size)
     strides = [0] * ndim
     big_step = 1
     for i in range(ndim - 1, -1, -1):
-        strides[i] = big_step if big_step <= INT64_MAX else 0
-        big_step *= max(shape[i], 1)
+        strides[i] = big_step
+        big_step *= shape[i]
     return tuple(strides)
 
 
