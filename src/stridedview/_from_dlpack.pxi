@@ -467,6 +467,7 @@ cdef int _fill_from_dltensor(
     if tensor.device.device_type != kDLCPU and tensor.device.device_id < 0:
         raise BufferError(f"dlpack: device_id must be >= 0 (got {tensor.device.device_id})")
     view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
+    view._dl_dtype = tensor.dtype
     # The dtype's item size, from the DLPack type it was checked against (lanes
     # are 1; a padded sub-byte element takes one byte).
     cdef Py_ssize_t itemsize = (tensor.dtype.bits + 7) // 8

@@ -213,6 +213,7 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     view.shape = _int64_tuple(shape, ndim)
     view.strides = _int64_tuple(element_strides, ndim)
     view.dtype = dtype
+    view._dl_dtype = dl_dtype
     view._itemsize = itemsize
     view._size = size
     view._device_type = kDLCPU

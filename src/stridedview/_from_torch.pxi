@@ -71,6 +71,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     view.shape = _int64_tuple(dims, count)
     view.strides = _int64_tuple(dims + count, count)
     view.dtype = _dtype_from_dlpack(lent.dtype, 0)
+    view._dl_dtype = lent.dtype
     view._itemsize = itemsize
     view._size = size
     view.readonly = False  # the exchange API's DLTensor carries no READ_ONLY flag

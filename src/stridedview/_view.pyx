@@ -17,7 +17,8 @@ from cpython.type cimport PyType_IsSubtype
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdlib cimport free, malloc
 from libc.stdint cimport (
-    INT64_MAX, INT64_MIN, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t,
+    INT64_MAX, INT64_MIN, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t,
+    uintptr_t,
 )
 
 from stridedview._dlpack cimport *
@@ -733,6 +734,7 @@ cdef int _derive_into(StridedMemoryView view, StridedMemoryView base) except -1:
     view._size = base._size
     view._device_type = base._device_type
     view._device_id = base._device_id
+    view._dl_dtype = base._dl_dtype
     view.is_device_accessible = base.is_device_accessible
     view.readonly = base.readonly
     view.ready_stream = base.ready_stream
@@ -759,18 +761,49 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
     for i in range(ndim):
         dims[i] = <int64_t>(<object>PyTuple_GET_ITEM(shape, i))
         dims[ndim + i] = <int64_t>(<object>PyTuple_GET_ITEM(strides, i))
-    # dtype.itemsize is an attribute lookup: the last dtype's answer is kept, in
-    # one global so that a reader never pairs one dtype with another's size.
+    # dtype.itemsize is an attribute lookup: the last dtype's answer (and its DLPack
+    # type) is kept, in one global so that a reader never pairs one dtype with
+    # another's size.
     dtype = view.dtype
-    if not SV_GIL_FAST_PATHS:
-        view._itemsize = <int64_t>dtype.itemsize
-        return 0
-    cdef tuple last = _last_itemsize
-    if last[0] is not dtype:
-        last = (dtype, dtype.itemsize)
-        _last_itemsize = last
+    cdef tuple last
+    if SV_GIL_FAST_PATHS:
+        last = _last_itemsize
+        if last[0] is not dtype:
+            last = (dtype, dtype.itemsize, _dl_dtype_of(dtype))
+            _last_itemsize = last
+    else:
+        last = (dtype, dtype.itemsize, _dl_dtype_of(dtype))
     view._itemsize = <int64_t>last[1]
+    _store_dl_dtype(view, <uint32_t>last[2])
     return 0
+
+
+cdef inline void _store_dl_dtype(StridedMemoryView view, uint32_t packed) noexcept:
+    """Unpack a DLPack type packed by _dl_dtype_of into the view's C field."""
+    view._dl_dtype.code = <uint8_t>(packed & 0xFF)
+    view._dl_dtype.bits = <uint8_t>((packed >> 8) & 0xFF)
+    view._dl_dtype.lanes = <uint16_t>(packed >> 16)
+
+
+# dtype name -> its DLPack type packed as code | bits << 8 | 1 << 16 (one lane), built
+# from _DLPACK_DTYPES on first use with no import (ml_dtypes' names are its dtypes').
+cdef dict _dl_dtype_by_name = None
+
+
+cdef object _dl_dtype_of(object dtype):
+    """The DLPack type of a view's numpy dtype, packed as code | bits << 8 | lanes << 16,
+    or 0 when none describes it (structured, datetime, bytes, str, opaque)."""
+    global _dl_dtype_by_name
+    table = _dl_dtype_by_name
+    if table is None:
+        table = {}
+        for code, (_, by_bits, _) in _DLPACK_DTYPES.items():
+            for bits, name in by_bits.items():
+                table[name] = code | bits << 8 | 1 << 16
+        _dl_dtype_by_name = table
+    if dtype.fields is not None or dtype.subdtype is not None:
+        return 0
+    return table.get(dtype.name, 0)
 
 
 cdef inline int _store_c_layout_from(
