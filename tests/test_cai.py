@@ -1,8 +1,8 @@
 """The CUDA Array Interface consumer, driven by a CAI producer over host memory.
 
 Each test sets or removes one key of a producer's ``__cuda_array_interface__``
-dict and checks one rule of docs/contract-draft.md ("Issue 3 additions") or of
-shared/PROTOCOLS.md.  No GPU is needed: the data pointer is a numpy buffer's,
+dict and checks one rule of the CUDA Array Interface as docs/concepts.md and
+docs/errors.md state it.  No GPU is needed: the data pointer is a numpy buffer's,
 and the driver is either forbidden (the autouse fixture: any driver call fails
 the test) or the modelling fake of ``fake_driver.py``.  Stream ordering itself is
 tested in test_stream_ordering.py.

@@ -1,6 +1,6 @@
 """``args_viewable_as_strided_memory``: which arguments a launch function gets as proxies.
 
-Rules from docs/contract-draft.md ("Issue 4 additions"): the chosen arguments are
+The rules (docs/api.md, docs/errors.md "Decorator"): the chosen arguments are
 named by position (counting ``self``) and/or by parameter name, resolved once at
 decoration against the signature, and wrapped whether the caller passes them by
 position or by keyword; ``None`` passes through; anything with neither DLPack nor

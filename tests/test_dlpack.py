@@ -1,7 +1,7 @@
 """The DLPack consumer, driven by the pure-ctypes producers of ``producers.py``.
 
-Each test corrupts or sets one field and checks one rule of
-docs/contract-draft.md; every test that can runs against both capsule kinds
+Each test corrupts or sets one field and checks one rule of the DLPack consumer
+(docs/concepts.md, docs/errors.md); every test that can runs against both capsule kinds
 (``kind`` is "versioned" or "legacy").
 """
 

@@ -1,7 +1,7 @@
 """Re-export: a StridedMemoryView handed on through DLPack and the CUDA Array Interface.
 
-Rules from docs/contract-draft.md ("Issue 4 additions", "Re-export") and
-shared/PROTOCOLS.md.  Three levels:
+The rules of docs/concepts.md ("Handing a view on") and docs/errors.md ("Export").
+Three levels:
 
 - round trips through real consumers on the CPU (numpy, torch and jax each consume
   views of numpy, torch and jax arrays): same values, same memory, same strides
@@ -11,7 +11,7 @@ shared/PROTOCOLS.md.  Three levels:
 - the CUDA Array Interface of device-accessible views and the stream ordering of
   an export, against the modelling fake driver (no GPU needed).
 
-Producer quirks (PROTOCOLS.md): torch 2.13.0 aborts the process on negative-stride
+Producer quirks (docs/interop.md): torch 2.13.0 aborts the process on negative-stride
 DLPack input, so only positive-stride views are ever handed to torch; jax copies
 host buffers that are not 64-byte aligned instead of sharing them; numpy cannot
 import bfloat16 or float8.

@@ -1,5 +1,5 @@
 """What a new user meets in the first hour: the hints of the common mistakes, the guard for
-torch's negative-stride abort, and the build facts the report shows (issue 22)."""
+torch's negative-stride abort, and the build facts the report shows."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every input must give a view or one of the documented exceptions (docs/errors.md), never a
 crash and never another exception type; every DLPack capsule handed out must have its
 deleter called exactly once by the end.  The tests go further than "no crash": a small
-reference model of each parser, written from docs/contract-draft.md, predicts for each
+reference model of each parser, written from docs/errors.md and docs/concepts.md, predicts for each
 input either the exception (type and message prefix, so the order of the checks is tested
 too) or every field of the view; a view that is made is then read, exported again through
 DLPack (versioned and legacy) and the CUDA Array Interface, and viewed again.

@@ -1,4 +1,4 @@
-"""Adversarial checks of the launch and numpy hot paths (issue 13).
+"""Adversarial checks of the launch and numpy hot paths.
 
 Each rewritten path is pushed where it could go wrong: the view's own
 deallocation (deleters written in Python that raise, collect garbage or make
@@ -1010,7 +1010,7 @@ def test_torch_bits_follow_in_place_changes_and_class_changes():
 def test_torch_subclass_redefining_is_neg_after_its_first_view_is_described_anew():
     """A subclass first viewed with torch's own methods, then given an is_neg, is treated as
     a subclass defined with that is_neg from the start: its type changed, so its first
-    description is not used again (issue 18: the per-type cache was never refreshed)."""
+    description is not used again (the per-type cache was once never refreshed)."""
     torch = pytest.importorskip("torch")
 
     def lying_is_neg(self):

@@ -6,7 +6,7 @@ data pointer, shape, strides and dtype), never against another consumer, by one 
 ``StridedMemoryView``, the reference implementation of the same product, and says where and why
 the spec departs from it.
 
-Producer quirk (PROTOCOLS.md): torch 2.13.0 aborts the process on negative-stride DLPack input,
+Producer quirk (docs/interop.md): torch 2.13.0 aborts the process on negative-stride DLPack input,
 so no negative-stride array is ever handed to ``torch.from_dlpack`` here (torch only exports).
 """
 

@@ -53,9 +53,9 @@ MAX_HEAP = 64 * 1024
 MAX_RSS = 2 * 1024 * 1024
 MAX_TRACED = 16 * 1024
 MAX_TRACED_PEAK = 128 * 1024
-# Free-threaded 3.13 (issue 27's CI run at 0bcff47): the legacy ctypes producer's steps
-# peaked 845188 and 847623 bytes against bounds of 816401 and 818601 (a peak, the blocks
-# bound held); the cause is not yet found (docs: the issue 27 note).  Scoped to that build.
+# Free-threaded 3.13 (CI's run at 0bcff47): the legacy ctypes producer's steps peaked
+# 845188 and 847623 bytes against bounds of 816401 and 818601 (a peak, the blocks bound
+# held); the cause is not yet found.  Scoped to that build.
 if sysconfig.get_config_var("Py_GIL_DISABLED"):
     MAX_TRACED_PEAK += 64 * 1024
 

@@ -9,7 +9,7 @@ Verdicts: "ok" (same memory and values), "writable" (the same, but the consumer'
 is writable over a read-only view: not plain ok, not a failure), "copies" (a consumer made
 a copy with the same values: not a failure), "read-only", "n/a" (the consumer takes no memory of the
 producer's kind: numba-cuda and CuPy take device memory only) and "fail".  jax copies host buffers that are not
-64-byte aligned (PROTOCOLS.md), so the report builds its host arrays aligned: on
+64-byte aligned (docs/quickstart.md), so the report builds its host arrays aligned: on
 the CPU every cell is "ok" whatever the allocator does, and an unaligned buffer
 shows as "copies", never as a failure.
 """

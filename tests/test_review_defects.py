@@ -1,4 +1,4 @@
-"""The defects an outside review of 5c7bc5b found (issue 18), each pinned by a test that failed
+"""The defects a review of 5c7bc5b found, each pinned by a test that failed
 before its fix: a view of memory that only an interface dict kept alive, a per-type cache never
 refreshed, a failed exchange-API call without an exception, Python run between borrowing a torch
 layout and using it, an uninitialised launcher, a CAI 'descr' of the wrong type, and

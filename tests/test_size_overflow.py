@@ -1,4 +1,4 @@
-"""Byte counts past int64 (issue 27, "Crash through the buffer protocol").
+"""Byte counts past int64 (a crash through the buffer protocol, reported and fixed).
 
 A view's element count, its nbytes (``size * itemsize``) and the byte offset of each of
 its elements from element 0 fit int64, numpy's rule ("array is too big").  Before, a
@@ -50,11 +50,11 @@ def _offsets_message(prefix, shape, strides, itemsize):
     )
 
 
-# --- the issue's reproduction ------------------------------------------------------------
+# --- the crash, reproduced ---------------------------------------------------------------
 
 
-def test_issue_reproduction_neither_crashes_nor_wraps():
-    """The issue's steps, in a child process (a heap overrun would kill it, not this run):
+def test_reported_crash_neither_crashes_nor_wraps():
+    """The reported steps, in a child process (a heap overrun would kill it, not this run):
     broadcast_to is refused, so no buffer with a wrapped len is ever exported."""
     script = textwrap.dedent(
         """
