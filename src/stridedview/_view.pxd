@@ -44,12 +44,9 @@ cdef class StridedMemoryView:
     cdef readonly bint is_device_accessible
     """Whether a CUDA kernel may access the memory: False only for host-only (CPU) memory."""
     cdef readonly bint readonly
-    """Whether the producer marked the memory read-only (DLPack 1.x's READ_ONLY flag, the
-    CAI's ``data[1]``, the buffer protocol's readonly); True for a legacy DLPack capsule,
-    which cannot say."""
+    """Whether the memory is read-only (True for a legacy DLPack capsule, which cannot say)."""
     cdef readonly object ready_stream
-    """The stream on which the data may be used with no further ordering, or None (host
-    memory, or unknown)."""
+    """The stream on which the data may be used with no further ordering, or None."""
 
     # The layout as C values, filled at construction (_store_c_layout).
     cdef uintptr_t _ptr
