@@ -453,10 +453,10 @@ class StridedMemoryView:
     def has_negative_stride(self) -> bool:
         """Whether any stride is negative (False for a 0-d view, which has none).
 
-        torch's ``from_dlpack`` aborts the process (it does not raise) when handed
-        a view with a negative stride: check ``not view.has_negative_stride``
-        before handing a view to torch, and copy (``numpy.ascontiguousarray``)
-        where it is True.
+        torch's ``from_dlpack`` cannot take a view with a negative stride (torch
+        2.13 aborts the process, 2.14 raises RuntimeError): check ``not
+        view.has_negative_stride`` before handing a view to torch, and copy
+        (``numpy.ascontiguousarray``) where it is True.
         """
 
 @final
