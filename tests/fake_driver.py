@@ -13,7 +13,7 @@ the simulated device.
 
 Install it with ``stridedview._driver.use_api(FakeDriver())`` (and ``use_api(None)``
 afterwards).  It does not only record calls: it keeps the state the real driver
-keeps, and refuses what the real driver refuses (shared/CUDA_SEMANTICS.md):
+keeps, and refuses what the real driver refuses (the CUDA driver API reference):
 
 - ``cuInit(0)`` must come first; any other call before it is
   ``CUDA_ERROR_NOT_INITIALIZED`` (``cuGetErrorName``/``cuGetErrorString`` excepted).

@@ -183,6 +183,7 @@ def check_view(view, obj, shape):
 
 # --- views of each producer kind -------------------------------------------------------------
 
+@pytest.mark.slow
 def test_numpy_views_leave_memory_flat():
     """100,000 views of a numpy array: memory flat, the array's refcount back."""
     array = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -190,6 +191,7 @@ def test_numpy_views_leave_memory_flat():
     assert_flat(lambda: StridedMemoryView(array), objects=[array])
 
 
+@pytest.mark.torch
 @pytest.mark.interop
 @pytest.mark.parametrize("fast_paths", [True, False], ids=["exchange-api", "general-path"])
 def test_torch_views_leave_memory_flat(fast_paths):
@@ -204,6 +206,7 @@ def test_torch_views_leave_memory_flat(fast_paths):
         _view._set_fast_paths_enabled(True)
 
 
+@pytest.mark.jax
 @pytest.mark.interop
 def test_jax_views_leave_memory_flat():
     """100,000 views of a jax array (~12 us each: jax's __dlpack__ dominates)."""
@@ -234,6 +237,7 @@ class _CapsuleLedger:
         self.producer.calls.clear()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", producers.KINDS)
 def test_ctypes_producer_views_leave_memory_flat(kind):
     """100,000 views of the ctypes producer's capsules: deleters balanced, memory flat."""
@@ -250,6 +254,7 @@ def test_ctypes_producer_views_leave_memory_flat(kind):
     assert ledger.checked == 1 + WARMUP + STEPS + 2 * TRACED_STEPS
 
 
+@pytest.mark.slow
 def test_cai_views_leave_memory_flat():
     """100,000 views of a CUDA Array Interface producer (stream_ptr=-1: no driver)."""
     producer = CAIProducer(np.arange(12, dtype=np.float32).reshape(3, 4))
@@ -259,6 +264,7 @@ def test_cai_views_leave_memory_flat():
 
 # --- exports -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_numpy_from_dlpack_exports_leave_memory_flat():
     """100,000 numpy.from_dlpack(view): each capsule released when its array dies."""
     array = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -269,6 +275,7 @@ def test_numpy_from_dlpack_exports_leave_memory_flat():
     assert_flat(lambda: np.from_dlpack(view), objects=[array, view])
 
 
+@pytest.mark.torch
 @pytest.mark.interop
 def test_torch_from_dlpack_exports_leave_memory_flat():
     """100,000 torch.from_dlpack(view) (positive strides only: torch 2.13 aborts on negative ones)."""
@@ -279,6 +286,7 @@ def test_torch_from_dlpack_exports_leave_memory_flat():
     assert_flat(lambda: torch.from_dlpack(view), objects=[array, view])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_version", [(1, 3), None], ids=["versioned", "legacy"])
 def test_unconsumed_capsules_leave_memory_flat(max_version):
     """100,000 capsules dropped unconsumed: the destructor frees each and releases the view."""
@@ -287,6 +295,7 @@ def test_unconsumed_capsules_leave_memory_flat(max_version):
     assert_flat(lambda: view.__dlpack__(max_version=max_version), objects=[array, view])
 
 
+@pytest.mark.slow
 def test_views_of_views_leave_memory_flat():
     """100,000 views of a view (each sharing the view's memory owner, then dropped)."""
     array = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -308,6 +317,7 @@ def _refused(make, exception):
     return step
 
 
+@pytest.mark.slow
 def test_refused_cai_leaves_memory_flat():
     """100,000 refused CAI dicts (a stride not a multiple of the item size): nothing kept."""
     producer = CAIProducer(strides=(6, 4))
@@ -315,6 +325,7 @@ def test_refused_cai_leaves_memory_flat():
     assert_flat(step, objects=[producer, producer.interface])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", producers.KINDS)
 def test_refused_capsules_leave_memory_flat(kind):
     """100,000 capsules refused after __dlpack__ (a negative extent), held by nobody else: each deleter runs once, memory flat."""
@@ -326,6 +337,7 @@ def test_refused_capsules_leave_memory_flat(kind):
     assert ledger.checked == WARMUP + STEPS + 2 * TRACED_STEPS
 
 
+@pytest.mark.slow
 def test_found_empty_view_with_huge_extents_exports_leave_memory_flat():
     """Found by the fuzzer: exporting an empty view of shape (0, 2**62, 2**62) failed after the
     capsule's block was allocated, leaking ~144 bytes a call (2.9 MB per 20,000, seen with
@@ -336,6 +348,7 @@ def test_found_empty_view_with_huge_extents_exports_leave_memory_flat():
     assert_flat(lambda: view.__dlpack__(max_version=(1, 3)), objects=[view])
 
 
+@pytest.mark.slow
 def test_memory_measures_see_a_leak():
     """The measures are not blind: a step leaking one object and 64 malloc'd bytes is caught."""
     if _mallinfo2 is None:

@@ -16,7 +16,7 @@
 
 from cpython.long cimport PyLong_FromSize_t
 
-cdef tuple _last_itemsize = (None, 0)
+cdef tuple _last_itemsize = (None, 0, 0)
 
 
 # Address ints, interned like the shape tuples: a launch loop views the same
