@@ -833,7 +833,8 @@ CAI = "cuda array interface: "
 def model_cai_dtype(typestr, descr):
     if descr is not None and type(descr) is not list:
         raise Refused(TypeError, CAI + "'descr' must be a list of (name, type) tuples (got ")
-    if len(typestr) < 3 or typestr[0] not in "<>|=":
+    # An object array's typestr has no item size ("|O"): refused below as holding objects.
+    if (len(typestr) < 3 and typestr[1:] != "O") or typestr[0] not in "<>|=":
         raise Refused(BufferError, CAI + "'typestr' must be <byte order><kind><item size>, e.g. '<f4' (got ")
     try:
         dtype = np.dtype(typestr)
