@@ -221,7 +221,8 @@ cdef class StridedMemoryView:
     a namedtuple would.
 
     A consumed DLPack capsule's deleter runs exactly once, when the view is
-    deallocated.  The view hands itself on through ``__dlpack__``,
+    deallocated (or, after ``record_stream(s)``, once ``s`` has done the work
+    enqueued until then).  The view hands itself on through ``__dlpack__``,
     ``__dlpack_device__`` and, for device-accessible memory,
     ``__cuda_array_interface__``.
     """
@@ -433,6 +434,29 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         the float8 kinds), raises BufferError saying why.
         """
         return _host_array_interface(self)
+
+    def record_stream(self, stream):
+        """Say that work enqueued on ``stream`` uses this view's memory (torch's
+        ``Tensor.record_stream``, for any producer).
+
+        When the view lets go of its memory (it is deallocated or collected), what it
+        held the memory by (its reference to the exporting object, a DLPack capsule's
+        deleter, a CUDA Array Interface dict, the root view of a derived one) is
+        handed to ``stream`` instead of released: an event is recorded on ``stream``
+        then, and the hold is released once that event has completed, so the
+        producer cannot free or reuse the memory while ``stream`` still reads or
+        writes it.  Recorded on several streams, it waits for all of them.  The host
+        is never blocked (see ``stridedview.release_pending``).
+
+        ``stream`` is a stream handle (an int >= 0: 0, 1 and 2 name the default
+        streams of the context current where the view is released, else the data
+        device's) or an object with ``__cuda_stream__``: TypeError for anything
+        else, ValueError for a negative handle (-1 names no stream); CUDAError when
+        the driver cannot be used or the handle names no stream.  A view of
+        host-only memory (``is_device_accessible`` False) records nothing: no stream
+        reads pageable memory behind the host's back (see docs/concepts.md).
+        """
+        _record_stream(self, stream)
 
     def copy_from(self, other, stream, allocator=None, blocking=None):
         """Copy the elements of view ``other`` into this view (cuda.core's ``copy_from``).
@@ -1136,6 +1160,7 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 
 
 include "_intern.pxi"
+include "_handover.pxi"
 include "_view_lifecycle.pxi"
 include "_producer_types.pxi"
 include "_launcher.pxi"
