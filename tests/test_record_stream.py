@@ -370,13 +370,17 @@ def test_default_stream_with_no_current_context_is_the_data_devices(fake_streams
     context's legacy stream (device 1's here)."""
     fake = fake_streams
     producer = producers.make_producer(device=(2, 1), shape=(16,), dtype="uint8")
-    view = StridedMemoryView(producer, stream_ptr=-1)
-    view.record_stream(1)
-    box = [view]
-    del view
     legacy = fake.stream(1, fake.primary_contexts[1])
     legacy.ops.append(("write", "kernel"))
-    thread = threading.Thread(target=box.clear)
+
+    def release_here():
+        # Made and dropped in this thread: a free-threaded build deallocates an object
+        # dropped by another thread in the thread that made it.
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        view.record_stream(1)
+        del view
+
+    thread = threading.Thread(target=release_here)
     thread.start()
     thread.join()
     assert pending() == (1, 1) and producers.deleter_calls(producer) == 0
@@ -728,8 +732,9 @@ def test_explicit_record_stream_in_a_launch_lets_the_kept_view_go(fake_streams):
 
     @args_viewable_as_strided_memory((0,))
     def launch(a):
-        a.view(stream).record_stream(stream)
-        fake.enqueue(stream)
+        view = a.view(stream)
+        view.record_stream(stream)
+        fake.enqueue(stream)  # (the view goes when the function returns, or at the launch's end)
 
     device = Device()
     gone = weakref.ref(device)

@@ -490,8 +490,9 @@ def device_count() -> int:
 
 # --- hand-overs: events from a pool per (context, thread) ------------------------------------
 
-# Events kept free per (context, thread) for later hand-overs; more are destroyed.
-_POOL_LIMIT = 32
+# Events kept free per (context, thread) for later hand-overs (as many as a launcher far
+# ahead of its device has in flight at once); more are destroyed.
+_POOL_LIMIT = 1024
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY: what cuEventQuery answers for work still queued
 _CAPTURE_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
 
@@ -569,17 +570,28 @@ def _record_pooled(api, state, handle, device, ptr):
 
 
 def _record_pooled_in(api, state, context, handle):
-    if int(_call(api, "cuStreamIsCapturing", handle)) == _CAPTURE_ACTIVE:
+    # The two calls of every hand-over, made directly (the driver is loaded by now);
+    # _call only on failure, for its error.
+    result = api.cuStreamIsCapturing(handle)
+    if int(result[0]) != _CUDA_SUCCESS:
+        raise _failure(api, "cuStreamIsCapturing", result[0])
+    if int(result[1]) == _CAPTURE_ACTIVE:
         return None
     event = _pool_take(api, state, context)
-    try:
-        _call(api, "cuEventRecord", event, handle)
-    except CUDAError as exc:
-        if exc.name in _STALE:
-            _drop_pool(api, state, context)  # a reset context's events are all dead
-        _destroy_quietly(api, context, event)
-        raise
-    return [context, event]
+    code = api.cuEventRecord(event, handle)[0]
+    if int(code) == _CUDA_SUCCESS:
+        return [context, event]
+    error = _failure(api, "cuEventRecord", code)
+    if error.name in _STALE:
+        _drop_pool(api, state, context)  # a reset context's events are all dead
+    _destroy_quietly(api, context, event)
+    raise error
+
+
+def _failure(api, name: str, code) -> CUDAError:
+    """The CUDAError ``_call`` raises for ``name`` returning ``code``."""
+    error_name = _error_name(api, code)
+    return CUDAError(f"{name} failed: {error_name}", error_name)
 
 
 def _pool_take(api, state, context):

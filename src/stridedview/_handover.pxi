@@ -92,7 +92,9 @@ cdef extern from *:
 
 cdef enum:
     _POLL_EVERY = 32  # view creations between two checks while hand-overs are pending
-    _POLL_ENTRIES = 4  # the oldest entries a check looks at (all: release_pending)
+    # The oldest entries a check may release (it stops at the first one still running, so
+    # it queries one entry more than it releases; release_pending looks at all of them).
+    _POLL_ENTRIES = 8
 
 # The bound on pending hand-overs (entries: one per hand-over, one per launch).
 cdef Py_ssize_t _pending_limit = 4096
@@ -369,7 +371,8 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         events = driver.record_handover(entry.streams)
     except BaseException as exc:
         _release_holds(entry)
-        if getattr(exc, "name", None) not in _GONE:
+        # (After the exit function, the driver may be half torn down: nothing is said.)
+        if not _exiting and getattr(exc, "name", None) not in _GONE:
             sv_write_unraisable(
                 exc, "stridedview: recording a hand-over's event (its memory was released at once)"
             )
@@ -406,7 +409,7 @@ cdef void _seal_and_register(_Handover entry) noexcept:
     if SV_PENDING_LOAD(sv_pending_entries) > _pending_limit:
         _make_room()
     else:
-        _check_oldest(1)
+        _check_oldest(_POLL_ENTRIES)
 
 
 cdef _Handover _claim_oldest():
@@ -435,11 +438,18 @@ cdef Py_ssize_t _check_oldest(int limit) noexcept:
     cdef Py_ssize_t released = 0
     cdef _Handover entry
     cdef int i
+    cdef bint done
     for i in range(limit):
         entry = _claim_oldest()
         if entry is None:
             break
-        if not _driver_module().handover_done(entry.events):
+        try:
+            done = _driver_module().handover_done(entry.events)
+        except BaseException as exc:  # (a KeyboardInterrupt): the entry stays pending
+            _unclaim(entry)
+            sv_write_unraisable(exc, "stridedview: checking pending hand-overs")
+            break
+        if not done:
             _unclaim(entry)
             break
         released += _release_entry(entry)
@@ -467,7 +477,12 @@ cdef void _make_room() noexcept:
         entry = _claim_oldest()
         if entry is None:
             break  # the rest are being checked by other threads
-        _driver_module().wait_handover(entry.events)
+        try:
+            _driver_module().wait_handover(entry.events)
+        except BaseException as exc:  # (a KeyboardInterrupt): the entry stays pending
+            _unclaim(entry)
+            sv_write_unraisable(exc, "stridedview: waiting for the oldest hand-over")
+            break
         _release_entry(entry)
 
 
