@@ -363,6 +363,9 @@ class Marking:
         self.memory = res.device(64)
         self.one = res.device(1)
         ok(drv.cuMemsetD8(self.one.ptr, 1, 1))
+        # A device memset returns before it runs (on the legacy stream, which the test's
+        # non-blocking streams do not wait for): done before any marker copies the byte.
+        ok(drv.cuCtxSynchronize())
         if pinned:
             memory = res.pinned(count)
             self.markers_ptr = memory.ptr
@@ -394,9 +397,29 @@ DELETER_DELAY_US = 200
 
 
 def _storm(stop):
+    """Full collections, one every 2 ms until ``stop``."""
     while not stop.is_set():
         gc.collect()
         stop.wait(0.002)
+
+
+class collections_storm:
+    """``with collections_storm():`` a thread collecting garbage all along.  What exists
+    before is frozen (gc.freeze), so that a full collection walks only what the test makes:
+    in a process that has run the whole suite one would take tens of milliseconds."""
+
+    def __enter__(self):
+        gc.collect()
+        gc.freeze()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=_storm, args=(self.stop,))
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(30)
+        gc.unfreeze()
 
 
 def test_deleters_run_once_after_the_stream_from_many_threads(gpu, simulator):
@@ -427,16 +450,12 @@ def test_deleters_run_once_after_the_stream_from_many_threads(gpu, simulator):
         except BaseException as exc:  # noqa: BLE001 - reported below
             failures.append(exc)
 
-    stop = threading.Event()
-    collector = threading.Thread(target=_storm, args=(stop,))
     threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
-    collector.start()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
-    stop.set()
-    collector.join(30)
+    with collections_storm():
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
     gc.collect()
     release_pending(wait=True)
     simulator.set_delay_us(0)
@@ -508,18 +527,14 @@ def test_decorator_deleters_run_once_after_the_stream_from_many_threads(gpu, sim
             failures.append(exc)
 
     _driver.record_handover = counting_record
-    stop = threading.Event()
-    collector = threading.Thread(target=_storm, args=(stop,))
     threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
     try:
-        collector.start()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(300)
+        with collections_storm():
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(300)
     finally:
-        stop.set()
-        collector.join(30)
         _driver.record_handover = real_record
     gc.collect()
     release_pending(wait=True)

@@ -35,6 +35,13 @@
 #   still holds nothing a fill would overwrite and not release
 #   (SV_VIEW_HOLDS_NOTHING: no capsule, held buffer or C layout, which every
 #   complete fill sets), whatever its proxy's flag says, else lets it go.
+# - record_stream=True (_launch_recording): the launch's proxies carry its group
+#   (``_group``, _handover.pxi) and make new views that join it (never kept: they
+#   hand over when released, and _park_proxy lets a view with a hand-over go);
+#   a spare's emptied kept view is let go when such a launch takes it
+#   (_enter_group), and every proxy leaves the group when the launch ends, before
+#   it is parked.  A launcher without the option runs _launch_with with no group,
+#   which the compiler folds away: one flag test per launch.
 # - Only launchers fill their proxies: ViewableArgument.__init__ refuses a proxy
 #   that has an object or belongs to a launcher (``_name`` set, parked ones
 #   included), so a proxy found through the collector cannot be made to view,

@@ -13,7 +13,13 @@
 #   import.  It runs with the only reference gone, so no other thread can reach
 #   the object; it releases the capsule, the held buffer and the shape block
 #   exactly once each, saving the pending exception only where Python code may
-#   run (a deleter, a buffer release).
+#   run (a deleter, a buffer release).  A view recorded on streams (``_handover``,
+#   one more test in _holds_resources) hands its hold over instead, before the
+#   freelist takes the object (_handover.pxi).
+# - Clearing (_view_clear): installed in front of Cython's tp_clear, which the
+#   collector calls on a view of a garbage cycle before deallocating it: a
+#   recorded view hands over there first (Cython's would drop the exporting
+#   object), any other goes straight to Cython's.
 # - Allocation (_new_view): pops a view from Cython's own freelist and
 #   re-initialises it as Cython's tp_new would, but for the inline shape/stride
 #   arrays (never read before _c_dims_storage writes them).  The freelist is a
