@@ -260,7 +260,8 @@ def test_table_parses_into_groups():
     groups = collections.Counter(row.group for row in parse_errors_table())
     expected = (
         "Stream", "DLPack", "CUDA Array Interface", "Array interface", "Buffer protocol",
-        "from_buffer", "Export", "Layouts", "DLPack C exchange API", "Decorator", "Driver", "General",
+        "from_buffer", "Export", "Layouts", "DLPack C exchange API", "Decorator", "Hand-overs",
+        "Driver", "General",
         "Handing a host view on (buffer protocol, array interface)", "Copies", "Tensor maps",
     )
     for group in expected:
@@ -843,6 +844,14 @@ TRIGGERS = [
     ("tmap-swizzle-span", lambda f, m: _tmap(box_dim=(2, 16), swizzle=1), ValueError, "tensor map: the box's last axis spans 64 bytes, more than swizzle 1's 32-byte span"),
     ("tmap-interleave-swizzle", lambda f, m: _tmap(shape=(2, 4, 16), box_dim=(1, 2, 8), interleave=2), ValueError, "tensor map: interleave 32B needs swizzle 32B (1), got 0"),
     ("module-attribute", lambda f, m: _unknown_attribute(), AttributeError, "module 'stridedview' has no attribute 'no_such_name'"),
+    # hand-overs
+    ("record-stream-none", lambda f, m: host_view().record_stream(None), TypeError, "record_stream: stream must be an int or an object with __cuda_stream__ (got None)"),
+    ("record-stream-float", lambda f, m: host_view().record_stream(1.5), TypeError, "record_stream: stream must be an int or an object with __cuda_stream__ (got 1.5)"),
+    ("record-stream-minus-one", lambda f, m: host_view().record_stream(-1), ValueError, "record_stream: stream must be a stream handle >= 0 (got -1): -1 names no stream"),
+    ("record-stream-negative", lambda f, m: host_view().record_stream(-3), ValueError, "record_stream: stream must be a stream handle >= 0 (got -3)"),
+    ("release-pending-wait", lambda f, m: stridedview.release_pending(wait=1), TypeError, "release_pending: wait must be a bool (got 1)"),
+    ("pending-limit", lambda f, m: stridedview._view._set_pending_limit(0), ValueError, "_set_pending_limit: limit must be >= 1 (got 0)"),
+    ("decorator-record-stream", lambda f, m: args_viewable_as_strided_memory(0, record_stream="yes"), TypeError, "args_viewable_as_strided_memory: record_stream must be a bool (got 'yes')"),
 ]
 
 #: Rows no public call can reach on a healthy machine, with the reason.

@@ -77,6 +77,10 @@ cdef class StridedMemoryView:
     # read from: its producer may keep the memory alive through it alone (a numpy
     # scalar's dict holds, in '__ref', the only reference to its temporary array).
     cdef object _interface
+    # Where the memory goes when the view lets go of it, if a stream was recorded
+    # (record_stream, or a launcher's record_stream=True): a counted reference to a
+    # _Handover (_handover.pxi), or NULL.  Last, so that no other field moves.
+    cdef void *_handover
 
     cdef str _device_id_text(self)
 

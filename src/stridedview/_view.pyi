@@ -138,7 +138,8 @@ class StridedMemoryView:
     a namedtuple would.
 
     A consumed DLPack capsule's deleter runs exactly once, when the view is
-    deallocated.  The view hands itself on through ``__dlpack__``,
+    deallocated (or, after ``record_stream(s)``, once ``s`` has done the work
+    enqueued until then).  The view hands itself on through ``__dlpack__``,
     ``__dlpack_device__`` and, for device-accessible memory,
     ``__cuda_array_interface__``.
     """
@@ -313,6 +314,27 @@ class StridedMemoryView:
         or managed memory, or of a dtype numpy cannot name by its typestr (bfloat16,
         the float8 kinds), raises BufferError saying why.
         """
+    def record_stream(self, stream: SupportsIndex | SupportsCudaStream) -> None:
+        """Say that work enqueued on ``stream`` uses this view's memory (torch's
+        ``Tensor.record_stream``, for any producer).
+
+        When the view lets go of its memory (it is deallocated or collected), what it
+        held the memory by (its reference to the exporting object, a DLPack capsule's
+        deleter, a CUDA Array Interface dict, the root view of a derived one) is
+        handed to ``stream`` instead of released: an event is recorded on ``stream``
+        then, and the hold is released once that event has completed, so the
+        producer cannot free or reuse the memory while ``stream`` still reads or
+        writes it.  Recorded on several streams, it waits for all of them.  The host
+        is not blocked (see ``stridedview.release_pending``).
+
+        ``stream`` is a stream handle (an int >= 0: 0, 1 and 2 name the default
+        streams of the context current where the view is released, else the data
+        device's) or an object with ``__cuda_stream__``: TypeError for anything
+        else, ValueError for a negative handle (-1 names no stream); CUDAError when
+        the driver cannot be used or the handle names no stream.  A view of
+        host-only memory (``is_device_accessible`` False) records nothing: no stream
+        reads pageable memory behind the host's back (see docs/concepts.md).
+        """
     def copy_from(
         self,
         other: StridedMemoryView,
@@ -476,6 +498,18 @@ class _ViewableLauncher:
         func: Callable[..., Any],
         by_position: tuple[tuple[int, str], ...],
         by_keyword: tuple[str, ...],
+        record_stream: bool = False,
     ) -> None: ...
+    @property
+    def record_stream(self) -> bool: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __get__(self, instance: object, owner: type | None = None, /) -> Any: ...
+
+# Hand-overs (record_stream): release the holds whose streams are done; how many.
+def release_pending(wait: bool = False) -> int: ...
+
+# For tests: (entries, holds, holds handed to capturing streams) pending; the bound on
+# pending hand-overs (returns the previous one); everything released, waiting (use_api's).
+def _pending_holds() -> tuple[int, int, int]: ...
+def _set_pending_limit(limit: int) -> int: ...
+def _drain_pending() -> int: ...

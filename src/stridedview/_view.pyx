@@ -312,6 +312,10 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         """numpy's array interface (version 3) of a host view."""
         return _host_array_interface(self)
 
+    def record_stream(self, stream):
+        """Keep the memory from its producer until work now on ``stream`` is done (torch's name)."""
+        _record_stream(self, stream)
+
     def copy_from(self, other, stream=None, allocator=None, blocking=None):
         """Copy the elements of view ``other`` into this view (``stream``: for device memory)."""
         _copy_module().copy(self, other, None if stream is None else _normalize_stream(stream), blocking)
@@ -981,6 +985,7 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 
 
 include "_intern.pxi"
+include "_handover.pxi"
 include "_view_lifecycle.pxi"
 include "_attributes.pxi"
 include "_producer_types.pxi"
