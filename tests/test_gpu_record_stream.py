@@ -25,6 +25,7 @@ import gc
 import itertools
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -422,6 +423,20 @@ class collections_storm:
         gc.unfreeze()
 
 
+def events_back_to(simulator, live, seconds=5.0):
+    """The simulator's live events once the calling thread's pool is trimmed and the ended
+    threads' pools are destroyed (their finalizers may still be running in a thread
+    that is ending: waited for up to ``seconds``); ``live`` if no event was left behind."""
+    deadline = time.monotonic() + seconds
+    while True:
+        _driver.trim_event_pool()
+        gc.collect()
+        count = simulator.counter("events_live")
+        if count == live or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
+
+
 def test_deleters_run_once_after_the_stream_from_many_threads(gpu, simulator):
     """10,000 hand-overs from 8 threads, one in 25 of a view in a garbage cycle, the collector
     running all along: every deleter runs exactly once, none before its stream ran the copy
@@ -465,9 +480,7 @@ def test_deleters_run_once_after_the_stream_from_many_threads(gpu, simulator):
     assert set(marking.calls.values()) == {1}, "a deleter ran more than once"
     assert marking.early == [], f"{len(marking.early)} deleters ran before their stream's copy"
     assert _view._pending_holds() == (0, 0, 0)
-    _driver.trim_event_pool()
-    gc.collect()
-    assert simulator.counter("events_live") == live
+    assert events_back_to(simulator, live) == live
 
 
 def test_without_a_hand_over_deleters_run_before_the_stream(gpu, simulator):
@@ -544,9 +557,7 @@ def test_decorator_deleters_run_once_after_the_stream_from_many_threads(gpu, sim
     assert len(marking.calls) == 2 * THREADS * LAUNCHES_PER_THREAD
     assert set(marking.calls.values()) == {1}
     assert marking.early == []
-    _driver.trim_event_pool()
-    gc.collect()
-    assert simulator.counter("events_live") == live
+    assert events_back_to(simulator, live) == live
 
 
 # --- streams, contexts and graphs that go away -----------------------------------------------
