@@ -8,9 +8,17 @@
 #                                                 # Debian serves its source (it does not yet:
 #                                                 # every python3.14/3.15 .dsc answers 404)
 #   STRIDEDVIEW_FT_CACHE=DIR tools/build_freethreaded_python.sh
+#   STRIDEDVIEW_PY_VARIANT=gil tools/build_freethreaded_python.sh   # -> .../python3.13-*/bin/python3.13
+#   STRIDEDVIEW_PY_VARIANT=tsan tools/build_freethreaded_python.sh  # -> .../python3.13t-tsan-*/bin/python3.13t
+#
+# STRIDEDVIEW_PY_VARIANT picks what is built from the same source: `ft` (the default, free-
+# threaded), `gil` (the ordinary GIL build: the baseline the free-threaded figures of
+# docs/performance.md are measured against) or `tsan` (free-threaded, `--with-thread-sanitizer`,
+# for the ThreadSanitizer run of tools/tsan.sh; several times slower to run).
 #
 # The build is cached under $STRIDEDVIEW_FT_CACHE (default ~/.cache/stridedview), keyed by
-# the source package's version, and reused only if that interpreter runs with the GIL off.
+# the source package's version and the variant, and reused only if that interpreter runs as
+# built (the GIL off, or on for `gil`).
 # Needs root for apt (a deb-src entry for trixie is added for the download and removed
 # again), a C compiler, make, and the -dev packages of OpenSSL, zlib, libffi, bz2, lzma,
 # sqlite3 and readline (all on this project's machines).  About five minutes on two cores.
@@ -18,14 +26,27 @@ set -euo pipefail
 
 minor="${1:-3.13}"
 suite="${2:-trixie}"
-case "$minor" in 3.1[3-9]) ;; *) echo "free-threaded CPython: $minor: 3.13 or later" >&2; exit 2 ;; esac
+case "$minor" in 3.1[3-9]) ;; *) echo "CPython: $minor: 3.13 or later" >&2; exit 2 ;; esac
+variant="${STRIDEDVIEW_PY_VARIANT:-ft}"
+case "$variant" in
+    ft)   tag="${minor}t";      exe="python${minor}t"; flags=(--disable-gil) ;;
+    gil)  tag="${minor}";       exe="python${minor}";  flags=() ;;
+    tsan) tag="${minor}t-tsan"; exe="python${minor}t"; flags=(--disable-gil --with-thread-sanitizer) ;;
+    *) echo "CPython: STRIDEDVIEW_PY_VARIANT=$variant: ft, gil or tsan" >&2; exit 2 ;;
+esac
 cache="${STRIDEDVIEW_FT_CACHE:-$HOME/.cache/stridedview}"
 mkdir -p "$cache"
 
-find_cached() {  # the newest cached interpreter that runs without the GIL, if any
+runs_as_built() {  # the interpreter starts, and has the GIL exactly when the variant has it
+    local check='import sys; sys.exit(sys._is_gil_enabled())'
+    [ "$variant" = gil ] && check='import sys, sysconfig; sys.exit(bool(sysconfig.get_config_var("Py_GIL_DISABLED")))'
+    "$1" -c "$check" 2>/dev/null
+}
+
+find_cached() {  # the newest cached interpreter of this variant that runs as built, if any
     local python
-    for python in $(ls -d "$cache"/python"$minor"t-*/bin/python"$minor"t 2>/dev/null | sort -r); do
-        if "$python" -c 'import sys; sys.exit(sys._is_gil_enabled())' 2>/dev/null; then
+    for python in $(ls -d "$cache"/python"$tag"-[0-9]*/bin/"$exe" 2>/dev/null | sort -r); do
+        if runs_as_built "$python"; then
             echo "$python"
             return 0
         fi
@@ -34,7 +55,7 @@ find_cached() {  # the newest cached interpreter that runs without the GIL, if a
 }
 
 if [ "${STRIDEDVIEW_FT_REBUILD:-0}" != 1 ] && python=$(find_cached); then
-    echo "free-threaded CPython: reusing $python" >&2
+    echo "CPython ($variant): reusing $python" >&2
     echo "$python"
     exit 0
 fi
@@ -47,7 +68,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "free-threaded CPython: fetching Debian $suite's python$minor source package" >&2
+echo "CPython ($variant): fetching Debian $suite's python$minor source package" >&2
 cat > "$sources" <<EOF
 Types: deb-src
 URIs: http://deb.debian.org/debian
@@ -61,22 +82,22 @@ rm -f "$sources"
 
 orig="$(ls "$work"/python"$minor"_*.orig.tar.xz | head -n 1)"
 version="$(basename "$orig" | sed -E "s/^python${minor//./\\.}_([^.]+\.[^.]+\.[^.]+)\.orig\.tar\.xz\$/\1/")"
-prefix="$cache/python${minor}t-$version"
+prefix="$cache/python${tag}-$version"
 tar -xJf "$orig" -C "$work"
 source_dir="$(find "$work" -mindepth 1 -maxdepth 1 -type d -name 'Python-*' | head -n 1)"
 
-echo "free-threaded CPython: building $version into $prefix" >&2
+echo "CPython ($variant): building $version into $prefix" >&2
 rm -rf "$prefix"
 (
     cd "$source_dir"
-    ./configure --disable-gil --prefix="$prefix" --with-ensurepip=install \
+    ./configure "${flags[@]}" --prefix="$prefix" --with-ensurepip=install \
         > "$work/configure.log" 2>&1 || { tail -n 40 "$work/configure.log" >&2; exit 1; }
     make -j"$(nproc)" > "$work/make.log" 2>&1 || { tail -n 40 "$work/make.log" >&2; exit 1; }
     make install > "$work/install.log" 2>&1 || { tail -n 40 "$work/install.log" >&2; exit 1; }
 )
-python="$prefix/bin/python${minor}t"
-if ! "$python" -c 'import sys, ssl; sys.exit(sys._is_gil_enabled())'; then
-    echo "free-threaded CPython: $python does not run with the GIL off" >&2
+python="$prefix/bin/$exe"
+if ! runs_as_built "$python" || ! "$python" -c 'import ssl'; then
+    echo "CPython ($variant): $python does not run as built" >&2
     exit 1
 fi
 echo "$python"
