@@ -1,4 +1,4 @@
-"""What a hand-over costs (issue 29): ``view.record_stream(s)`` and ``record_stream=True``.
+"""What a hand-over costs: ``view.record_stream(s)`` and ``record_stream=True``.
 
     python benchmarks/handover.py [--rounds N] [--calls N]
 
@@ -27,10 +27,10 @@ the driver calls each call made (its call counters), which a real driver makes a
 from __future__ import annotations
 
 import argparse
-import ctypes
 import statistics
 import sys
 import timeit
+from pathlib import Path
 
 NBYTES = 4096
 #: The driver calls worth counting per case (the simulated device counts every call).
@@ -110,15 +110,14 @@ def build_cases() -> dict[str, object]:
 
 
 def _simulator():
+    """tests/simgpu's Simulator when libcuda.so.1 is the simulator, else None (a real driver:
+    no call counts)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "simgpu"))
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    if getattr(lib, "simgpu_is_simulator", None) is None:
-        return None
-    lib.simgpu_call_count.restype = ctypes.c_longlong
-    lib.simgpu_call_count.argtypes = [ctypes.c_char_p]
-    return lib
+        from simgpu_support import simulator
+    finally:
+        del sys.path[0]
+    return simulator()
 
 
 def main(argv=None) -> int:
@@ -141,11 +140,11 @@ def main(argv=None) -> int:
     counts = {}
     if simulator is not None:
         for name, func in cases.items():
-            before = {call: simulator.simgpu_call_count(call.encode()) for call in CALLS}
+            before = {call: simulator.calls(call) for call in CALLS}
             for _ in range(args.calls):
                 func()
             counts[name] = {
-                call: (simulator.simgpu_call_count(call.encode()) - before[call]) / args.calls
+                call: (simulator.calls(call) - before[call]) / args.calls
                 for call in CALLS
             }
     samples: dict[str, list[float]] = {name: [] for name in cases}
