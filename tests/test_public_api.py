@@ -402,7 +402,16 @@ def test_help_is_a_summary_whose_contract_lives_in_the_docs_and_stubs():
     from stridedview import StridedMemoryView
 
     text = pydoc.render_doc(StridedMemoryView, renderer=pydoc.plaintext)
-    assert len(text.splitlines()) <= HELP_LINES, len(text.splitlines())
+    # pydoc from 3.13 on writes a long signature one parameter a line: one line here, as
+    # older pydocs write it (as_tensor_map's and from_buffer's take 11 and 8 lines there).
+    lines, wrapped = [], False
+    for line in text.splitlines():
+        if wrapped:
+            wrapped = not line.strip(" |").startswith(")")
+            continue
+        wrapped = line.rstrip().endswith("(")
+        lines.append(line)
+    assert len(lines) <= HELP_LINES, len(lines)
     assert len(inspect.cleandoc(StridedMemoryView.__doc__).splitlines()) <= 20
     long = {}
     for name in dir(StridedMemoryView):
