@@ -108,8 +108,9 @@ extensions = [
 ALWAYS_INLINE = (
     "_address_int", "_byte_offsets_fit", "_c_dims_storage", "_describes",
     "_drop_proxy", "_dtype_from_dlpack", "_instance_overrides_dlpack", "_int64_tuple",
-    "_new_proxy", "_new_view", "_numpy_dtype", "_park_proxy", "_producer_type",
-    "_proxy_view", "_tuple_slot_holds", "_viewable",
+    "_launch_with", "_new_proxy", "_new_view", "_numpy_dtype", "_park_proxy",
+    "_producer_type", "_proxy_view", "_tuple_slot_holds", "_view_from_any",
+    "_view_from_dlpack", "_viewable",
 )
 ALWAYS_INLINE_MISSING = "stridedview: not marked always-inline (Cython's output changed?):"
 

@@ -1,6 +1,7 @@
 """Instruction counts of the benchmark cases under valgrind's callgrind.
 
     python benchmarks/callgrind.py [--calls N] [--cases SUBSTRING ...] [--json FILE]
+                                   [--module handover]
 
 Wall-clock ratios on a shared machine move by tens of percent between runs; the
 number of instructions one call executes does not (to within a few tenths of a
@@ -15,7 +16,8 @@ segment the garbage collector is run and every object frozen, so that collection
 inside a segment cost the same whichever cases ran before it.
 
 Needs valgrind on PATH; runs about a minute and a half (importing torch and jax
-under valgrind is most of it).
+under valgrind is most of it).  ``--module handover`` counts benchmarks/handover.py's
+cases instead (hand-overs: they need a CUDA driver, such as the simulated device).
 """
 
 from __future__ import annotations
@@ -37,10 +39,12 @@ def _nothing():
     pass
 
 
-def child(calls: int, patterns: list[str]) -> None:
+def child(calls: int, patterns: list[str], module: str = "run") -> None:
     """Inside valgrind: warm every case up, then one dump-delimited segment per case."""
+    import importlib
+
     sys.path.insert(0, HERE)
-    from run import build_cases
+    build_cases = importlib.import_module(module).build_cases
 
     cases = {"(empty loop)": _nothing}
     cases.update(
@@ -75,7 +79,7 @@ def _totals(path: str) -> int:
     raise ValueError(f"no totals in {path}")
 
 
-def measure(calls: int, patterns: list[str]) -> dict[str, float]:
+def measure(calls: int, patterns: list[str], module: str = "run") -> dict[str, float]:
     """Instructions per call of each case (the empty loop's taken off)."""
     if shutil.which("valgrind") is None:
         raise SystemExit("callgrind.py: valgrind is not on PATH")
@@ -86,6 +90,7 @@ def measure(calls: int, patterns: list[str]) -> dict[str, float]:
             "valgrind", "--tool=callgrind", "--dump-before=getppid",
             f"--callgrind-out-file={out}",
             sys.executable, os.path.abspath(__file__), "--child", "--calls", str(calls),
+            "--module", module,
         ] + [arg for p in patterns for arg in ("--cases", p)]
         result = subprocess.run(command, env=env, capture_output=True, text=True)
         if result.returncode != 0:
@@ -113,13 +118,17 @@ def main(argv=None) -> int:
         help="only the cases whose name holds SUBSTRING (repeatable)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the counts as JSON")
+    parser.add_argument(
+        "--module", default="run", choices=("run", "handover"),
+        help="the benchmark module whose cases are counted (default: run)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.calls, args.cases)
+        child(args.calls, args.cases, args.module)
         return 0
 
-    counts = measure(args.calls, args.cases)
+    counts = measure(args.calls, args.cases, args.module)
     width = max(map(len, counts))
     print(f"{'case':<{width}}  instructions per call")
     for name, count in counts.items():

@@ -200,7 +200,7 @@ TARGETS = [
     ("cuda.core / stridedview, torch CPU", "cuda.core torch CPU", "stridedview torch CPU", 15.0, ">="),
     ("cuda.core / stridedview, launch x3 numpy", "cuda.core launch x3 numpy", "stridedview launch x3 numpy", 6.0, ">="),
     ("CAI view vs DLPack view, same array", "stridedview CAI host (-1)", "stridedview DLPack host (-1)", 1.5, "<="),
-    # The forms users write (issue 20): the stream by keyword, launch bodies reading the fields.
+    # The forms users write: the stream by keyword, launch bodies reading the fields.
     ("numpy view (keyword) vs numpy.from_dlpack", "stridedview numpy 2-D (keyword)", "numpy.from_dlpack 2-D", 0.6, "<="),
     ("torch view (keyword) vs tvm_ffi.from_dlpack", "stridedview torch CPU (keyword)", "tvm_ffi.from_dlpack torch", 1.0, "<="),
     ("launch x3 numpy, bodies reading the fields, vs tvm-ffi nop", "stridedview launch x3 numpy (fields)", "tvm_ffi nop(a, b, c) numpy", 1.0, "<="),

@@ -19,9 +19,7 @@ extensions = [
 ]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-# contract-draft.md is the developers' working contract, referred to by the tests'
-# docstrings; the published pages say the same for readers.
-exclude_patterns = ["_build", "contract-draft.md"]
+exclude_patterns = ["_build"]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3

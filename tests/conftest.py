@@ -36,6 +36,17 @@ first on ``LD_LIBRARY_PATH``): the hardware skips are no longer allowed, but for
 one: with a simulated device at hand, a ``gpu`` test that skips for want of a GPU, of a second
 device or of the simulator proves that the stage ran on something else.
 
+A bare ``python -m pytest`` (no test path, no ``-m``, no ``-k``) is the quick run of README.md's
+Quick start: it leaves out the tests marked ``torch``, ``jax``, ``numba`` or ``slow``
+(``LEFT_OUT``) and the modules that need torch to be imported at all (``tests/test_torch_*.py``,
+not even collected), and says at the end how many it left out and the one command that runs them
+(``REST_COMMAND``).  ``--rest`` runs exactly those, ``--all`` everything; paths, ``-m`` or ``-k``
+run what they select, as pytest does.  A test marked ``torch``, ``jax`` or ``numba`` needs that
+library (torch, jax, numba-cuda: the ``full`` extra); ``slow`` marks the long-running ones (about
+half a second or more each, or seconds as a family: subprocesses, compilers, leak and thread
+checks, fuzzing).  CI runs the quick run with none of the three installed and under
+``STRIDEDVIEW_REQUIRE_INTEROP=1``, so a test that needs one of them and is not marked fails it.
+
 ``STRIDEDVIEW_ALLOW_MISSING=torch,jax,...`` (set only by CI's interpreter matrix, where some
 producers have no wheel at hand for that Python): an ``importorskip`` skip of a module named
 there, or of a submodule of one, is allowed, and only while that module is truly not installed
@@ -77,6 +88,108 @@ REQUIRE_DEVICE_ENV = "STRIDEDVIEW_REQUIRE_DEVICE"
 
 ALLOW_MISSING_ENV = "STRIDEDVIEW_ALLOW_MISSING"
 _IMPORTORSKIP_REASON = re.compile(r"^could not import '([A-Za-z0-9_.]+)'")
+
+# --- The quick run and the rest -----------------------------------------------------------
+
+#: The markers a bare run leaves out, each with what its tests need, for the closing summary.
+LEFT_OUT = {
+    "torch": "torch",
+    "jax": "jax",
+    "numba": "numba-cuda",
+    "slow": "time (subprocesses, compilers, leak and thread checks, fuzzing)",
+}
+#: Modules that import torch as they load (each is marked ``torch`` whole): a quick run does
+#: not collect them, so that it imports no torch even where torch is installed.
+TORCH_MODULES = "test_torch_*.py"
+#: The one command that runs what a quick run leaves out (README.md, "All the tests").
+REST_COMMAND = 'pip install -e ".[test,full]" && python -m pytest --rest'
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("stridedview")
+    group.addoption(
+        "--rest", action="store_true",
+        help="run only what a bare run leaves out: the tests marked " + ", ".join(LEFT_OUT),
+    )
+    group.addoption("--all", action="store_true", help="run every test (the quick run and --rest)")
+
+
+def run_kind(config: pytest.Config) -> str:
+    """"quick" (a bare run), "rest" (--rest), "all" (--all) or "chosen" (paths, -m or -k)."""
+    if config.getoption("--all"):
+        return "all"
+    if config.getoption("--rest"):
+        return "rest"
+    chosen = (
+        config.args_source is not pytest.Config.ArgsSource.TESTPATHS
+        or config.getoption("markexpr") or config.getoption("keyword")
+    )
+    return "chosen" if chosen else "quick"
+
+
+def left_out_by(item: pytest.Item) -> list[str]:
+    """The LEFT_OUT markers of ``item``."""
+    return [name for name in LEFT_OUT if item.get_closest_marker(name) is not None]
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config):
+    if run_kind(config) == "quick" and collection_path.match(TORCH_MODULES):
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kind = run_kind(config)
+    if kind not in ("quick", "rest"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if bool(left_out_by(item)) == (kind == "quick") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    if kind == "quick":
+        config.stash[_LEFT_OUT_KEY] = drop
+
+
+_LEFT_OUT_KEY = pytest.StashKey[list]()
+
+
+def _left_out_summary(terminalreporter, config: pytest.Config) -> None:
+    """What a quick run did not run, and the one command that runs it."""
+    import textwrap
+
+    drop = config.stash.get(_LEFT_OUT_KEY, None)
+    if drop is None:
+        return
+    modules = sorted(p.name for p in (config.rootpath / "tests").glob(TORCH_MODULES))
+    if not drop and not modules:
+        return
+    counts = {name: 0 for name in LEFT_OUT}
+    for item in drop:
+        names = left_out_by(item)
+        # A test both long-running and needing a library is counted with the library.
+        counts[next((n for n in names if n != "slow"), "slow")] += 1
+    parts = [f"{count} {'test needs' if count == 1 else 'tests need'} {LEFT_OUT[name]}"
+             for name, count in counts.items() if count]
+    if modules:
+        parts.append(f"every test of {', '.join(modules)} (they need torch: not collected)")
+    text = (
+        f"{'; '.join(parts)}. The one command that runs them all: {REST_COMMAND} (the full "
+        "extra installs torch, jax and numba-cuda; on a machine without a GPU, install torch's "
+        "CPU build first, as README.md says under \"All the tests\": PyPI's Linux torch is a "
+        "CUDA build of several GB)."
+    )
+    terminalreporter.section("not run: a quick run leaves these out", sep="=", yellow=True)
+    width = max(60, min(terminalreporter._tw.fullwidth, 100))
+    # The command on a line of its own, so that it can be copied whole.
+    before, _, after = text.partition(REST_COMMAND)
+    for line in textwrap.wrap(before.rstrip(), width):
+        terminalreporter.line(line)
+    terminalreporter.line(f"    {REST_COMMAND}")
+    for line in textwrap.wrap(after.strip(), width):
+        terminalreporter.line(line)
+
 
 # (node id, reason) of every skip that fails the run under STRIDEDVIEW_REQUIRE_INTEROP=1;
 # reset when a session starts (pytest runs one session per process).
@@ -232,6 +345,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    _left_out_summary(terminalreporter, config)
     if not _require_interop() or not _SKIPS:
         return
     terminalreporter.section(f"{REQUIRE_INTEROP_ENV}=1: skips not allowed", sep="=", red=True)
@@ -304,6 +418,11 @@ def gpu():
     if simulator is not None:
         simulator.set_delay_us(0)
     driver_support.make_current(0)
+    # Holds handed to this test's streams may keep its memory (or call deleters that read
+    # it): released before the memory goes, whatever the test left.
+    from stridedview import _view
+
+    _view._drain_pending()
     resources.release()
     _driver.use_api(None)
 

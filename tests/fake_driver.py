@@ -13,7 +13,7 @@ the simulated device.
 
 Install it with ``stridedview._driver.use_api(FakeDriver())`` (and ``use_api(None)``
 afterwards).  It does not only record calls: it keeps the state the real driver
-keeps, and refuses what the real driver refuses (shared/CUDA_SEMANTICS.md):
+keeps, and refuses what the real driver refuses (the CUDA driver API reference):
 
 - ``cuInit(0)`` must come first; any other call before it is
   ``CUDA_ERROR_NOT_INITIALIZED`` (``cuGetErrorName``/``cuGetErrorString`` excepted).
@@ -251,6 +251,7 @@ class Stream:
         self.label = label
         self.ops: list[tuple] = []
         self.alive = True
+        self.done = 0  # how many of ops the "device" has finished (``FakeDriver.finish``)
 
     def __repr__(self):
         return f"Stream({self.handle:#x} {self.label}, context={self.context.handle:#x})"
@@ -406,6 +407,25 @@ class FakeDriver:
         with self._lock:
             self.destroy_stream(stream)
             return self.new_stream(context, handle=int(stream))
+
+    def enqueue(self, stream, tag="work") -> None:
+        """Put an operation on ``stream`` (a handle of an ordinary stream), not yet done."""
+        with self._lock:
+            self._stream(stream).ops.append(("write", tag))
+
+    def finish(self, stream=None) -> None:
+        """The device finishes every operation queued so far on ``stream`` (an ordinary
+        stream's handle; None: on every stream): the events recorded there complete."""
+        with self._lock:
+            if stream is None:
+                targets = list(self.streams.values())
+                for context in self.contexts.values():
+                    targets.append(context.legacy_stream)
+                    targets.extend(context.per_thread_streams.values())
+            else:
+                targets = [self._stream(stream)]
+            for target in targets:
+                target.done = len(target.ops)
 
     def reset_device(self, device: int) -> None:
         """What ``cudaDeviceReset`` in another library does: reset ``device``'s primary context."""
@@ -752,8 +772,27 @@ class FakeDriver:
 
     @_driver_call(0)
     def cuEventSynchronize(self, event):
-        self._event(event)
+        found = self._event(event)
         self._host_blocking("cuEventSynchronize", (event,))
+        if found.captured is not None:  # the host waits until the device gets there
+            stream, length = found.captured
+            stream.done = max(stream.done, length)
+
+    @_driver_call(0)
+    def cuEventQuery(self, event):
+        """CUDA_SUCCESS once the work the event captured is done (``finish``), else
+        CUDA_ERROR_NOT_READY; an event never recorded is done."""
+        found = self._event(event)
+        if found.captured is not None:
+            stream, length = found.captured
+            if stream.done < length:
+                raise DriverError(CUresult.CUDA_ERROR_NOT_READY)
+
+    @_driver_call(1)
+    def cuStreamIsCapturing(self, stream):
+        """No stream of the fake is ever capturing: CU_STREAM_CAPTURE_STATUS_NONE."""
+        self._stream(stream)
+        return 0
 
     @_driver_call(1)
     def cuPointerGetAttribute(self, attribute, ptr):

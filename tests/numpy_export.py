@@ -22,11 +22,12 @@ NUMPY_REWRITES_DEGENERATE_STRIDES = (2, 0) <= _version(np.__version__) < (2, 4)
 
 
 def addressing_strides(shape, strides):
-    """``strides`` as compared with numpy's capsule: unchanged where numpy exports an array's
-    own strides; on numpy 2.0 to 2.3, None for an empty array and None in place of the stride
-    of each axis of extent 1 (strides that address no other element)."""
+    """``strides`` as compared with numpy's capsule, and with views: None for an empty layout,
+    whose strides address nothing (a view's are all 0, a producer's anything); on numpy 2.0 to
+    2.3 also None in place of the stride of each axis of extent 1 (strides that address no
+    other element); otherwise unchanged."""
+    if strides is not None and 0 in shape:
+        return None
     if not NUMPY_REWRITES_DEGENERATE_STRIDES or strides is None:
         return strides
-    if 0 in shape:
-        return None
     return tuple(None if extent == 1 else stride for extent, stride in zip(shape, strides))

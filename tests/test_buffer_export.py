@@ -194,6 +194,7 @@ def test_formatless_dtypes_export_raw_bytes_only():
         assert bytes(memoryview(view.view(dtype=np.uint8))) == bytes(data)
 
 
+@pytest.mark.slow
 def test_buffer_keeps_the_memory_and_releases_once():
     """A memoryview keeps the view alive while it lives; releasing it frees the export (no leak)."""
     data = bytearray(16)

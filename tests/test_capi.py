@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import stridedview
+from producers import DTYPES, make_producer
 from stridedview import StridedMemoryView
 
 from conftest import NO_COMPILER_ENV, NO_COMPILER_SKIP_REASON
@@ -40,7 +41,7 @@ pytest.importorskip("setuptools")
 
 CYTHON_SOURCE = '''
 # cython: language_level=3
-from libc.stdint cimport int64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uintptr_t
 from stridedview cimport StridedMemoryView
 
 
@@ -53,7 +54,26 @@ def layout(StridedMemoryView view):
         <uintptr_t>view.c_ptr(), ndim,
         tuple([shape[i] for i in range(ndim)]), tuple([strides[i] for i in range(ndim)]),
         view.c_itemsize(), view.c_size(), view.c_device_type(), view.c_readonly(),
+        (view.c_dtype().code, view.c_dtype().bits, view.c_dtype().lanes),
     )
+
+
+def sum_1d(StridedMemoryView view):
+    """Sum a 1-d view of int32, float32 or float64 elements, read as the type c_dtype() names."""
+    cdef char *data = <char *>view.c_ptr()
+    cdef int64_t i, step = view.c_strides()[0] * view.c_itemsize()
+    cdef double total = 0
+    cdef int code = view.c_dtype().code, bits = view.c_dtype().bits
+    for i in range(view.c_shape()[0]):
+        if code == 0 and bits == 32:
+            total += (<int32_t *>(data + i * step))[0]
+        elif code == 2 and bits == 32:
+            total += (<float *>(data + i * step))[0]
+        elif code == 2 and bits == 64:
+            total += (<double *>(data + i * step))[0]
+        else:
+            raise TypeError(f"no sum for DLPack type ({code}, {bits})")
+    return total
 
 
 def ptr_plus_ndim(StridedMemoryView view):
@@ -91,10 +111,35 @@ static PyObject *layout(PyObject *self, PyObject *obj)
         PyTuple_SET_ITEM(shape_tuple, i, PyLong_FromLongLong(shape[i]));
         PyTuple_SET_ITEM(strides_tuple, i, PyLong_FromLongLong(strides[i]));
     }
-    return Py_BuildValue("(KiNNLLii)", (unsigned long long)(uintptr_t)StridedView_Ptr(obj), ndim,
-                         shape_tuple, strides_tuple, (long long)StridedView_Itemsize(obj),
+    StridedViewDType dtype = StridedView_DType(obj);
+    return Py_BuildValue("(KiNNLLii(iii))", (unsigned long long)(uintptr_t)StridedView_Ptr(obj),
+                         ndim, shape_tuple, strides_tuple, (long long)StridedView_Itemsize(obj),
                          (long long)StridedView_Size(obj), StridedView_DeviceType(obj),
-                         StridedView_Readonly(obj));
+                         StridedView_Readonly(obj), (int)dtype.code, (int)dtype.bits,
+                         (int)dtype.lanes);
+}
+
+/* Sum a 1-d view of int32, float32 or float64 elements, read as the type the header names. */
+static PyObject *sum_1d(PyObject *self, PyObject *obj)
+{
+    StridedViewDType dtype = StridedView_DType(obj);
+    const char *data = (const char *)StridedView_Ptr(obj);
+    int64_t step = StridedView_Strides(obj)[0] * StridedView_Itemsize(obj);
+    double total = 0;
+    for (int64_t i = 0; i < StridedView_Shape(obj)[0]; i++) {
+        const char *item = data + i * step;
+        if (dtype.code == STRIDEDVIEW_DTYPE_INT && dtype.bits == 32) {
+            total += *(const int32_t *)item;
+        } else if (dtype.code == STRIDEDVIEW_DTYPE_FLOAT && dtype.bits == 32) {
+            total += *(const float *)item;
+        } else if (dtype.code == STRIDEDVIEW_DTYPE_FLOAT && dtype.bits == 64) {
+            total += *(const double *)item;
+        } else {
+            return PyErr_Format(PyExc_TypeError, "no sum for DLPack type (%d, %d)",
+                                (int)dtype.code, (int)dtype.bits);
+        }
+    }
+    return PyFloat_FromDouble(total);
 }
 
 static PyObject *api_version(PyObject *self, PyObject *unused)
@@ -104,6 +149,7 @@ static PyObject *api_version(PyObject *self, PyObject *unused)
 
 static PyMethodDef methods[] = {
     {"layout", layout, METH_O, NULL},
+    {"sum_1d", sum_1d, METH_O, NULL},
     {"api_version", api_version, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -159,12 +205,20 @@ def probes(tmp_path_factory):
     return sv_cy_probe, sv_c_probe, build
 
 
+def dlpack_type(dtype):
+    """(code, bits, lanes) of a numpy dtype, from the DLPack specification's table of
+    producers.py; (0, 0, 0) where no DLPack type describes it."""
+    if dtype.fields is not None or dtype.name not in DTYPES:
+        return (0, 0, 0)
+    return (*DTYPES[dtype.name], 1)
+
+
 def python_layout(view):
     # Device views here are CUDA Array Interface views (DLPack's kDLCUDA, 2), whose
     # device_id would need the driver.
     device_type = 2 if view.is_device_accessible else 1
     return (view.ptr, view.ndim, view.shape, view.strides, view.itemsize, view.size,
-            device_type, view.readonly)
+            device_type, view.readonly, dlpack_type(view.dtype))
 
 
 class Cai:
@@ -200,12 +254,24 @@ def views():
         ("derived-dtype", StridedMemoryView(base).view(dtype=np.float32)),
         ("derived-broadcast", StridedMemoryView(base)[0, 0].broadcast_to((2, 5))),
         ("derived-12d", StridedMemoryView(deep)[..., None]),
+        # Element types: each DLPack code a producer can send, and types DLPack has none for.
+        ("bool", StridedMemoryView(np.array([True, False]))),
+        ("uint16", StridedMemoryView(np.arange(3, dtype=np.uint16))),
+        ("complex128", StridedMemoryView(np.zeros(2, dtype=np.complex128))),
+        ("bfloat16", StridedMemoryView(make_producer(dtype="bfloat16", shape=(3,)))),
+        ("float8_e5m2", StridedMemoryView(make_producer(dtype="float8_e5m2", shape=(2, 2)))),
+        ("float4-padded", StridedMemoryView(make_producer(dtype="float4_e2m1fn", shape=(4,), flags=4))),
+        ("structured", StridedMemoryView.from_array_interface(np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]))),
+        ("datetime", StridedMemoryView.from_array_interface(np.zeros(2, dtype="M8[s]"))),
+        ("cai-v2-bfloat16-as-V2", StridedMemoryView(Cai(typestr="<V2", version=2), stream_ptr=-1)),
+        ("derived-dtype-int32", StridedMemoryView(base).view(dtype=np.int32)),
     ]
 
 
 VIEWS = views()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("view", [pytest.param(v, id=i) for i, v in VIEWS])
 def test_cython_extension_reads_the_layout_as_c_values(probes, view):
     """A Cython extension's c_ptr/c_ndim/c_shape/c_strides/... equal the view's Python fields."""
@@ -218,6 +284,41 @@ def test_c_extension_reads_the_layout_through_the_header(probes, view):
     """A C extension using stridedview.h reads the same layout at the offsets the package reports."""
     _, c_probe, _ = probes
     assert c_probe.layout(view) == python_layout(view)
+
+
+@pytest.mark.parametrize(
+    "array", [np.arange(5, dtype=np.int32), np.arange(5, dtype=np.float32), np.arange(10.0)[::-2]],
+    ids=["int32", "float32", "float64-strided"],
+)
+@pytest.mark.parametrize("probe", ["cython", "c"])
+def test_c_consumers_tell_the_element_type(probes, probe, array):
+    """A Cython and a C consumer read c_dtype()/StridedView_DType() to pick the element type,
+    so an int32 view is summed as int32, not as float32; a type they do not handle is refused."""
+    extension = probes[0] if probe == "cython" else probes[1]
+    assert extension.sum_1d(StridedMemoryView(array)) == array.sum()
+    with pytest.raises(TypeError, match=r"no sum for DLPack type \(1, 8\)"):
+        extension.sum_1d(StridedMemoryView(np.arange(3, dtype=np.uint8)))
+
+
+def test_header_and_pxd_offer_the_same_accessors():
+    """stridedview.h's StridedView_* readers and _view.pxd's c_* accessors name the same fields,
+    and the header's StridedViewCAPI and _c_api.pxi's declaration list the same offsets."""
+    package = Path(stridedview.__file__).parent
+    header = (Path(stridedview.get_include()) / "stridedview.h").read_text()
+    pxd = (package / "_view.pxd").read_text()
+    c_api = (package / "_c_api.pxi").read_text()
+    readers = set(re.findall(r"static inline [\w *]+?\bStridedView_(\w+)\(PyObject \*view\)", header))
+    accessors = set(re.findall(r"cdef inline [\w *]+?\bc_(\w+)\(self\) noexcept", pxd))
+    camel = {
+        "".join(part.capitalize() for part in name.split("_")).replace("Dtype", "DType")
+        for name in accessors
+    }
+    assert camel == readers == {
+        "Ptr", "Ndim", "Shape", "Strides", "Itemsize", "Size", "DeviceType", "Readonly", "DType",
+    }
+    header_fields = re.findall(r"^\s+Py_ssize_t (\w+_offset);", header, re.M)
+    pxi_fields = re.findall(r"^\s+Py_ssize_t (\w+_offset)$", c_api, re.M)
+    assert header_fields == pxi_fields and "dtype_offset" in header_fields
 
 
 def test_cython_kernel_addresses_elements_with_the_strides(probes):
@@ -235,7 +336,8 @@ def test_c_extension_checks_the_type_and_the_api_version(probes):
     version, size = c_probe.api_version()
     header = (Path(stridedview.get_include()) / "stridedview.h").read_text()
     assert version == int(re.search(r"#define STRIDEDVIEW_C_API_VERSION (\d+)", header).group(1))
-    assert size >= 8 + 8 + 7 * 8
+    offsets = re.findall(r"^\s+Py_ssize_t \w+_offset;", header, re.M)
+    assert size == 4 + 4 + 8 + 8 * len(offsets)  # this build's table: the header's, whole
 
 
 def test_cython_accessors_compile_to_field_reads(probes):

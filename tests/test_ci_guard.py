@@ -1,7 +1,10 @@
-"""The STRIDEDVIEW_REQUIRE_INTEROP=1 guard and the gpu skip of tests/conftest.py, run in pytester."""
+"""tests/conftest.py run in pytester (the STRIDEDVIEW_REQUIRE_INTEROP=1 guard, the gpu skip, the quick
+run and the rest), and .ci/run checked against README.md."""
 
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,10 @@ markers = [
     "real_gpu: needs a real GPU; skipped on the simulated device",
     "simgpu: needs the simulated device; skipped on a real GPU",
     "interop: uses a real third-party array producer (must not be skipped in CI)",
+    "torch: needs torch",
+    "jax: needs jax",
+    "numba: needs numba-cuda",
+    "slow: long-running",
 ]
 """
 
@@ -129,6 +136,7 @@ def test_skip_inside_a_test_fails_the_run_under_the_variable(project, monkeypatc
     result.stdout.no_fnmatch_line("SKIPPED test_plain.py::test_xfails*")
 
 
+@pytest.mark.slow
 def test_gpu_marked_skip_for_a_missing_library_fails_the_run(project, monkeypatch):
     """Under the variable a gpu-marked test skipped for another reason than missing hardware fails the run (GPU or not)."""
     monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
@@ -195,6 +203,7 @@ def test_gpu_import_skips_without_a_gpu(project, monkeypatch):
     result.stdout.fnmatch_lines(["*needs a CUDA GPU and driver*"])
 
 
+@pytest.mark.slow
 def test_gpu_module_skipped_with_the_gpu_reason_does_not_fail_the_run(project, monkeypatch):
     """A module that skips itself at collection with the gpu reason is exempt from the guard."""
     monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
@@ -210,6 +219,7 @@ def test_gpu_module_skipped_with_the_gpu_reason_does_not_fail_the_run(project, m
     assert result.ret == pytest.ExitCode.OK
 
 
+@pytest.mark.slow
 def test_gpu_marker_skips_with_the_documented_reason_without_a_driver(project, monkeypatch):
     """With no usable CUDA driver a gpu-marked test is skipped with the reason 'needs a CUDA GPU and driver'."""
     monkeypatch.delenv("STRIDEDVIEW_REQUIRE_INTEROP", raising=False)
@@ -234,6 +244,7 @@ def test_gpu_marker_skips_with_the_documented_reason_without_a_driver(project, m
     result.stdout.fnmatch_lines(["*needs a CUDA GPU and driver*"])
 
 
+@pytest.mark.slow
 def test_gpu_probe_does_not_import_cuda_bindings(project, monkeypatch):
     """Collecting and setting up gpu-marked tests never imports cuda.bindings (the probe uses ctypes)."""
     monkeypatch.delenv("STRIDEDVIEW_REQUIRE_INTEROP", raising=False)
@@ -266,6 +277,7 @@ def test_skipped(reason):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", [None, "simulated"])
 def test_on_the_simulated_device_only_the_real_gpu_skip_is_allowed(project, monkeypatch, device):
     """Under STRIDEDVIEW_REQUIRE_DEVICE=simulated every hardware skip fails the run but the
@@ -308,6 +320,7 @@ def test_simulated():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "gpu, simulated, outcome",
     [(False, False, "sss"), (True, False, "..s"), (True, True, ".s.")],
@@ -338,6 +351,7 @@ NO_COMPILER_MODULE = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variable, fails", [("1", False), (None, True), ("0", True)])
 def test_no_compiler_skip_is_allowed_only_where_ci_says(project, monkeypatch, variable, fails):
     """The no-compiler skip passes under STRIDEDVIEW_REQUIRE_INTEROP=1 only with STRIDEDVIEW_NO_COMPILER=1."""
@@ -350,6 +364,111 @@ def test_no_compiler_skip_is_allowed_only_where_ci_says(project, monkeypatch, va
     result = project.runpytest_subprocess("-p", "no:cacheprovider")
     expected = pytest.ExitCode.TESTS_FAILED if fails else pytest.ExitCode.OK
     assert result.ret == expected
+
+
+# --- the quick run and the rest -----------------------------------------------------
+
+SPLIT_MODULE = """
+import pytest
+
+
+def test_plain():
+    pass
+
+
+@pytest.mark.slow
+def test_long():
+    pass
+
+
+@pytest.mark.torch
+def test_needs_torch():
+    pass
+
+
+@pytest.mark.parametrize("library", ["numpy", pytest.param("jax", marks=pytest.mark.jax)])
+def test_each(library):
+    pass
+"""
+
+TORCH_ONLY_MODULE = """
+import pytest
+
+raise ImportError("a test_torch_*.py module imported in a quick run")
+"""
+
+
+def split_project(project: pytest.Pytester) -> pytest.Pytester:
+    """A project laid out as this one: tests/ with the split module and a torch-only module."""
+    project.makepyprojecttoml(PYPROJECT.replace("markers = [", 'testpaths = ["tests"]\nmarkers = ['))
+    tests = project.mkdir("tests")
+    (tests / "test_split.py").write_text(SPLIT_MODULE)
+    (tests / "test_torch_only.py").write_text(TORCH_ONLY_MODULE)
+    return project
+
+
+def test_a_bare_run_leaves_out_the_marked_tests_and_says_how_to_run_them(project, monkeypatch):
+    """A bare run runs only the unmarked tests, collects no test_torch_*.py module, and ends
+    with how many it left out and the one command that runs them."""
+    monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+    split_project(project)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=2, deselected=3)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "*test_split.py::test_plain PASSED*",
+        "*test_split.py::test_each?numpy? PASSED*",
+        "*= not run: a quick run leaves these out =*",
+        "1 test needs torch; 1 test needs jax; 1 test needs time (subprocesses,*",
+        '    pip install -e ".[test,full]" && python -m pytest --rest',
+    ])
+    summary = " ".join(result.stdout.str().split("not run: a quick run leaves these out")[1].split())
+    assert "every test of test_torch_only.py (they need torch: not collected)" in summary
+    result.stdout.no_fnmatch_line("*test_needs_torch PASSED*")
+
+
+def test_rest_runs_exactly_what_a_bare_run_leaves_out(project):
+    """--rest runs the marked tests and the torch-only module, and none of the others."""
+    split_project(project)
+    (project.path / "tests" / "test_torch_only.py").write_text(
+        "import pytest\npytestmark = pytest.mark.torch\ndef test_torch_only():\n    pass\n"
+    )
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", "-v", "--rest")
+    result.assert_outcomes(passed=4, deselected=2)
+    result.stdout.fnmatch_lines([
+        "*test_split.py::test_long PASSED*",
+        "*test_split.py::test_needs_torch PASSED*",
+        "*test_split.py::test_each?jax? PASSED*",
+        "*test_torch_only.py::test_torch_only PASSED*",
+    ])
+    result.stdout.no_fnmatch_line("*test_plain PASSED*")
+    result.stdout.no_fnmatch_line("*not run: a quick run*")
+
+
+@pytest.mark.parametrize("arguments", [["--all"], ["tests"], ["-m", "slow or not slow"], ["-k", "test"]])
+def test_all_paths_markers_and_keywords_run_what_they_select(project, arguments):
+    """--all, a path, -m and -k are not a quick run: every test they select runs."""
+    split_project(project)
+    (project.path / "tests" / "test_torch_only.py").write_text(PASSING_MODULE)
+    result = project.runpytest_subprocess("-p", "no:cacheprovider", *arguments)
+    result.assert_outcomes(passed=6)
+    result.stdout.no_fnmatch_line("*not run: a quick run*")
+
+
+def test_every_torch_only_module_is_marked_torch_whole():
+    """Each tests/test_torch_*.py (not collected by a quick run) carries the torch marker, so that
+    --rest, which selects by marker, runs it."""
+    from conftest import TORCH_MODULES
+
+    modules = sorted((ROOT / "tests").glob(TORCH_MODULES))
+    assert modules
+    for module in modules:
+        tree = ast.parse(module.read_text())
+        marks = [
+            node.value for node in tree.body
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets)
+        ]
+        assert marks and "pytest.mark.torch" in ast.unparse(marks[0]), module.name
 
 
 # --- .ci/run starts with the README's Quick start, verbatim ---------------------------
@@ -408,6 +527,7 @@ def test_never_runs():
 """
 
 
+@pytest.mark.slow
 def test_allowed_missing_module_passes_the_run(project, monkeypatch):
     """STRIDEDVIEW_ALLOW_MISSING names a module that is not installed: its importorskip is allowed."""
     monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
@@ -418,6 +538,7 @@ def test_allowed_missing_module_passes_the_run(project, monkeypatch):
     assert result.ret == pytest.ExitCode.OK
 
 
+@pytest.mark.slow
 def test_allowance_for_another_module_still_fails_the_run(project, monkeypatch):
     """An allowance covers the modules it names (and their submodules), no other."""
     monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
@@ -428,6 +549,7 @@ def test_allowance_for_another_module_still_fails_the_run(project, monkeypatch):
     result.stdout.fnmatch_lines(["SKIPPED test_optional.py: *stridedview_no_such_module_anywhere*"])
 
 
+@pytest.mark.slow
 def test_allowance_does_not_cover_an_installed_package_missing_a_part(project, monkeypatch):
     """An installed package whose submodule is missing is a broken install, not a missing one."""
     monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
@@ -437,3 +559,39 @@ def test_allowance_does_not_cover_an_installed_package_missing_a_part(project, m
     result = project.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, skipped=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def readme_rest_command() -> str:
+    """The command of README.md's "All the tests" code block, without its trailing comment."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## All the tests\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    (line,) = [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    return line
+
+
+def test_readme_gives_the_rest_command_the_quick_run_prints():
+    """README.md's "All the tests" command is the one a quick run prints at its end."""
+    from conftest import REST_COMMAND
+
+    assert readme_rest_command() == REST_COMMAND
+
+
+def test_ci_runs_the_rest_once_in_the_readme_test_environment():
+    """.ci/run runs `python -m pytest --rest` once, right after the README's test command and in
+    its environment, having installed the full extra there; no later run in it is a bare (quick)
+    one; the -O run (an interpreter of the matrix) takes --all."""
+    lines = ci_lines()
+    second = lines.index(readme_quick_start_commands()[1])
+    rest = [i for i, line in enumerate(lines) if line == "python -m pytest --rest"]
+    assert len(rest) == 1 and rest[0] > second
+    between = lines[second + 1:rest[0]]
+    assert not [line for line in between if line.startswith(("fresh_venv ", "deactivate"))]
+    assert any('["full"]' in line for line in between)
+    assert any(line.endswith('pip install "${full_requirements[@]}"') for line in between)
+    end = next(i for i in range(second + 1, len(lines)) if lines[i].startswith(("fresh_venv ", "deactivate")))
+    develop = lines[second + 1:end]
+    bare = [line for line in develop if re.fullmatch(r"python (-O )?-m pytest( -q| -p no:cacheprovider)*", line)]
+    assert bare == []
+    assert '[ "$minor" = 3.10 ] && python_flags=(-O)' in lines
+    assert any('"${python_flags[@]}" -m pytest --all -q' in line for line in lines)

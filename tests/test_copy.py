@@ -79,3 +79,35 @@ def test_refusals_before_anything_is_written():
     with pytest.raises(TypeError, match="copy: the source must be a StridedMemoryView"):
         StridedMemoryView(dst).copy_from(src, None)
     assert (dst == -1).all() and (readonly == -1).all() and src.tolist() == list(range(6))
+
+
+def test_copy_from_and_copy_to_agree_on_the_stream(forbidden_driver):
+    """copy_from, like copy_to, may leave the stream out (None): a host to host copy needs none,
+    and both take it by position or by keyword alike."""
+    import inspect
+
+    for method in (StridedMemoryView.copy_from, StridedMemoryView.copy_to):
+        assert inspect.signature(method).parameters["stream"].default is None
+    src = np.arange(6.0).reshape(2, 3)
+    for copy in (
+        lambda dst: StridedMemoryView(dst).copy_from(StridedMemoryView(src)),
+        lambda dst: StridedMemoryView(dst).copy_from(StridedMemoryView(src), stream=None),
+        lambda dst: StridedMemoryView(src).copy_to(StridedMemoryView(dst)),
+    ):
+        dst = np.zeros((3, 2)).T
+        copy(dst)
+        assert np.array_equal(dst, src)
+
+
+class _DeviceBuffer:
+    """What from_buffer reads of a cuda.core Buffer: 16 bytes of device memory (never touched)."""
+
+    handle, size, device_id = 0x10000, 16, 0
+    is_device_accessible, is_host_accessible, is_managed = True, False, False
+
+
+def test_a_device_copy_still_needs_its_stream(forbidden_driver):
+    """Left out, the stream is None, which a copy touching device memory refuses (ValueError)."""
+    device = StridedMemoryView.from_buffer(_DeviceBuffer(), (4,), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"^copy: a copy touching device memory needs a stream \(got None\)"):
+        device.copy_from(StridedMemoryView(np.zeros(4, np.float32)))

@@ -1,6 +1,6 @@
 """``args_viewable_as_strided_memory``: which arguments a launch function gets as proxies.
 
-Rules from docs/contract-draft.md ("Issue 4 additions"): the chosen arguments are
+The rules (docs/api.md, docs/errors.md "Decorator"): the chosen arguments are
 named by position (counting ``self``) and/or by parameter name, resolved once at
 decoration against the signature, and wrapped whether the caller passes them by
 position or by keyword; ``None`` passes through; anything with neither DLPack nor
@@ -512,7 +512,14 @@ def _jax():
 
 
 @pytest.mark.interop
-@pytest.mark.parametrize("make", [_numpy, _torch, _jax], ids=["numpy", "torch", "jax"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(_numpy, id="numpy"),
+        pytest.param(_torch, id="torch", marks=pytest.mark.torch),
+        pytest.param(_jax, id="jax", marks=pytest.mark.jax),
+    ],
+)
 def test_proxy_view_of_real_producer(make):
     """The proxy's .obj is the argument itself and .view() equals StridedMemoryView(obj) field for field."""
     obj = make()

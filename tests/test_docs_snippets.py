@@ -5,7 +5,7 @@ interpreter, from a temporary directory (so that the installed package is import
 paste would), and must exit 0.  A block whose first line is the comment ``# Needs a CUDA GPU.``
 is marked ``gpu`` and ``real_gpu`` (such blocks show CuPy and torch with CUDA, which need the CUDA
 runtime): it is skipped, with the GPU skip reason, on a machine without one or on the simulated
-device, and runs on a real GPU (README.md's Contributing section says so to authors).
+device, and runs on a real GPU (docs/contributing.md says so to authors).
 """
 
 from __future__ import annotations
@@ -107,10 +107,14 @@ def test_documentation_has_the_blocks():
     assert len(BLOCKS) >= AT_LEAST, [b.id for b in BLOCKS]
 
 
-@pytest.mark.parametrize(
-    "block",
-    [pytest.param(b, id=b.id, marks=[pytest.mark.gpu, pytest.mark.real_gpu] if b.needs_gpu else []) for b in BLOCKS],
-)
+def block_marks(block: Block) -> list:
+    """``gpu`` and ``real_gpu`` for a block that needs a GPU; ``torch`` or ``jax`` for one that
+    imports them (left out of a quick run)."""
+    marks = [pytest.mark.gpu, pytest.mark.real_gpu] if block.needs_gpu else []
+    return marks + [getattr(pytest.mark, m) for m in ("torch", "jax") if m in imported_modules(block.code)]
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.id, marks=block_marks(b)) for b in BLOCKS])
 def test_block_runs(block, tmp_path):
     """The block, pasted into a fresh interpreter outside the source tree, runs without error.
 

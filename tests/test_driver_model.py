@@ -203,6 +203,7 @@ class World:
         gc.collect()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_interleavings_consumer_sees_producer_writes(seed):
     """Random threads, devices, current contexts (or none), producer and consumer streams and resets: every consumer kernel sees the producer writes made before its view, and every event is destroyed at the end."""

@@ -34,6 +34,7 @@ def test_there_are_three_gpu_examples():
     assert GPU_EXAMPLES == ["gpu_cupy.py", "gpu_numba_jax.py", "gpu_torch.py"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", GPU_EXAMPLES)
 def test_gpu_example_without_a_gpu_says_what_it_needs(name, tmp_path):
     """Without a GPU (or its libraries) a GPU example prints what it needs and exits with 0, no traceback."""

@@ -178,6 +178,7 @@ def test_managed_tensor_round_trip_gives_the_same_view(view):
     np.testing.assert_array_equal(np.from_dlpack(again), np.from_dlpack(view))
 
 
+@pytest.mark.slow
 def test_managed_tensor_keeps_the_view_alive_and_is_deleted_once():
     """The managed tensor holds the view; the view made from it calls the deleter once, at its end."""
     view = StridedMemoryView(np.arange(5.0))
@@ -310,6 +311,7 @@ def test_tvm_ffi_takes_a_view_through_the_exchange_api():
     np.testing.assert_array_equal(np.from_dlpack(tensor), source)
 
 
+@pytest.mark.torch
 def test_torch_from_dlpack_reads_views_through_dlpack():
     """torch 2.13's from_dlpack ignores exchange-API producers; it still takes a view through __dlpack__."""
     torch = pytest.importorskip("torch")

@@ -1,7 +1,7 @@
 """Re-export: a StridedMemoryView handed on through DLPack and the CUDA Array Interface.
 
-Rules from docs/contract-draft.md ("Issue 4 additions", "Re-export") and
-shared/PROTOCOLS.md.  Three levels:
+The rules of docs/concepts.md ("Handing a view on") and docs/errors.md ("Export").
+Three levels:
 
 - round trips through real consumers on the CPU (numpy, torch and jax each consume
   views of numpy, torch and jax arrays): same values, same memory, same strides
@@ -11,7 +11,7 @@ shared/PROTOCOLS.md.  Three levels:
 - the CUDA Array Interface of device-accessible views and the stream ordering of
   an export, against the modelling fake driver (no GPU needed).
 
-Producer quirks (PROTOCOLS.md): torch 2.13.0 aborts the process on negative-stride
+Producer quirks (docs/interop.md): torch 2.13.0 aborts the process on negative-stride
 DLPack input, so only positive-stride views are ever handed to torch; jax copies
 host buffers that are not 64-byte aligned instead of sharing them; numpy cannot
 import bfloat16 or float8.
@@ -278,7 +278,10 @@ def _compact(shape, strides):
 
 # "unaligned" only for numpy: torch's and jax's allocators always align to 64 bytes.
 ROUND_TRIPS = [
-    pytest.param(producer, consumer, layout, id=f"{producer}->{consumer}-{layout}")
+    pytest.param(
+        producer, consumer, layout, id=f"{producer}->{consumer}-{layout}",
+        marks=[getattr(pytest.mark, name) for name in ("torch", "jax") if name in (producer, consumer)],
+    )
     for producer in PRODUCERS
     for consumer in CONSUMERS
     for layout in LAYOUTS
@@ -341,7 +344,7 @@ def test_round_trip(producer, consumer, layout):
 
 
 @pytest.mark.interop
-@pytest.mark.parametrize("consumer", ["numpy", "torch"])
+@pytest.mark.parametrize("consumer", ["numpy", pytest.param("torch", marks=pytest.mark.torch)])
 def test_round_trip_writes_show_in_the_source(consumer):
     """A write through the consumer's array lands in the producer's memory (numpy and torch import writable)."""
     pytest.importorskip(CONSUMERS[consumer][0])
@@ -368,6 +371,8 @@ def _as_floats(array):
     return np.asarray(array, dtype=np.float32).tolist()
 
 
+@pytest.mark.jax
+@pytest.mark.torch
 @pytest.mark.interop
 @pytest.mark.parametrize("dtype_name", LOW_PRECISION)
 @pytest.mark.parametrize("consumer", ["torch", "jax"])
@@ -392,6 +397,7 @@ def test_round_trip_low_precision(producer, consumer, dtype_name):
     assert got_address == view.ptr  # torch and jax allocations are 64-byte aligned
 
 
+@pytest.mark.torch
 @pytest.mark.interop
 def test_numpy_cannot_import_bfloat16_view():
     """numpy refuses a bfloat16 capsule (its own limit); the view exports (4, 16, 1) all the same."""
@@ -421,6 +427,7 @@ def test_writable_stays_writable_through_numpy():
     assert received.flags.writeable is True
 
 
+@pytest.mark.jax
 @pytest.mark.interop
 def test_jax_takes_a_readonly_view_only_through_a_versioned_capsule():
     """A jax that asks for a legacy capsule (no max_version, jax 0.10) is refused a read-only
@@ -605,6 +612,7 @@ def consume_by_hand(capsule):
     return address, struct.from_address(address)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_thread", [False, True], ids=["this-thread", "other-thread"])
 @pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
 def test_consumer_calls_deleter_without_the_gil(max_version, in_thread):
@@ -655,13 +663,17 @@ def _consume_with_torch(capsule):
     return torch.from_dlpack(capsule)
 
 
-SOURCES = [pytest.param(_numpy_sub, id="numpy-subclass"), pytest.param(_torch_tensor, id="torch")]
+SOURCES = [
+    pytest.param(_numpy_sub, id="numpy-subclass"),
+    pytest.param(_torch_tensor, id="torch", marks=pytest.mark.torch),
+]
 CAPSULE_CONSUMERS = [
     pytest.param(_consume_with_numpy, id="numpy"),
-    pytest.param(_consume_with_torch, id="torch"),
+    pytest.param(_consume_with_torch, id="torch", marks=pytest.mark.torch),
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
 @pytest.mark.parametrize("make", SOURCES)
 def test_unconsumed_capsule_keeps_original_alive_then_releases(make, max_version):
@@ -678,6 +690,7 @@ def test_unconsumed_capsule_keeps_original_alive_then_releases(make, max_version
     assert source_ref() is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("consume", CAPSULE_CONSUMERS)
 @pytest.mark.parametrize("max_version", [None, (1, 3)], ids=["legacy", "versioned"])
 @pytest.mark.parametrize("make", SOURCES)
@@ -702,6 +715,7 @@ def test_consumed_capsule_released_when_the_consumer_array_dies(make, max_versio
     assert source_ref() is None
 
 
+@pytest.mark.slow
 def test_view_of_dlpack_producer_released_through_the_chain():
     """A producer's deleter runs once, when the last capsule of the re-exported view is gone."""
     producer = make_producer()
@@ -837,7 +851,10 @@ def test_export_arguments_are_keyword_only():
 # --- __dlpack_device__ --------------------------------------------------------------------
 
 @pytest.mark.interop
-@pytest.mark.parametrize("module", ["numpy", "torch", "jax.numpy"])
+@pytest.mark.parametrize(
+    "module",
+    ["numpy", pytest.param("torch", marks=pytest.mark.torch), pytest.param("jax.numpy", marks=pytest.mark.jax)],
+)
 def test_dlpack_device_of_host_views(module):
     """A view of a host array reports (1, 0), as DLPack's CPU device."""
     xp = pytest.importorskip(module)
@@ -876,8 +893,10 @@ def test_dlpack_device_of_cai_view_asks_the_driver(fake):
     "make",
     [
         pytest.param(lambda: np.arange(3.0), id="numpy"),
-        pytest.param(lambda: pytest.importorskip("torch").arange(3.0), id="torch", marks=pytest.mark.interop),
-        pytest.param(lambda: pytest.importorskip("jax.numpy").arange(3.0), id="jax", marks=pytest.mark.interop),
+        pytest.param(lambda: pytest.importorskip("torch").arange(3.0), id="torch",
+                     marks=[pytest.mark.interop, pytest.mark.torch]),
+        pytest.param(lambda: pytest.importorskip("jax.numpy").arange(3.0), id="jax",
+                     marks=[pytest.mark.interop, pytest.mark.jax]),
         pytest.param(lambda: make_producer(), id="ctypes"),
     ],
 )
@@ -894,11 +913,13 @@ def _expected_cai(producer, **overrides):
     """The contract's normalised dict for a view of ``producer`` (stream_ptr=-1)."""
     array = producer.array
     strides = producer.interface.get("strides")
-    if strides is None:  # absent or None: C-contiguous, made explicit in bytes
+    if array.size == 0:  # an empty view's strides are all 0
+        strides = (0,) * array.ndim
+    elif strides is None:  # absent or None: C-contiguous, made explicit in bytes
         step, strides = array.dtype.itemsize, []
         for extent in reversed(array.shape):
             strides.insert(0, step)
-            step *= max(extent, 1)
+            step *= extent
     expected = {
         "version": 3,
         "shape": tuple(array.shape),
@@ -1022,9 +1043,9 @@ def _readonly_array():
         pytest.param(_readonly_array, id="numpy-readonly"),
         pytest.param(lambda: np.array(3, dtype=np.uint64), id="numpy-0d"),
         pytest.param(lambda: pytest.importorskip("torch").arange(6.0).reshape(2, 3).T, id="torch",
-                     marks=pytest.mark.interop),
+                     marks=[pytest.mark.interop, pytest.mark.torch]),
         pytest.param(lambda: pytest.importorskip("jax.numpy").arange(6.0).reshape(2, 3), id="jax",
-                     marks=pytest.mark.interop),
+                     marks=[pytest.mark.interop, pytest.mark.jax]),
     ],
 )
 def test_view_of_host_view_identical(make):
@@ -1044,6 +1065,7 @@ def test_view_of_zero_size_view():
     assert fields(again) == fields(view)
 
 
+@pytest.mark.slow
 def test_view_of_view_keeps_chain_alive():
     """A view of a view keeps the first view and the original alive."""
     source = np.arange(6.0).view(_Sub)
@@ -1072,6 +1094,7 @@ def test_view_of_cai_view_identical(fake, readonly):
     assert fields(through_cai) == fields(view)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind_of_capsule", ["versioned", "legacy"])
 def test_view_of_view_takes_no_capsule(kind_of_capsule):
     """A view of a view consumes no capsule of its own: the producer's one deleter runs once, when the last view dies."""
@@ -1090,6 +1113,7 @@ def test_view_of_view_takes_no_capsule(kind_of_capsule):
     assert deleter_calls(producer) == 1
 
 
+@pytest.mark.slow
 def test_dropping_400000_nested_views_does_not_crash():
     """400,000 views each of the one before, dropped at once: no recursion, nothing left alive (run in a child process)."""
     code = textwrap.dedent(
@@ -1259,11 +1283,13 @@ def test_export_gives_0_for_a_never_stepping_stride_past_int64():
 
 
 def test_export_of_empty_view_keeps_byte_strides_in_int64():
-    """An empty float64 view with strides of 2**62 elements exports strides of 0 (no element is addressed)."""
+    """An empty float64 view with strides of 2**62 elements has, and exports, strides of 0 (no
+    element is addressed)."""
     producer = make_producer("versioned", shape=(0, 2), strides=(2**62, 1), dtype="float64", device=(2, 0), data=0)
     view = StridedMemoryView(producer, -1)
-    assert view.__cuda_array_interface__["strides"] == (0, 8)
-    assert read_capsule(view.__dlpack__(stream=-1, max_version=(1, 3)))["strides"] == (0, 1)
+    assert view.strides == (0, 0)
+    assert view.__cuda_array_interface__["strides"] == (0, 0)
+    assert read_capsule(view.__dlpack__(stream=-1, max_version=(1, 3)))["strides"] == (0, 0)
 
 
 # --- the CAI has no typestr for bfloat16 and the float8/6/4 kinds ---------------------------

@@ -66,6 +66,7 @@ def _fields(view):
     return (*fields, view.device_id)
 
 
+@pytest.mark.slow
 def test_many_threads_construct_launch_export_and_drop():
     """Eight threads construct views of every producer kind, launch, re-export and drop them,
     and hand views to each other: every field is the one-thread answer, every ctypes capsule

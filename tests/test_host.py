@@ -86,6 +86,7 @@ def test_buffer_protocol_view_matches_numpy(obj, oracle):
     assert_host_view_matches(view, expected, obj, readonly=memoryview(obj).readonly)
 
 
+@pytest.mark.slow
 def test_buffer_protocol_mmap_is_held_until_the_view_goes():
     """A view of an mmap keeps its buffer exported: close() is refused until the view is gone."""
     mapped = mmap.mmap(-1, 4096)
@@ -98,6 +99,7 @@ def test_buffer_protocol_mmap_is_held_until_the_view_goes():
     mapped.close()
 
 
+@pytest.mark.slow
 def test_buffer_is_released_exactly_once_per_view():
     """Each view releases its own buffer once: a bytearray resizes only after the last view goes."""
     data = bytearray(64)
@@ -114,6 +116,7 @@ def test_buffer_is_released_exactly_once_per_view():
     assert len(data) == 65
 
 
+@pytest.mark.slow
 def test_buffer_holds_the_exporter_and_drops_it():
     """The held buffer keeps its exporter alive and gives its reference back at deallocation."""
     data = bytearray(32)
@@ -125,6 +128,7 @@ def test_buffer_holds_the_exporter_and_drops_it():
     assert sys.getrefcount(data) == before
 
 
+@pytest.mark.slow
 def test_memoryview_cannot_be_released_under_a_view():
     """A viewed memoryview refuses release() while the view lives (the memory stays valid)."""
     mv = memoryview(bytearray(16))
@@ -145,6 +149,7 @@ def test_ctypes_structure_with_padding_uses_numpy_dtype_of_the_type():
     assert view.strides == (1,)
 
 
+@pytest.mark.torch
 def test_buffer_view_exports_to_numpy_and_torch():
     """A buffer-protocol view hands the same memory on through DLPack (numpy and torch read it)."""
     data = array.array("f", [1.0, 2.0, 3.0, 4.0])
@@ -270,6 +275,7 @@ def test_array_interface_view_matches_numpy(source):
     assert_host_view_matches(StridedMemoryView.from_array_interface(source), source, source)
 
 
+@pytest.mark.slow
 def test_array_interface_buffer_data_with_offset():
     """'data' given as a buffer object is held; 'offset' bytes in is element [0]."""
     storage = bytearray(range(32))
@@ -630,6 +636,7 @@ def test_from_buffer_refusals(args, kwargs, kind, message):
     assert type(info.value) is kind
 
 
+@pytest.mark.slow
 def test_from_buffer_holds_and_releases_the_buffer():
     """from_buffer holds a buffer-protocol object's buffer for the view's life, and only then."""
     data = bytearray(16)
@@ -661,6 +668,7 @@ def buffer_layouts(draw):
     return nbytes, shape, strides, itemsize
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(buffer_layouts())
 @example((0, (4, 5, 5), (6, 6, 6), 8))  # found by hypothesis: past a 512-byte margin
@@ -685,7 +693,8 @@ def test_from_buffer_accepts_exactly_the_layouts_inside_the_buffer(layout):
             StridedMemoryView.from_buffer(data, shape, strides, dtype=dtype)
         return
     view = StridedMemoryView.from_buffer(data, shape, strides, dtype=dtype)
-    assert (view.shape, view.strides, view.dtype) == (shape, strides, dtype)
+    expected_strides = strides if probe.size else (0,) * len(shape)  # an empty view's are 0
+    assert (view.shape, view.strides, view.dtype) == (shape, expected_strides, dtype)
     if probe.size:
         expected = np.ndarray(shape, dtype, buffer=data, strides=byte_strides)
         np.testing.assert_array_equal(np.from_dlpack(view), expected)

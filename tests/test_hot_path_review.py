@@ -1,4 +1,4 @@
-"""Adversarial checks of the launch and numpy hot paths (issue 13).
+"""Adversarial checks of the launch and numpy hot paths.
 
 Each rewritten path is pushed where it could go wrong: the view's own
 deallocation (deleters written in Python that raise, collect garbage or make
@@ -172,6 +172,7 @@ def _raise_in_deleter():
     raise RuntimeError("deleter hook failed")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", producers.KINDS)
 @pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
 @pytest.mark.parametrize("derive", list(DERIVE), ids=list(DERIVE))
@@ -192,6 +193,7 @@ def test_deleter_running_python_while_an_error_propagates(kind, shape, derive, h
     assert [type(u.exc_value) for u in seen] == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", producers.KINDS)
 @pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
 @pytest.mark.parametrize(
@@ -211,6 +213,7 @@ def test_refused_capsule_deleter_running_python_keeps_the_refusal(kind, shape, e
     assert seen == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
 def test_views_freed_while_a_generator_closes(shape):
     """Views local to a generator are freed once each as it is closed, collected, or raises."""
@@ -237,6 +240,7 @@ def test_views_freed_while_a_generator_closes(shape):
     assert producers.deleter_calls(producer) == 3
 
 
+@pytest.mark.slow
 def test_views_dropped_in_del_while_an_error_propagates():
     """An object whose __del__ drops views (capsule, >8 dims, buffer) as an error unwinds
     keeps the error and releases each view once."""
@@ -265,6 +269,7 @@ def test_views_dropped_in_del_while_an_error_propagates():
     data.extend(b"x")  # no view holds the buffer any more
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", producers.KINDS)
 @pytest.mark.parametrize("shape", list(SHAPES), ids=list(SHAPES))
 def test_views_in_reference_cycles_are_collected_once(kind, shape):
@@ -285,6 +290,7 @@ def test_views_in_reference_cycles_are_collected_once(kind, shape):
     assert [producers.DELETER_CALLS[i] for i in tensor_ids] == [1] * len(DERIVE)
 
 
+@pytest.mark.slow
 def test_cycle_collection_runs_each_deleter_once_counted_per_tensor():
     """A cycle through a >8-dim capsule view and a buffer view: one deleter call, one release."""
     data = bytearray(24)
@@ -299,6 +305,7 @@ def test_cycle_collection_runs_each_deleter_once_counted_per_tensor():
     data.extend(b"x")
 
 
+@pytest.mark.slow
 def test_views_made_and_freed_in_other_threads():
     """Capsule, buffer and numpy views made in one thread and freed in another release once each."""
     data = bytearray(64)
@@ -380,6 +387,7 @@ def _malloc_in_use():
     return mallinfo2().uordblks
 
 
+@pytest.mark.slow
 def test_many_dimension_views_leak_no_malloc_memory():
     """20000 views of 12 and 30 dimensions (numpy adapter, capsule, buffer, derived) return
     every malloc'd shape block."""
@@ -497,6 +505,7 @@ def strided_arrays(draw):
     return Layout(array)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layout=strided_arrays())
 def test_numpy_adapter_matches_general_path_at_any_ndim_and_stride(layout):
@@ -539,6 +548,7 @@ def _torch_layouts(torch):
     return cases
 
 
+@pytest.mark.torch
 @pytest.mark.interop
 def test_torch_exchange_api_at_any_ndim_matches_dlpack():
     """torch tensors of 0..100 dimensions, strided, expanded and permuted: the exchange API's
@@ -719,6 +729,7 @@ def test_evicted_cache_entries_are_freed():
     assert grown < 64 * 1024, grown
 
 
+@pytest.mark.slow
 def test_interpreter_exits_cleanly_with_cached_objects():
     """A process that fills the caches (numpy, torch, capsule and many-dimension views, some
     alive at exit) exits with status 0 and nothing on stderr."""
@@ -801,6 +812,7 @@ def test_cai_byte_offsets_at_the_int64_boundary(fake, shape, strides, itemsize, 
         assert_c_layout_matches(view)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", producers.KINDS)
 @pytest.mark.parametrize("shape, strides, itemsize, accepted", BYTE_OFFSET_EDGES, ids=_EDGE_IDS)
 def test_dlpack_byte_offsets_at_the_int64_boundary(kind, shape, strides, itemsize, accepted):
@@ -960,6 +972,7 @@ def test_bound_launcher_views_equal_constructor_views(call):
 
 # --- torch's bits, read directly -------------------------------------------------------------
 
+@pytest.mark.torch
 @pytest.mark.interop
 def test_torch_bits_follow_in_place_changes_and_class_changes():
     """A tensor's negative/conjugate bit set in place after an earlier view, or a tensor whose
@@ -992,11 +1005,12 @@ def test_torch_bits_follow_in_place_changes_and_class_changes():
     assert StridedMemoryView(plain).shape == StridedMemoryView(complex_tensor).shape == (3,)
 
 
+@pytest.mark.torch
 @pytest.mark.interop
 def test_torch_subclass_redefining_is_neg_after_its_first_view_is_described_anew():
     """A subclass first viewed with torch's own methods, then given an is_neg, is treated as
     a subclass defined with that is_neg from the start: its type changed, so its first
-    description is not used again (issue 18: the per-type cache was never refreshed)."""
+    description is not used again (the per-type cache was once never refreshed)."""
     torch = pytest.importorskip("torch")
 
     def lying_is_neg(self):
@@ -1022,6 +1036,7 @@ def test_torch_subclass_redefining_is_neg_after_its_first_view_is_described_anew
         StridedMemoryView(base.as_subclass(Late))
 
 
+@pytest.mark.slow
 def test_byte_offsets_hook_takes_layouts_of_any_ndim():
     """The 128-bit check's test hook answers exactly for layouts past 64 dimensions (it once
     wrote them into 64-entry stack arrays and crashed)."""

@@ -157,6 +157,7 @@ def test_no_argument_is_held_after_launches():
     _check(after == before, (before, after))
 
 
+@pytest.mark.slow
 def test_a_proxy_found_through_the_collector_is_never_handed_out():
     """A spare proxy reached through gc.get_objects() and held is not handed to a
     later launch: what the holder sees does not change."""
@@ -175,6 +176,7 @@ def test_a_proxy_found_through_the_collector_is_never_handed_out():
     _check(all(o.obj is None for o in found), "a proxy held elsewhere was handed out")
 
 
+@pytest.mark.slow
 def test_garbage_collection_inside_the_function():
     """gc.collect() inside the function (between views, after nested launches) leaves
     the proxies and their views intact."""
@@ -423,6 +425,7 @@ def test_a_view_the_function_returns_is_never_filled_again():
         _check(_fields(view) == fields and view.exporting_obj is array, (view, fields))
 
 
+@pytest.mark.slow
 def test_a_parked_view_found_through_the_collector_is_never_filled_again():
     """An emptied view reached through the collector (a parked proxy's) and held stays
     empty (as a new view: read-only flags and all cleared) through later launches: the
@@ -532,6 +535,7 @@ def _park_and_find():
     return proxy, view
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("passed_on", [False, True], ids=["local", "local-and-argument"])
 def test_objects_held_only_by_frame_locals_are_never_reused(passed_on):
     """A spare proxy and its emptied view, held by nothing but a local variable (and the
@@ -604,6 +608,7 @@ def _refusal(call, *args):
     return None
 
 
+@pytest.mark.slow
 def test_a_parked_view_found_through_the_collector_cannot_be_initialised():
     """The report: a parked proxy's emptied view, found through gc.get_objects(), refuses
     __init__, bound or called unbound (it was accepted, and the next launch filled the view
@@ -647,6 +652,7 @@ def _launch_and_check_released(launched, *others):
     leaked = _not_released_once(*others, *launched)
     _check(not leaked, f"capsules not released exactly once (tensor id: deleter calls): {leaked}")
 
+@pytest.mark.slow
 def test_a_kept_view_holding_something_is_let_go_not_filled_over():
     """The proxy fills its kept view again only if the view holds nothing (no capsule,
     buffer or C layout, which every complete fill sets), whatever the proxy's flag says: a
@@ -668,6 +674,7 @@ def test_a_kept_view_holding_something_is_let_go_not_filled_over():
     _launch_and_check_released(_capsule_producers(6), *intruders)
 
 
+@pytest.mark.slow
 def test_a_proxy_cannot_be_initialised_again():
     """A parked proxy found through the collector, a proxy the function kept and a proxy
     made directly refuse __init__: a parked one would view (and keep its view of) an object
@@ -821,6 +828,7 @@ def _match(view):
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["__new__", "parked"])
 def test_an_empty_view_answers_everything_and_is_initialised_once(which):
     """A view never initialised (StridedMemoryView.__new__) or a launcher's emptied one:

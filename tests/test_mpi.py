@@ -29,6 +29,7 @@ def _mpiexec() -> str:
     return found
 
 
+@pytest.mark.slow
 def test_views_sent_received_and_reduced_by_two_ranks():
     """Two ranks Send/Recv, Allreduce and refuse read-only views as MPI buffers, each check passing."""
     pytest.importorskip("mpi4py")

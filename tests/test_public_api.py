@@ -326,6 +326,7 @@ def test_every_example_file_the_docs_name_exists():
     assert sorted(named - existing) == []
 
 
+@pytest.mark.torch
 @pytest.mark.interop
 def test_torch_tensor_requiring_grad_is_viewed_and_writes_bypass_autograd():
     """As docs/interop.md says: a tensor requiring grad is viewed (torch's own export refuses it) and a write through the view leaves its version counter unchanged."""
@@ -364,7 +365,8 @@ def test_quickstart_and_interop_code_fits_at_1280px():
 
 
 def test_help_gives_the_signature_once_and_an_example_first():
-    """help(StridedMemoryView) prints the real signature once (also on __init__), then an example, then the contract."""
+    """help(StridedMemoryView) prints the real signature once (also on __init__), then says what
+    the class is and shows a three-line example, before any member."""
     import pydoc
 
     from stridedview import StridedMemoryView
@@ -373,9 +375,66 @@ def test_help_gives_the_signature_once_and_an_example_first():
     assert text.count("StridedMemoryView(obj, stream_ptr=None)\n") == 1, text[:600]
     assert "__init__(self, /, obj, stream_ptr=None)" in text
     assert "*args, **kwargs" not in text.split("__init__", 1)[1].splitlines()[0]
-    assert text.index(">>> view = StridedMemoryView(") < text.index("Streams.")
+    doc = [line.removeprefix(" |  ") for line in text.splitlines()]
+    opening = doc[doc.index("StridedMemoryView(obj, stream_ptr=None)") + 2]
+    assert opening.startswith("A zero-copy view of an array"), opening
+    example = [line.strip() for line in doc[: doc.index("Methods defined here:")]]
+    start = next(i for i, line in enumerate(example) if line.startswith(">>>"))
+    assert example[start:start + 3] == [
+        ">>> view = StridedMemoryView(numpy.zeros((4, 3), numpy.float32)[:, ::2])",
+        ">>> view.shape, view.strides, view.dtype, view.device_id",
+        "((4, 2), (3, 2), dtype('float32'), -1)",
+    ]
     assert str(inspect.signature(StridedMemoryView)) == "(obj, stream_ptr=None)"
     assert str(inspect.signature(StridedMemoryView.__init__)) == "(self, /, obj, stream_ptr=None)"
+
+
+#: pydoc lists each of the class's 56 members in two lines at least (three with a one-line
+#: docstring): the page cannot be much shorter without removing members.
+HELP_LINES = 190
+
+
+def test_help_is_a_summary_whose_contract_lives_in_the_docs_and_stubs():
+    """help(StridedMemoryView) stays short: a class docstring of at most 20 lines and one line
+    per member; the whole contract is in docs/api.md and in the stub's docstrings."""
+    import pydoc
+
+    from stridedview import StridedMemoryView
+
+    text = pydoc.render_doc(StridedMemoryView, renderer=pydoc.plaintext)
+    # pydoc from 3.13 on writes a long signature one parameter a line: one line here, as
+    # older pydocs write it (as_tensor_map's and from_buffer's take 11 and 8 lines there).
+    lines, wrapped = [], False
+    for line in text.splitlines():
+        if wrapped:
+            wrapped = not line.strip(" |").startswith(")")
+            continue
+        wrapped = line.rstrip().endswith("(")
+        lines.append(line)
+    assert len(lines) <= HELP_LINES, len(lines)
+    assert len(inspect.cleandoc(StridedMemoryView.__doc__).splitlines()) <= 20
+    long = {}
+    for name in dir(StridedMemoryView):
+        raw = inspect.getattr_static(StridedMemoryView, name)
+        if name.startswith("__pyx") or isinstance(raw, (tuple, str)) or name == "__doc__":
+            continue
+        if type(raw).__name__ == "PyCapsule":  # the exchange API capsules: no docstring of theirs
+            continue
+        if type(raw).__name__ == "classmethod_descriptor" or isinstance(raw, classmethod):
+            raw = getattr(StridedMemoryView, name)
+        doc = inspect.cleandoc(getattr(raw, "__doc__", None) or "").splitlines()
+        if len(doc) > 2 and doc[1].strip() == "--":  # an embedded signature
+            doc = doc[3:]
+        if name in vars(StridedMemoryView) and len(doc) > 1:
+            long[name] = len(doc)
+    assert long == {}
+    stub = (REPO_ROOT / "src" / "stridedview" / "_view.pyi").read_text()
+    api = (REPO_ROOT / "docs" / "api.md").read_text()
+    for contract in (
+        "Streams.  ``stream_ptr`` names the stream",
+        "Nothing is ordered on any stream (``ready_stream`` None)",
+    ):
+        assert contract in stub and contract in api
 
 
 def test_class_docstring_example_runs():
@@ -385,8 +444,9 @@ def test_class_docstring_example_runs():
     from stridedview import StridedMemoryView
 
     test = doctest.DocTestParser().get_doctest(
-        StridedMemoryView.__doc__, {"StridedMemoryView": StridedMemoryView}, "StridedMemoryView", None, 0
+        StridedMemoryView.__doc__, {"StridedMemoryView": StridedMemoryView, "numpy": __import__("numpy")},
+        "StridedMemoryView", None, 0,
     )
-    assert len(test.examples) >= 3
+    assert len(test.examples) == 2
     result = doctest.DocTestRunner(verbose=False).run(test)
     assert result.failed == 0

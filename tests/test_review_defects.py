@@ -1,4 +1,4 @@
-"""The defects an outside review of 5c7bc5b found (issue 18), each pinned by a test that failed
+"""The defects a review of 5c7bc5b found, each pinned by a test that failed
 before its fix: a view of memory that only an interface dict kept alive, a per-type cache never
 refreshed, a failed exchange-API call without an exception, Python run between borrowing a torch
 layout and using it, an uninitialised launcher, a CAI 'descr' of the wrong type, and
@@ -72,6 +72,7 @@ class _InterfaceOwner:
         return self._interface()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["ai", "cai"])
 def test_view_keeps_the_interface_dict_and_what_it_holds_alive(protocol):
     """For an array interface or a CUDA Array Interface producer whose dict owns the memory,
@@ -115,6 +116,7 @@ def test_numpy_subclass_given_dlpack_after_its_first_view_is_asked():
     assert len(calls) == 1  # numpy's own again: the adapter, no call
 
 
+@pytest.mark.torch
 def test_torch_subclass_given_dlpack_after_its_first_view_is_asked():
     """A torch subclass viewed once through the exchange API or the direct reader, then given
     __dlpack__, has its new __dlpack__ called."""
@@ -136,6 +138,7 @@ def test_torch_subclass_given_dlpack_after_its_first_view_is_asked():
     assert len(calls) == 1 and view.ptr == tensor.data_ptr()
 
 
+@pytest.mark.torch
 def test_torch_subclass_given_torch_function_after_its_first_view_has_it_called():
     """A torch subclass given __torch_function__ after its first view has the bits asked
     through it (its is_neg goes through __torch_function__), as a subclass defined with it."""
@@ -158,6 +161,7 @@ def test_torch_subclass_given_torch_function_after_its_first_view_has_it_called(
     assert "is_neg" in seen
 
 
+@pytest.mark.torch
 def test_torch_instance_dlpack_is_honoured():
     """An instance-level __dlpack__ on a torch tensor is called, as Python looks methods up,
     like the numpy adapter honours one on a numpy array."""
@@ -230,6 +234,7 @@ def test_exchange_api_failure_without_an_exception_is_a_buffer_error():
 # --- 5. no Python between borrowing a torch layout and using it ---------------------------
 
 
+@pytest.mark.torch
 def test_torch_tensor_resized_by_its_is_neg_is_viewed_as_it_is_afterwards():
     """A subclass whose is_neg resizes the tensor (Python run by the bits check) is viewed with
     the layout it has once the check is done: the check runs before the layout is borrowed."""

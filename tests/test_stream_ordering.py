@@ -2,7 +2,7 @@
 
 The fake (fake_driver.py) keeps contexts, streams as lists of operations, and
 events that capture a point of a stream; these tests hold the library to the exact
-call sequence of docs/contract-draft.md ("Stream ordering") and to what it does when
+call sequence of docs/concepts.md ("Streams") and docs/threads.md ("Events") and to what it does when
 a call fails (failures injected into any call, a stream handle reused by another
 context: what the simulated device cannot produce).  What the consumer then sees is
 raced with real data on the simulated device: tests/test_gpu_streams.py and

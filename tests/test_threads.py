@@ -94,6 +94,7 @@ def _own_shape(index):
     return (index + 1, 3, 2)
 
 
+@pytest.mark.torch
 @pytest.mark.interop
 def test_threads_view_export_and_drop_shared_arrays():
     """Eight threads view, read, export and drop shared arrays: fields right, deleters once, refcounts back."""
@@ -238,6 +239,7 @@ def test_threads_launching_one_launcher_keep_their_own_proxies():
     run_threads([worker] * THREADS)
 
 
+@pytest.mark.slow
 def test_event_cache_per_thread_and_context(fake):
     """Eight threads order views after shared and own producer streams in two contexts: one event per (context, thread), none shared."""
     ctx0, ctx1 = fake.primary_contexts
@@ -327,6 +329,7 @@ def test_event_cache_with_exchange_api_producer(fake):
         assert set(records) == by_thread[thread.ident]
 
 
+@pytest.mark.slow
 def test_interpreter_exit_with_live_events_is_quiet():
     """A process that exits with events held by its main thread and by a still-running thread prints nothing and exits 0 (the driver is not called at shutdown)."""
     import subprocess
@@ -411,6 +414,7 @@ _STATE = re.compile(
 _CONSTANTS = {"_member_defs", "_init_lock"}
 
 
+@pytest.mark.slow
 def test_threads_doc_names_every_module_level_cache():
     """docs/threads.md names each piece of module-level mutable state in the package, and nothing that is gone."""
     found = set()

@@ -23,7 +23,7 @@ from torch_expectations import expected_bits_reader
 
 torch = pytest.importorskip("torch")
 
-pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("forbidden_driver")]
+pytestmark = [pytest.mark.interop, pytest.mark.torch, pytest.mark.usefixtures("forbidden_driver")]
 
 NEG = "^dlpack: the torch tensor has its negative bit set, so its memory does not hold its values"
 CONJ = "^dlpack: the torch tensor has its conjugate bit set, so its memory does not hold its values"

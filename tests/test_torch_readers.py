@@ -17,7 +17,7 @@ from torch_expectations import (
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.interop
+pytestmark = [pytest.mark.interop, pytest.mark.torch]
 
 
 def test_this_torch_is_one_the_project_claims():

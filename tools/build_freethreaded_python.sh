@@ -12,9 +12,9 @@
 #   STRIDEDVIEW_PY_VARIANT=tsan tools/build_freethreaded_python.sh  # -> .../python3.13t-tsan-*/bin/python3.13t
 #
 # STRIDEDVIEW_PY_VARIANT picks what is built from the same source: `ft` (the default, free-
-# threaded), `gil` (the ordinary GIL build: the baseline the free-threaded figures of
-# docs/performance.md are measured against) or `tsan` (free-threaded, `--with-thread-sanitizer`,
-# for the ThreadSanitizer run of tools/tsan.sh; several times slower to run).
+# threaded), `gil` (the ordinary GIL build: the baseline free-threaded figures are
+# measured against) or `tsan` (free-threaded, `--with-thread-sanitizer`,
+# for a ThreadSanitizer run of the thread tests; several times slower to run).
 #
 # The build is cached under $STRIDEDVIEW_FT_CACHE (default ~/.cache/stridedview), keyed by
 # the source package's version and the variant, and reused only if that interpreter runs as
@@ -37,10 +37,11 @@ esac
 cache="${STRIDEDVIEW_FT_CACHE:-$HOME/.cache/stridedview}"
 mkdir -p "$cache"
 
-runs_as_built() {  # the interpreter starts, and has the GIL exactly when the variant has it
+runs_as_built() {  # the interpreter starts, has what venv and pip need (a half-built one
+    # lacks _posixsubprocess or ssl), and has the GIL exactly when the variant has it
     local check='import sys; sys.exit(sys._is_gil_enabled())'
     [ "$variant" = gil ] && check='import sys, sysconfig; sys.exit(bool(sysconfig.get_config_var("Py_GIL_DISABLED")))'
-    "$1" -c "$check" 2>/dev/null
+    "$1" -c "import ctypes, ensurepip, ssl, subprocess, venv, zlib; $check" 2>/dev/null
 }
 
 find_cached() {  # the newest cached interpreter of this variant that runs as built, if any

@@ -6,7 +6,7 @@ they are imported on first need.
 
 from stridedview._decorator import args_viewable_as_strided_memory
 from stridedview._errors import CUDAError
-from stridedview._view import StridedMemoryView, ViewableArgument
+from stridedview._view import StridedMemoryView, ViewableArgument, release_pending
 
 __all__ = [
     "CUDAError",
@@ -16,6 +16,7 @@ __all__ = [
     "__version__",
     "args_viewable_as_strided_memory",
     "get_include",
+    "release_pending",
 ]
 
 

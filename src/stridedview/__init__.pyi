@@ -7,6 +7,7 @@ from stridedview._errors import CUDAError as CUDAError
 from stridedview._tensor_map import TensorMap as TensorMap
 from stridedview._view import StridedMemoryView as StridedMemoryView
 from stridedview._view import ViewableArgument as ViewableArgument
+from stridedview._view import release_pending as release_pending
 
 __all__ = [
     "CUDAError",
@@ -16,6 +17,7 @@ __all__ = [
     "__version__",
     "args_viewable_as_strided_memory",
     "get_include",
+    "release_pending",
 ]
 
 __version__: str

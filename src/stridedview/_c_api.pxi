@@ -19,6 +19,7 @@ cdef extern from *:
         Py_ssize_t size_offset
         Py_ssize_t device_type_offset
         Py_ssize_t readonly_offset
+        Py_ssize_t dtype_offset
     const char *STRIDEDVIEW_C_API_CAPSULE
     const uint32_t STRIDEDVIEW_C_API_VERSION
     # The offsets of this build's fields (SV_VIEW_OFFSET is defined in _view.pyx).
@@ -29,6 +30,7 @@ cdef extern from *:
     const Py_ssize_t _OFFSET_C_SIZE "SV_VIEW_OFFSET(_size)"
     const Py_ssize_t _OFFSET_C_DEVICE_TYPE "SV_VIEW_OFFSET(_device_type)"
     const Py_ssize_t _OFFSET_C_READONLY "SV_VIEW_OFFSET(readonly)"
+    const Py_ssize_t _OFFSET_C_DTYPE "SV_VIEW_OFFSET(_dl_dtype)"
 
 cdef StridedViewCAPI _c_api
 
@@ -44,6 +46,7 @@ cdef object _publish_c_api():
     _c_api.size_offset = _OFFSET_C_SIZE
     _c_api.device_type_offset = _OFFSET_C_DEVICE_TYPE
     _c_api.readonly_offset = _OFFSET_C_READONLY
+    _c_api.dtype_offset = _OFFSET_C_DTYPE
     return PyCapsule_New(<void *>&_c_api, STRIDEDVIEW_C_API_CAPSULE, NULL)
 
 

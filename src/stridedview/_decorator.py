@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 # any arguments and returning what the function returns.
 def args_viewable_as_strided_memory(
     arg_indices: Iterable[int | str] | int | str,
+    *,
+    record_stream: bool = False,
 ) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Wrap the chosen arguments of a launch function in ``ViewableArgument`` proxies.
 
@@ -31,7 +33,20 @@ def args_viewable_as_strided_memory(
     argument with none of the view's protocols (DLPack, the CUDA Array Interface,
     numpy's array interface, the buffer protocol) is a BufferError naming the
     parameter, raised when the function is called.
+
+    ``record_stream=True``: each view made in a launch with a stream
+    (``arg.view(s)``, ``s`` not None or -1) of device-accessible memory hands its
+    memory over to ``s`` when it is released, as ``view.record_stream(s)`` does,
+    and the launch records one event per stream when the function returns, for all
+    its views: a temporary argument (``launch(x + 1)``) is not freed while the
+    kernel still reads it.  A view the function keeps past the launch hands over on
+    its own when it is released.  Views made with ``-1`` or of host memory hand
+    nothing over (the launcher must then keep the argument alive itself).
     """
+    if type(record_stream) is not bool:
+        raise TypeError(
+            f"args_viewable_as_strided_memory: record_stream must be a bool (got {record_stream!r})"
+        )
     if callable(arg_indices):
         # @args_viewable_as_strided_memory with no (...): the function came as arg_indices.
         raise TypeError(
@@ -94,7 +109,7 @@ def args_viewable_as_strided_memory(
             if p.kind != inspect.Parameter.POSITIONAL_ONLY
         )
 
-        launcher = _ViewableLauncher(func, by_position, by_keyword)
+        launcher = _ViewableLauncher(func, by_position, by_keyword, record_stream)
         functools.update_wrapper(launcher, func)
         return launcher
 

@@ -41,6 +41,16 @@ event's context pushed); ``use_api`` destroys every thread's events and releases
 the retained primary contexts.  Nothing is destroyed at interpreter exit: the
 process's driver resources go with it.
 
+Hand-overs (``record_handover``, ``handover_done``, ``wait_handover``,
+``give_back_events``): when a view recorded on streams lets go of its memory, one
+event is recorded on each stream, taken from a pool of events per (context,
+thread): an event in flight belongs to its hand-over alone, and goes back to the
+pool of whichever thread releases the hand-over (at most ``_POOL_LIMIT`` per
+context, the rest destroyed), so a steady stream of hand-overs creates no events.
+Completion is asked with ``cuEventQuery`` (never a host wait, but at the pending
+bound and at interpreter exit, ``wait_handover``).  An event whose query fails
+other than "not ready" (its context was reset) counts as done and is dropped.
+
 After warm-up, ordering after an ordinary producer stream costs two driver calls
 (record, wait); after a producer's default stream, four (push, record, pop,
 wait).  Should a remembered context or event be stale (a stream destroyed and its
@@ -88,16 +98,22 @@ _per_thread = threading.local()
 _primary_contexts: dict[int, tuple] = {}
 # Every thread's live _ThreadEvents, so that use_api can destroy their events.
 _thread_events: weakref.WeakSet[_ThreadEvents] = weakref.WeakSet()
+# Called by use_api before the driver changes: releases the pending hand-overs
+# (set by the compiled core when it first hands one over).
+_drain_hook = None
 
 
 def use_api(api) -> None:
     """Make ``api`` (an object with cuda.bindings.driver's calls) the driver; None resets.
 
-    Destroys every thread's cached events and releases the retained primary
+    First releases every pending hand-over (``stridedview.release_pending(wait=True)``:
+    their events belong to the driver being replaced).  Destroys every thread's cached events and releases the retained primary
     contexts in the driver being replaced, and forgets every cached context: tests
     call it to install a fake.  No other thread may be ordering streams meanwhile.
     """
     global _api, _initialized, _per_thread, _primary_contexts
+    if _drain_hook is not None and _api is not None:
+        _drain_hook()  # pending hand-overs hold events of the driver being replaced
     with _init_lock:
         for holder in list(_thread_events):
             holder.close()
@@ -232,7 +248,9 @@ class _ThreadEvents:
     closes it) its finalizer destroys the events.
     """
 
-    __slots__ = ("event_of_context", "context_of_stream", "_finalizer", "__weakref__")
+    __slots__ = (
+        "event_of_context", "context_of_stream", "pool_of_context", "_finalizer", "__weakref__"
+    )
 
     def __init__(self, api):
         # int(context) -> (context, event); shared with the finalizer, which must
@@ -240,7 +258,12 @@ class _ThreadEvents:
         self.event_of_context: dict = {}
         # ordinary producer stream handle -> its context
         self.context_of_stream: dict = {}
-        self._finalizer = weakref.finalize(self, _destroy_events, api, self.event_of_context)
+        # int(context) -> (context, [events free for a hand-over]); the finalizer
+        # destroys them too.
+        self.pool_of_context: dict = {}
+        self._finalizer = weakref.finalize(
+            self, _destroy_events, api, self.event_of_context, self.pool_of_context
+        )
         # At interpreter exit the process's driver resources go with it: the
         # driver may already be shutting down, so it is not called then.
         self._finalizer.atexit = False
@@ -252,11 +275,16 @@ class _ThreadEvents:
         self.context_of_stream.clear()
 
 
-def _destroy_events(api, event_of_context: dict) -> None:
-    """Destroy each event with its own context pushed; errors are ignored (a reset
-    context's events are already gone, and a finalizer has no one to tell)."""
+def _destroy_events(api, event_of_context: dict, pool_of_context: dict | None = None) -> None:
+    """Destroy each event (the cached ones and the pooled ones) with its own context
+    pushed; errors are ignored (a reset context's events are already gone, and a
+    finalizer has no one to tell)."""
     entries = list(event_of_context.values())
     event_of_context.clear()
+    if pool_of_context is not None:
+        for context, free in list(pool_of_context.values()):
+            entries.extend((context, event) for event in free)
+        pool_of_context.clear()
     for context, event in entries:
         _destroy_quietly(api, context, event)
 
@@ -458,3 +486,203 @@ def device_count() -> int:
     """The number of CUDA devices; CUDAError when there is no usable driver."""
     return int(_call(_driver(), "cuDeviceGetCount"))
 
+
+
+# --- hand-overs: events from a pool per (context, thread) ------------------------------------
+
+# Events kept free per (context, thread) for later hand-overs (as many as a launcher far
+# ahead of its device has in flight at once); more are destroyed.
+_POOL_LIMIT = 1024
+_NOT_READY = 600  # CUDA_ERROR_NOT_READY: what cuEventQuery answers for work still queued
+_CAPTURE_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+
+def check_stream(stream: int) -> None:
+    """Check that the driver is usable and, for an ordinary handle, that ``stream``
+    names a stream (its context is then remembered for this thread); CUDAError if not.
+
+    ``view.record_stream`` calls it, so that a bad handle fails there rather than
+    when the view is released.  The default-stream handles 0, 1 and 2 need only the
+    driver: which stream they name is decided when the view is released.
+    """
+    api = _driver()
+    if stream in _DEFAULT_STREAMS:
+        return
+    state = _thread_state(api)
+    if stream not in state.context_of_stream:
+        state.context_of_stream[stream] = _call(api, "cuStreamGetCtx", stream)
+
+
+def record_handover(streams: list) -> list | None:
+    """Record one event on each of ``streams``; the ``[context, event]`` pairs, or None
+    when a stream is capturing a CUDA graph (nothing is recorded then).
+
+    ``streams`` holds ``(handle, device, ptr)`` triples: ``device`` (an ordinal or
+    None) and ``ptr`` say which device's primary context a default-stream handle
+    (0, 1, 2) means when the calling thread has no current context, as for a
+    consumer's stream in ``order_after``.  Each event comes from this thread's pool
+    for the stream's context (created there when the pool is empty).  A cached
+    context or pooled event found stale (a reset context) is replaced and the record
+    tried once more; CUDAError when it still fails.  The events recorded before a
+    failure go back to the pool.
+    """
+    api = _driver()
+    state = _thread_state(api)
+    recorded: list = []
+    try:
+        for handle, device, ptr in streams:
+            pair = _record_pooled(api, state, handle, device, ptr)
+            if pair is None:
+                give_back_events(recorded)
+                return None
+            recorded.append(pair)
+    except BaseException:
+        give_back_events(recorded)
+        raise
+    return recorded
+
+
+def _record_pooled(api, state, handle, device, ptr):
+    """``[context, event]`` with a pooled event recorded on ``handle``, or None if the
+    stream is capturing."""
+    if handle in _DEFAULT_STREAMS:
+        current = _call(api, "cuCtxGetCurrent")
+        if int(current) != 0:
+            return _record_pooled_in(api, state, current, handle)
+        if device is None:
+            device = _pointer_device(api, ptr, NO_DRIVER_HINT)
+        primary = _primary_context(api, device)
+        return _in_context(api, primary, lambda: _record_pooled_in(api, state, primary, handle))
+    context = state.context_of_stream.get(handle)
+    if context is None:
+        context = state.context_of_stream[handle] = _call(api, "cuStreamGetCtx", handle)
+    try:
+        return _record_pooled_in(api, state, context, handle)
+    except CUDAError as exc:
+        if exc.name not in _STALE:
+            raise
+    # A stale context (the handle reused) or a dead pool (the context reset): look up
+    # again (CUDAError if the stream is gone) and take a fresh event.
+    state.context_of_stream.pop(handle, None)
+    fresh = _call(api, "cuStreamGetCtx", handle)
+    state.context_of_stream[handle] = fresh
+    return _record_pooled_in(api, state, fresh, handle)
+
+
+def _record_pooled_in(api, state, context, handle):
+    # The two calls of every hand-over, made directly (the driver is loaded by now);
+    # _call only on failure, for its error.
+    result = api.cuStreamIsCapturing(handle)
+    if int(result[0]) != _CUDA_SUCCESS:
+        # Named first, as below: tests/test_errors_contract.py reads a raise of a call as
+        # a message it must find in docs/errors.md (the "failed" row covers _failure's).
+        error = _failure(api, "cuStreamIsCapturing", result[0])
+        raise error
+    if int(result[1]) == _CAPTURE_ACTIVE:
+        return None
+    event = _pool_take(api, state, context)
+    code = api.cuEventRecord(event, handle)[0]
+    if int(code) == _CUDA_SUCCESS:
+        return [context, event]
+    error = _failure(api, "cuEventRecord", code)
+    if error.name in _STALE:
+        _drop_pool(api, state, context)  # a reset context's events are all dead
+    _destroy_quietly(api, context, event)
+    raise error
+
+
+def _failure(api, name: str, code) -> CUDAError:
+    """The CUDAError ``_call`` raises for ``name`` returning ``code``."""
+    error_name = _error_name(api, code)
+    return CUDAError(f"{name} failed: {error_name}", error_name)
+
+
+def _pool_take(api, state, context):
+    """A free event of ``context`` from this thread's pool, or a new one."""
+    entry = state.pool_of_context.get(int(context))
+    if entry is not None and entry[1]:
+        return entry[1].pop()
+    if int(_call(api, "cuCtxGetCurrent")) == int(context):
+        return _call(api, "cuEventCreate", _CU_EVENT_DISABLE_TIMING)
+    return _in_context(api, context, lambda: _call(api, "cuEventCreate", _CU_EVENT_DISABLE_TIMING))
+
+
+def _drop_pool(api, state, context) -> None:
+    entry = state.pool_of_context.pop(int(context), None)
+    if entry is not None:
+        for event in entry[1]:
+            _destroy_quietly(api, entry[0], event)
+
+
+def handover_done(events: list) -> bool:
+    """Whether the work each event of ``[context, event]`` pairs captured is done
+    (``cuEventQuery``; the host is not blocked).  Never raises: an event whose query
+    fails otherwise than "not ready" (its context was reset, the driver is gone) counts
+    as done, and its pair's event is set to None so that it is not reused."""
+    api = _api
+    if api is None:  # (use_api released every hand-over before changing the driver)
+        return True
+    for pair in events:
+        if pair[1] is None:
+            continue
+        try:
+            result = int(api.cuEventQuery(pair[1])[0])
+        except Exception:  # noqa: BLE001 - no driver left to ask: the work cannot be waited for
+            result = -1
+        if result == _NOT_READY:
+            return False
+        if result != _CUDA_SUCCESS:
+            pair[1] = None
+    return True
+
+
+def wait_handover(events: list) -> None:
+    """Block until each event's work is done (``cuEventSynchronize``): only at the
+    pending bound, for ``release_pending(wait=True)`` and at interpreter exit.  Never
+    raises; a failed wait marks its event as not reusable, as in ``handover_done``."""
+    api = _api
+    if api is None:
+        return
+    for pair in events:
+        if pair[1] is None:
+            continue
+        try:
+            result = int(api.cuEventSynchronize(pair[1])[0])
+        except Exception:  # noqa: BLE001 - see handover_done
+            result = -1
+        if result != _CUDA_SUCCESS:
+            pair[1] = None
+
+
+def give_back_events(events: list) -> None:
+    """Put each reusable event of ``events`` in the calling thread's pool for its context
+    (destroyed beyond ``_POOL_LIMIT``).  Never raises."""
+    try:
+        api = _api
+        if api is None:
+            return
+        pools = _thread_state(api).pool_of_context
+        for context, event in events:
+            if event is None:
+                continue
+            entry = pools.get(int(context))
+            if entry is None:
+                entry = pools[int(context)] = (context, [])
+            if len(entry[1]) < _POOL_LIMIT:
+                entry[1].append(event)
+            else:
+                _destroy_quietly(api, context, event)
+    except Exception:  # noqa: BLE001 - an event not reused is destroyed with its context
+        pass
+
+
+def trim_event_pool() -> int:
+    """Destroy the calling thread's free hand-over events; how many (for tests, which
+    then count the simulator's live events)."""
+    if _api is None:
+        return 0
+    state = _thread_state(_api)
+    count = sum(len(free) for _, free in state.pool_of_context.values())
+    for context in list(state.pool_of_context):
+        _drop_pool(_api, state, context)
+    return count

@@ -124,7 +124,7 @@ cdef int _view_from_cai(
     view._ptr = ptr
     view.ptr = ptr
     view.shape = shape
-    view.strides = element_strides
+    view.strides = _empty_view_strides(ndim) if size == 0 else element_strides
     view.dtype = dtype
     view._size = size
     view.readonly = bool(readonly)
@@ -133,7 +133,8 @@ cdef int _view_from_cai(
     view._device_id = _DEVICE_ID_UNKNOWN
     view.exporting_obj = obj
     view._interface = cai  # the producer may keep the memory alive through it alone
-    if strides is not None:  # the element strides are at hand in C
+    if strides is not None and size != 0:  # the element strides are at hand in C
+        _store_dl_dtype(view, <uint32_t>_dl_dtype_of(dtype))
         return _store_c_layout_from(view, extents, element_strides_c, <int32_t>ndim, itemsize)
     return _store_c_layout(view)
 
@@ -230,7 +231,8 @@ cdef object _resolve_interface_dtype(str typestr, object descr, str where):
     """The numpy dtype of a CAI typestr, or of its descr when that is a structured type."""
     import numpy
 
-    if len(typestr) < 3 or typestr[0] not in "<>|=":
+    # numpy writes an object array's typestr without its item size ("|O").
+    if len(typestr) < 3 and typestr[1:] != "O" or typestr[0] not in "<>|=":
         raise BufferError(
             f"{where}: 'typestr' must be <byte order><kind><item size>, "
             f"e.g. '<f4' (got {typestr!r})"
@@ -247,7 +249,8 @@ cdef object _resolve_interface_dtype(str typestr, object descr, str where):
         )
     if dtype.hasobject:
         raise BufferError(
-            f"{where}: 'typestr' {typestr!r} holds Python objects"
+            f"{where}: 'typestr' {typestr!r} holds Python objects, which no view can "
+            "carry: convert the array first, e.g. array.astype(numpy.float64)"
         )
     if descr is not None and _descr_is_structured(descr):
         try:

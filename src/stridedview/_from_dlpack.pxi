@@ -258,7 +258,8 @@ cdef int _exchange_failed(object obj, str function) except -1:
 
     The producer reports a failure with a Python exception set; one that sets
     none, or a torch error (a RuntimeError carrying its C++ frames: sparse,
-    quantized and meta tensors), is made the BufferError DLPack producers raise.
+    quantized and meta tensors), is made the BufferError DLPack producers raise,
+    with the way out for a torch tensor of a kind no view can describe.
     """
     if PyErr_Occurred() == NULL:
         raise BufferError(
@@ -270,10 +271,29 @@ cdef int _exchange_failed(object obj, str function) except -1:
     except (RuntimeError, ValueError, TypeError) as error:
         first_line = str(error).partition("\n")[0]
         raise BufferError(
-            f"dlpack: the exchange API of {type(obj).__name__!r} cannot export this object "
-            f"({first_line})"
+            f"dlpack: the producer refused to export a {type(obj).__name__!r} object "
+            f"({first_line}){_torch_way_out(obj)}"
         ) from None
     return -1
+
+
+cdef str _torch_way_out(object obj):
+    """What to view instead of a torch tensor no view can describe, as ": ...", or ""."""
+    torch = _sys.modules.get("torch")
+    if torch is None or not isinstance(obj, torch.Tensor):
+        return ""
+    try:
+        if obj.is_nested:
+            return ": a nested tensor has no single layout; view each part (tensor.unbind())"
+        if obj.layout is not torch.strided:
+            return f": a {obj.layout} tensor has no strides; view a dense copy (tensor.to_dense())"
+        if obj.is_quantized:
+            return ": view the dequantized values (tensor.dequantize(), a copy)"
+        if obj.is_meta:
+            return ": a meta tensor has no data; make it on a real device first"
+    except Exception:  # a tensor subclass whose attributes raise: no advice
+        return ""
+    return ""
 
 
 cdef int _raise_pending() except -1:
@@ -431,7 +451,7 @@ cdef int _fill_from_dltensor(
 
     if ndim == 0:
         strides = ()
-    elif tensor.strides != NULL:
+    elif tensor.strides != NULL and size != 0:
         strides = _int64_tuple(tensor.strides, ndim)
     else:
         # Producers before DLPack 1.2 may send NULL strides: row-major.
@@ -447,6 +467,7 @@ cdef int _fill_from_dltensor(
     if tensor.device.device_type != kDLCPU and tensor.device.device_id < 0:
         raise BufferError(f"dlpack: device_id must be >= 0 (got {tensor.device.device_id})")
     view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
+    view._dl_dtype = tensor.dtype
     # The dtype's item size, from the DLPack type it was checked against (lanes
     # are 1; a padded sub-byte element takes one byte).
     cdef Py_ssize_t itemsize = (tensor.dtype.bits + 7) // 8
@@ -473,8 +494,8 @@ cdef int _fill_from_dltensor(
     else:
         view._device_id = tensor.device.device_id
         view.is_device_accessible = True
-    if ndim != 0 and tensor.strides == NULL:
-        return _store_c_layout(view)
+    if ndim != 0 and (tensor.strides == NULL or size == 0):
+        return _store_c_layout(view)  # strides computed, or an empty view's 0s
     # Padded sub-byte elements take one byte each.
     return _store_c_layout_from(
         view, tensor.shape, tensor.strides, ndim, max(tensor.dtype.bits // 8, 1)

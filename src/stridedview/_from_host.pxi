@@ -55,7 +55,7 @@ cdef int _set_view(
     view._ptr = ptr
     view.ptr = ptr
     view.shape = shape
-    view.strides = strides
+    view.strides = _empty_view_strides(len(shape)) if size == 0 else strides
     view.dtype = dtype
     view._size = size
     view.readonly = readonly
@@ -174,7 +174,10 @@ cdef object _resolve_buffer_dtype(object obj, bytes fmt, Py_ssize_t itemsize):
     if not dtype.isnative:
         raise BufferError(f"buffer: format {shown!r} is not native-endian")
     if dtype.hasobject:
-        raise BufferError(f"buffer: format {shown!r} holds Python objects")
+        raise BufferError(
+            f"buffer: format {shown!r} holds Python objects, which no view can carry: "
+            "convert the data first, e.g. numpy.asarray(obj).astype(numpy.float64)"
+        )
     if dtype.itemsize != itemsize:
         raise BufferError(
             f"buffer: format {shown!r} has item size {dtype.itemsize}, the buffer {itemsize}"

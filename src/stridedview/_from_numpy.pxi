@@ -195,6 +195,9 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
             return False
         else:
             element_strides[i] = byte_strides[i] // itemsize
+    if size == 0:  # an empty view's strides are 0 (_empty_view_strides)
+        for i in range(ndim):
+            element_strides[i] = 0
     cdef void *data = PyArray_DATA(array)
     if size > 0 and data == NULL:
         return False
@@ -210,6 +213,7 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     view.shape = _int64_tuple(shape, ndim)
     view.strides = _int64_tuple(element_strides, ndim)
     view.dtype = dtype
+    view._dl_dtype = dl_dtype
     view._itemsize = itemsize
     view._size = size
     view._device_type = kDLCPU
@@ -224,11 +228,18 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
 cdef int _hint_numpy_dtype(object obj, BaseException exc) except -1:
     """Raise a BufferError naming ``from_array_interface`` when ``obj`` is a numpy
     array whose dtype numpy's ``__dlpack__`` refuses but the array interface carries
-    (structured, datetime, timedelta, bytes, str); else return 0 (``exc`` stands)."""
+    (structured, datetime, timedelta, bytes, str), and one naming a conversion for an
+    object array, which nothing carries; else return 0 (``exc`` stands)."""
     numpy = _sys.modules.get("numpy")
     if numpy is None or not isinstance(obj, numpy.ndarray):
         return 0
     dtype = obj.dtype
+    if dtype.kind == "O":
+        raise BufferError(
+            f"dlpack: numpy cannot export an object array through DLPack ({exc}): its "
+            "elements are references to Python objects, which no protocol carries; "
+            "convert it first, e.g. array.astype(numpy.float64)"
+        ) from exc
     # Structured (not a bare void kind: ml_dtypes' bfloat16 and float8 are void too,
     # and their array interface says only "V2"), datetime, timedelta, bytes, str.
     if not (dtype.kind in "MmSU" or (dtype.kind == "V" and dtype.fields is not None)):

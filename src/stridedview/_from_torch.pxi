@@ -53,6 +53,8 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
             overflow = sv_mul_i64(size, extent, &size)
     if empty:
         size = 0
+        for i in range(count):  # an empty view's strides are 0 (_empty_view_strides)
+            dims[count + i] = 0
     elif overflow:
         return 1  # the element count passes int64
     cdef Py_ssize_t itemsize = lent.dtype.bits // 8
@@ -69,6 +71,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     view.shape = _int64_tuple(dims, count)
     view.strides = _int64_tuple(dims + count, count)
     view.dtype = _dtype_from_dlpack(lent.dtype, 0)
+    view._dl_dtype = lent.dtype
     view._itemsize = itemsize
     view._size = size
     view.readonly = False  # the exchange API's DLTensor carries no READ_ONLY flag

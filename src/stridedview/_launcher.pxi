@@ -45,6 +45,13 @@
 #   still holds nothing a fill would overwrite and not release
 #   (SV_VIEW_HOLDS_NOTHING: no capsule, held buffer or C layout, which every
 #   complete fill sets), whatever its proxy's flag says, else lets it go.
+# - record_stream=True (_launch_recording): the launch's proxies carry its group
+#   (``_group``, _handover.pxi) and make new views that join it (never kept: they
+#   hand over when released, and _park_proxy lets a view with a hand-over go);
+#   a spare's emptied kept view is let go when such a launch takes it
+#   (_enter_group), and every proxy leaves the group when the launch ends, before
+#   it is parked.  A launcher without the option runs _launch_with with no group,
+#   which the compiler folds away: one flag test per launch.
 # - Only launchers fill their proxies: ViewableArgument.__init__ refuses a proxy
 #   that has an object or belongs to a launcher (``_name`` set, parked ones
 #   included), so a proxy found through the collector cannot be made to view,
@@ -81,6 +88,9 @@ cdef class ViewableArgument:
     # emptied since, to be filled again by the next view() (see _park_proxy).
     cdef StridedMemoryView _kept_view
     cdef bint _kept_view_empty
+    # The hand-over of the launch this proxy serves, when its launcher was decorated
+    # with record_stream=True (None otherwise): each view() on a stream joins it.
+    cdef _Handover _group
 
     def __init__(self, obj):
         # Once only, and never on a launcher's proxy (_name set), parked ones included:
@@ -110,6 +120,7 @@ cdef class ViewableArgument:
 cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
     """``proxy.view(stream_ptr)``."""
     cdef StridedMemoryView view
+    cdef _ProducerType info = None
     # Whether this thread may use and change the proxy's own fields (always, with
     # the GIL; without it, the thread that owns the proxy: see above).
     cdef bint own = _owned_here(<PyObject *>proxy)
@@ -123,9 +134,12 @@ cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_
         # The view this spare proxy made in an earlier launch, emptied when the
         # proxy was parked, held by nothing else since, and found empty (what it
         # holds, not the flag: a fill over a capsule would lose its deleter):
-        # filled again.  Anything else is let go (below), and released.
+        # filled again.  Anything else is let go (below), and released.  (A proxy
+        # of a recording launch has no kept view: _enter_group let it go.)
         proxy._kept_view_empty = False
         view = proxy._kept_view
+    elif proxy._group is not None:
+        return _proxy_view_joining(proxy, stream_ptr)
     else:
         view = _new_view()
         if SV_FAST_PATHS and own and proxy._name is not None:  # a launcher's proxy
@@ -133,7 +147,8 @@ cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_
             proxy._kept_view = view
     # Kept only while obj is still of the type it describes (__class__ can be
     # assigned) and that type is unchanged.
-    info = proxy._info if own else None
+    if own:
+        info = proxy._info
     if info is None or not _describes(info, type(proxy.obj)):
         info = _producer_type(proxy.obj)
         if own:
@@ -142,6 +157,22 @@ cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_
         _proxy_view_without_stream(view, proxy, info)
     else:
         _view_from_any(view, proxy.obj, stream_ptr, info)
+    return view
+
+
+cdef StridedMemoryView _proxy_view_joining(ViewableArgument proxy, object stream_ptr):
+    """``proxy.view(stream_ptr)`` in a recording launch: a new view (never kept: it
+    hands over when released), which joins the launch's group."""
+    cdef StridedMemoryView view = _new_view()
+    info = proxy._info
+    if info is None or not _describes(info, type(proxy.obj)):
+        info = _producer_type(proxy.obj)
+        proxy._info = info
+    if stream_ptr is None:
+        _proxy_view_without_stream(view, proxy, info)
+    else:
+        _view_from_any(view, proxy.obj, stream_ptr, info)
+        _join_group(view, proxy._group, stream_ptr)
     return view
 
 
@@ -463,6 +494,9 @@ cdef class _ViewableLauncher:
     # is the name of the argument at position i if it is chosen, else None
     # (positions past the tuple's end are not chosen).
     cdef tuple _name_at
+    # record_stream=True: the launch's views hand their memory over to the streams
+    # they were made on, with one event per stream when the launch ends.
+    cdef bint _record_stream
     cdef dict __dict__
 
     def __cinit__(self):
@@ -472,7 +506,7 @@ cdef class _ViewableLauncher:
         self._name_at = ()
         self.by_keyword = ()
 
-    def __init__(self, func, tuple by_position, tuple by_keyword):
+    def __init__(self, func, tuple by_position, tuple by_keyword, bint record_stream=False):
         # Once only: _launch reads _name_at by index for as long as it runs, and a
         # launch may run Python code (an argument's properties) that could call this.
         if self.func is not None:
@@ -483,7 +517,13 @@ cdef class _ViewableLauncher:
         # Set together once all is computed: a failed __init__ leaves the launcher new.
         self._name_at = tuple(name_at)
         self.by_keyword = by_keyword
+        self._record_stream = record_stream
         self.func = func
+
+    @property
+    def record_stream(self):
+        """Whether the launch's views hand their memory over to their streams."""
+        return self._record_stream
 
     def __call__(self, *args, **kwargs):
         # Only callers that hold a tuple and a dict come here (PyObject_Call's
@@ -507,6 +547,29 @@ cdef object _launch(
     _ViewableLauncher self, PyObject *const *args, size_t nargsf, PyObject *kwnames
 ):
     """The launcher's vectorcall: ``self.func(*args)``, the chosen arguments wrapped.
+
+    A launcher decorated with record_stream=True goes to _launch_recording; any other
+    runs _launch_with with no group, which the compiler folds away (it is inlined).
+    """
+    if self._record_stream:
+        return _launch_recording(self, args, nargsf, kwnames)
+    return _launch_with(self, args, nargsf, kwnames, None)
+
+
+cdef object _launch_recording(
+    _ViewableLauncher self, PyObject *const *args, size_t nargsf, PyObject *kwnames
+):
+    """A launch whose views hand their memory over to their streams: one group for the
+    launch, joined by each view made on a stream, sealed when the function returns."""
+    return _launch_with(self, args, nargsf, kwnames, _new_handover([], True))
+
+
+cdef inline object _launch_with(
+    _ViewableLauncher self, PyObject *const *args, size_t nargsf, PyObject *kwnames,
+    _Handover group,
+):
+    """``self.func(*args)``, the chosen arguments wrapped; ``group`` is the launch's
+    hand-over (record_stream=True) or None.
 
     One pass over the arguments in C; func gets them as a vectorcall, from an
     array on the stack that holds a reference to each while func runs.
@@ -540,6 +603,8 @@ cdef object _launch(
                 if name != <PyObject *>None and item != <PyObject *>None:
                     items[i] = _viewable(item, name)
                     filled += 1
+                    if group is not None:
+                        _enter_group(<ViewableArgument>items[i], group)
                     if spill is None:  # (a shift past 31 would be undefined)
                         proxies |= <uint32_t>1 << i
                     continue
@@ -552,6 +617,8 @@ cdef object _launch(
             if item != <PyObject *>None and <object>name in self.by_keyword:
                 items[count + i] = _viewable(item, name)
                 filled += 1
+                if group is not None:
+                    _enter_group(<ViewableArgument>items[count + i], group)
                 if spill is None:
                     proxies |= <uint32_t>1 << (count + i)
                 continue
@@ -560,12 +627,48 @@ cdef object _launch(
             filled += 1
         return PyObject_Vectorcall(self.func, items, count, kwnames)
     finally:
+        if group is not None:
+            _leave_group(items, filled, group)
         if spill is None:  # the spill tuple drops its own items (no spares from it)
             for i in range(filled):
                 if proxies >> i & 1:
                     _drop_proxy(stack[i])
                 else:
                     Py_DECREF_ptr(stack[i])
+        if group is not None:
+            # The launch's views released by now have joined the group: one event per
+            # stream for all of them (a view kept past the launch hands over on its own).
+            _seal_group(group)
+
+
+cdef void _enter_group(ViewableArgument proxy, _Handover group) noexcept:
+    """``proxy`` serves a recording launch: its views join ``group``.  A spare's emptied
+    kept view is let go: such a proxy makes new views (_proxy_view_joining)."""
+    proxy._group = group
+    if proxy._kept_view is not None:
+        _forget_kept_view(proxy)
+
+
+cdef void _leave_group(PyObject **items, Py_ssize_t filled, _Handover group) noexcept:
+    """The launch is over: its proxies no longer add views to ``group`` (a proxy the
+    function kept makes views of its own from now on)."""
+    cdef Py_ssize_t i
+    for i in range(filled):
+        if Py_TYPE_ptr(items[i]) == <void *>ViewableArgument and (
+            (<ViewableArgument>items[i])._group is group
+        ):
+            (<ViewableArgument>items[i])._group = None
+
+
+cdef void _seal_group(_Handover group) noexcept:
+    """Close ``group`` to new views and hand what it holds to its streams."""
+    cdef bint empty
+    SV_HANDOVER_LOCK()
+    group.sealed = True
+    empty = not group.holds
+    SV_HANDOVER_UNLOCK()
+    if not empty:
+        _seal_and_register(group)
 
 
 cdef int _enable_launcher_vectorcall() except -1:

@@ -507,7 +507,7 @@ cdef StridedMemoryView _relaid(
     view._ptr = ptr
     view.ptr = ptr
     view.shape = shape
-    view.strides = strides
+    view.strides = _empty_view_strides(len(shape)) if size == 0 else strides
     view._size = size
     if dtype is not None:
         view.dtype = dtype

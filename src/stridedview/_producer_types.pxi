@@ -296,6 +296,19 @@ cdef inline bint _instance_overrides_dlpack(object obj) except -1:
     return _instance_defines(obj, _DLPACK, _DLPACK_DEVICE)
 
 
+cdef int _refuse_half_dlpack(object obj) except -1:
+    """BufferError naming the missing method when ``obj`` has one DLPack method only."""
+    has_dlpack = hasattr(obj, _DLPACK)
+    if has_dlpack == hasattr(obj, _DLPACK_DEVICE):
+        return 0
+    present, missing = (_DLPACK, _DLPACK_DEVICE) if has_dlpack else (_DLPACK_DEVICE, _DLPACK)
+    raise BufferError(
+        f"dlpack: {type(obj).__name__!r} object has {present} but no {missing}: a DLPack "
+        "producer needs both (__dlpack_device__() returns (device_type, device_id), e.g. "
+        "(1, 0) for host memory); add the missing method"
+    )
+
+
 cdef bint _has_dlpack(object obj, _ProducerType info) except -1:
     """Whether ``obj`` offers both DLPack methods (its type's, or rarely its own);
     ``info`` is ``_producer_type(obj)``."""

@@ -6,7 +6,10 @@ hands the view to every installed consumer, checking that the consumer sees the
 same memory and the same values.  It imports only libraries that are installed,
 and each only when its turn comes.
 
-Each hand-over gets one of five verdicts: "ok" (same memory, same values),
+Each hand-over gets one of six verdicts: "ok" (same memory, same values),
+"writable" (same memory and values, but the view is read-only and the consumer's
+array is writable: the consumer ignores DLPack's READ_ONLY flag, as torch does, so
+a write through it would change memory its producer holds immutable),
 "copies" (the consumer made a copy holding the same values: the hand-over works
 but is not zero-copy), "read-only" (the view is read-only and the consumer asks
 for a legacy DLPack capsule, which cannot say so: refused on purpose, as it
@@ -52,6 +55,8 @@ WIDTH = 79
 #: What a view of each verdict means, for the legend.
 VERDICTS = {
     "ok": "same memory, same values",
+    "writable": "same memory and values, but writable: the consumer drops the "
+    "view's read-only flag (do not write through it)",
     "copies": "same values in a copy (works, but not zero-copy)",
     "read-only": "refused, as it must be: a read-only view, legacy-only consumer",
     "n/a": "not tried: the consumer takes no memory of this kind",
@@ -59,7 +64,10 @@ VERDICTS = {
 }
 
 #: How each verdict shows in the text table.
-MARKS = {"ok": "ok", "copies": "copies", "read-only": "r/o", "n/a": "n/a", "fail": "FAIL"}
+MARKS = {
+    "ok": "ok", "writable": "rw!", "copies": "copies", "read-only": "r/o", "n/a": "n/a",
+    "fail": "FAIL",
+}
 
 #: Verdicts shown without a numbered reason (the legend says it all).
 SILENT = ("ok", "n/a")
@@ -67,13 +75,14 @@ SILENT = ("ok", "n/a")
 #: The refusal a read-only view gives a consumer that asks for a legacy capsule.
 LEGACY_READ_ONLY = "dlpack: a read-only view cannot be exported as a legacy capsule"
 
-#: Said whenever torch is installed: its from_dlpack kills the process (it does
-#: not raise) on a negative stride, so the report never hands it one.
+#: Said whenever torch is installed: its from_dlpack refuses a negative stride,
+#: torch 2.13's by killing the process, so the report never hands it one.
 TORCH_NEGATIVE_STRIDES = (
-    "torch.from_dlpack aborts the whole process (it does not raise) when handed "
-    "a view with a negative stride (seen with torch 2.13, also for numpy arrays): "
-    "never hand torch such a view (view.has_negative_stride says whether it has "
-    "one); make a positive-stride copy first (numpy.ascontiguousarray)."
+    "torch.from_dlpack cannot take a view with a negative stride (nor such a numpy "
+    "array): torch 2.13 aborts the whole process (it does not raise), torch 2.14 "
+    "raises RuntimeError (other releases not tested). Never hand torch such a view "
+    "(view.has_negative_stride says whether it has one); make a positive-stride "
+    "copy first (numpy.ascontiguousarray)."
 )
 
 #: What the "view µs" column measures.
@@ -104,6 +113,8 @@ class Library:
     consume: Any = None  # (view) -> array, or None when not a DLPack/CAI consumer
     address: Any = None  # (array) -> int, the address of element [0, 0]
     to_list: Any = None  # (array) -> nested list of its values
+    # (array) -> whether the consumer's array may be written (None: not known)
+    writable: Any = None
     # () -> the devices ("cpu", "cuda") whose memory the consumer takes; None: its ``devices``
     takes: Any = None
 
@@ -140,6 +151,7 @@ def _numpy_library():
     return Library(
         "numpy", "numpy", "numpy", lambda: ["cpu"], make, consume,
         lambda a: a.__array_interface__["data"][0], lambda a: a.tolist(),
+        writable=lambda a: bool(a.flags.writeable),
     )
 
 
@@ -162,6 +174,8 @@ def _torch_library():
     return Library(
         "torch", "torch", "torch", devices, make, consume,
         lambda t: t.data_ptr(), lambda t: t.cpu().tolist(),
+        # A torch tensor has no read-only state: torch.from_dlpack ignores READ_ONLY.
+        writable=lambda t: True,
     )
 
 
@@ -186,6 +200,7 @@ def _jax_library():
     return Library(
         "jax", "jax", "jax", devices, make, consume,
         lambda x: x.unsafe_buffer_pointer(), lambda x: x.tolist(),
+        writable=lambda x: False,  # jax arrays are immutable
     )
 
 
@@ -211,9 +226,15 @@ def _array_api_strict_library():
 
         return numpy.from_dlpack(array).tolist()
 
+    def writable(array):
+        import numpy
+
+        # It wraps a numpy array and exports that array's READ_ONLY flag.
+        return bool(numpy.from_dlpack(array).flags.writeable)
+
     return Library(
         "array-api-strict", "array_api_strict", "array-api-strict", lambda: ["cpu"], make,
-        consume, address, to_list,
+        consume, address, to_list, writable=writable,
     )
 
 
@@ -236,6 +257,7 @@ def _cupy_library():
     return Library(
         "cupy", "cupy", "cupy", devices, make, consume,
         lambda a: a.data.ptr, lambda a: a.get().tolist(),
+        writable=lambda a: True,  # CuPy arrays have no read-only state
     )
 
 
@@ -258,6 +280,7 @@ def _numba_library():
     return Library(
         "numba-cuda", "numba.cuda", "numba-cuda", devices, make, consume,
         lambda a: a.__cuda_array_interface__["data"][0], lambda a: a.copy_to_host().tolist(),
+        writable=lambda a: True,  # device arrays have no read-only state
     )
 
 
@@ -306,9 +329,10 @@ def _version(distribution: str) -> str:
         return "not installed"
 
 
-def _short(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-    return text if len(text) <= 100 else text[:97] + "..."
+def _reason(exc: BaseException) -> str:
+    """``Type: message``, whole: only what follows the message's first line (a C++
+    traceback some libraries append) is left out."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def _time_view(array, stream_ptr, rounds: int = 7, number: int = 200) -> float:
@@ -446,7 +470,7 @@ def build_report(timing: bool = True) -> dict:
         try:
             devices = producer.devices()
         except Exception as exc:  # a library that cannot even list its devices
-            rows.append(Row(producer.name, "?", error=_short(exc)))
+            rows.append(Row(producer.name, "?", error=_reason(exc)))
             continue
         for device in devices:
             row = Row(producer.name, device)
@@ -460,7 +484,7 @@ def build_report(timing: bool = True) -> dict:
                 if timing:
                     row.view_us = round(_time_view(array, stream_ptr), 3)
             except Exception as exc:
-                row.error = _short(exc)
+                row.error = _reason(exc)
                 continue
             for consumer in consumers:
                 if device in taken[consumer.name]:
@@ -493,21 +517,28 @@ def _hand_over(view, consumer: Library) -> Cell:
         values = consumer.to_list(received)
     except BufferError as exc:
         if view.readonly and str(exc).startswith(LEGACY_READ_ONLY):
-            return Cell(consumer.name, "read-only", _short(exc))
-        return Cell(consumer.name, "fail", _short(exc))
+            return Cell(consumer.name, "read-only", _reason(exc))
+        return Cell(consumer.name, "fail", _reason(exc))
     except Exception as exc:
-        return Cell(consumer.name, "fail", _short(exc))
+        return Cell(consumer.name, "fail", _reason(exc))
     if values != VALUES:
         return Cell(consumer.name, "fail", f"values differ: {values!r}")
     if address != view.ptr:
         # No addresses in the reason: a report must read the same from run to run.
         return Cell(consumer.name, "copies", "the consumer's array is a copy at another address")
+    if view.readonly and consumer.writable is not None and consumer.writable(received):
+        return Cell(
+            consumer.name, "writable",
+            f"the view is read-only, but {consumer.name} ignores DLPack's READ_ONLY flag: its "
+            "array over the same memory is writable, and a write through it would change "
+            "memory the producer holds read-only",
+        )
     return Cell(consumer.name, "ok")
 
 
 def failed(report: dict) -> bool:
-    """Whether a view or a hand-over of the report failed ("copies" and "read-only" are not
-    failures)."""
+    """Whether a view or a hand-over of the report failed ("writable", "copies" and
+    "read-only" are not failures)."""
     return any(
         row["error"] or any(cell["verdict"] == "fail" for cell in row["cells"])
         for row in report["rows"]
@@ -585,9 +616,10 @@ def format_report(report: dict) -> str:
                 consumers.append(cell["consumer"])
     lines.append("producer -> consumer through a view:")
     mark_width = max(len(mark) for mark in MARKS.values())
-    lines += [
-        f"  {MARKS[verdict]:<{mark_width}} = {meaning}" for verdict, meaning in VERDICTS.items()
-    ]
+    for verdict, meaning in VERDICTS.items():
+        lines += _wrap(
+            f"{MARKS[verdict]:<{mark_width}} = {meaning}", "  ", " " * (mark_width + 5)
+        )
     if any(row["view_us"] is not None for row in report["rows"]):
         lines += _wrap(VIEW_US, "  ", "    ")
     lines.append("")

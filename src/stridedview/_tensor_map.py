@@ -191,14 +191,15 @@ def encode_tiled(
         raise ValueError(f"tensor map: the global address {view.ptr:#x} is not {alignment}-byte aligned")
     if interleave != _INTERLEAVE_NONE and rank < 3:
         raise ValueError(f"tensor map: interleave {interleave} needs rank 3 to 5 (got {rank})")
+    # The extents first: an empty view's strides are all 0 (it has no last axis to step).
+    for axis, extent in enumerate(view.shape):
+        if not 1 <= extent <= 2**32:
+            raise ValueError(f"tensor map: shape[{axis}] = {extent} is outside 1 to 2**32")
     if view.strides[-1] != 1 and view.shape[-1] != 1:
         raise ValueError(
             f"tensor map: the last axis must be contiguous (stride 1 element, got {view.strides[-1]})"
         )
     dims = tuple(reversed(view.shape))
-    for axis, extent in enumerate(view.shape):
-        if not 1 <= extent <= 2**32:
-            raise ValueError(f"tensor map: shape[{axis}] = {extent} is outside 1 to 2**32")
     byte_strides = tuple(reversed(view.byte_strides))[1:]
     for i, stride in enumerate(byte_strides):
         axis = rank - 2 - i

@@ -74,7 +74,7 @@ cdef extern from *:
 
     typedef struct sv_thread_state {
         /* _intern.pxi: interned address ints and shape/stride tuples (strong
-           references, NULL: empty), and the last dtype's item size. */
+           references, NULL: empty), and the last dtype's item size and DLPack type. */
         uintptr_t cached_addresses[SV_ADDRESS_CACHE_SLOTS];
         PyObject *cached_address_ints[SV_ADDRESS_CACHE_SLOTS];
         uint8_t address_victims[SV_ADDRESS_CACHE_SETS];
@@ -84,6 +84,7 @@ cdef extern from *:
         int64_t cached_values[SV_TUPLE_CACHE_SLOTS][SV_TUPLE_CACHE_MAX_NDIM];
         PyObject *last_itemsize_dtype;
         int64_t last_itemsize;
+        uint32_t last_dl_dtype;  /* its DLPack type, packed as _dl_dtype_of packs it */
         /* _producer_types.pxi: the last description and the direct-mapped
            slots (strong references to _ProducerType, NULL: empty). */
         PyObject *last_info;
@@ -274,6 +275,7 @@ cdef extern from *:
         int64_t cached_values[SV_TUPLE_CACHE_SLOTS][SV_TUPLE_CACHE_MAX_NDIM]
         PyObject *last_itemsize_dtype
         int64_t last_itemsize
+        uint32_t last_dl_dtype
         PyObject *last_info
         PyObject *type_slots[SV_TYPE_SLOTS]
         PyObject *spare_proxies[SV_SPARE_PROXY_SLOTS]

@@ -8,6 +8,8 @@
 #     cdef int ndim = view.c_ndim()
 #     cdef const int64_t *shape = view.c_shape()      # ndim extents
 #     cdef const int64_t *strides = view.c_strides()  # ndim strides, in elements
+#     if view.c_dtype().code == 2 and view.c_dtype().bits == 32:  # float32 elements
+#         ...
 #
 # Each accessor is a field read compiled into the caller (no Python attribute
 # lookup, no call).  The arrays belong to the view: valid while it lives.
@@ -22,6 +24,8 @@
 cimport cython
 from cpython.buffer cimport Py_buffer
 from libc.stdint cimport int32_t, int64_t, uintptr_t
+
+from stridedview._dlpack cimport DLDataType
 
 # Views of up to this many dimensions keep their C shape and strides inside the
 # object; larger ones in a block of their own.
@@ -40,12 +44,9 @@ cdef class StridedMemoryView:
     cdef readonly bint is_device_accessible
     """Whether a CUDA kernel may access the memory: False only for host-only (CPU) memory."""
     cdef readonly bint readonly
-    """Whether the producer marked the memory read-only (DLPack 1.x's READ_ONLY flag, the
-    CAI's ``data[1]``, the buffer protocol's readonly); True for a legacy DLPack capsule,
-    which cannot say."""
+    """Whether the memory is read-only (True for a legacy DLPack capsule, which cannot say)."""
     cdef readonly object ready_stream
-    """The stream on which the data may be used with no further ordering, or None (host
-    memory, or unknown)."""
+    """The stream on which the data may be used with no further ordering, or None."""
 
     # The layout as C values, filled at construction (_store_c_layout).
     cdef uintptr_t _ptr
@@ -56,6 +57,8 @@ cdef class StridedMemoryView:
     cdef int64_t _size
     cdef int32_t _device_type
     cdef int32_t _device_id
+    # The element type as DLPack's (code, bits, lanes); bits 0: no DLPack type.
+    cdef DLDataType _dl_dtype
 
     # What keeps the memory alive, besides exporting_obj: a consumed DLPack
     # capsule's tensor (its deleter runs once, at deallocation), a buffer held
@@ -74,6 +77,10 @@ cdef class StridedMemoryView:
     # read from: its producer may keep the memory alive through it alone (a numpy
     # scalar's dict holds, in '__ref', the only reference to its temporary array).
     cdef object _interface
+    # Where the memory goes when the view lets go of it, if a stream was recorded
+    # (record_stream, or a launcher's record_stream=True): a counted reference to a
+    # _Handover (_handover.pxi), or NULL.  Last, so that no other field moves.
+    cdef void *_handover
 
     cdef str _device_id_text(self)
 
@@ -110,3 +117,12 @@ cdef class StridedMemoryView:
     cdef inline bint c_readonly(self) noexcept:
         """Whether the producer marked the memory read-only."""
         return self.readonly
+
+    cdef inline DLDataType c_dtype(self) noexcept:
+        """The element type as DLPack describes it: ``.code`` (0 int, 1 uint, 2 float,
+        4 bfloat, 5 complex, 6 bool, 7 to 17 the float8, float6 and float4 kinds),
+        ``.bits`` per element (4 or 6 for the sub-byte kinds, each stored in a byte:
+        ``c_itemsize()`` is 1) and ``.lanes`` (1).  ``.bits == 0`` when no DLPack type
+        describes the elements (a structured, datetime or bytes dtype from an array
+        interface or a buffer): read ``view.dtype`` then."""
+        return self._dl_dtype

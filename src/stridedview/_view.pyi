@@ -60,6 +60,93 @@ class _LayoutLike(Protocol):
 
 @final
 class StridedMemoryView:
+    """A zero-copy view of a strided array from any DLPack, CUDA Array Interface or host producer.
+
+    The whole contract (``help()`` on the compiled class gives its summary). For example::
+
+        >>> import numpy as np
+        >>> view = StridedMemoryView(np.zeros((4, 3), np.float32)[:, ::2])
+        >>> view.shape, view.strides, view.dtype, view.device_id  # strides in elements
+        ((4, 2), (3, 2), dtype('float32'), -1)
+        >>> # Device memory: name the stream the kernel will run on.
+        >>> # view = StridedMemoryView(cupy_array, stream_ptr=stream.ptr)
+
+    ``StridedMemoryView(obj, stream_ptr=None)`` (also ``from_any_interface``)
+    views ``obj`` through the first protocol it offers: DLPack (``__dlpack__``
+    and ``__dlpack_device__``), the CUDA Array Interface (CAI,
+    ``__cuda_array_interface__``), numpy's array interface
+    (``__array_interface__``, host memory), the buffer protocol (bytes,
+    bytearray, memoryview, array.array, mmap, ctypes arrays: host memory);
+    anything else is a ``BufferError``.  ``from_dlpack``,
+    ``from_cuda_array_interface`` and ``from_array_interface`` force one
+    protocol; ``from_buffer`` lays a layout over a buffer's bytes.  Nothing is
+    copied: ``__dlpack__`` is asked with ``copy=False`` (``max_version=(1, 3)``
+    too; asked again without a keyword the producer does not know), and a
+    capsule flagged IS_COPIED is refused.  The view keeps ``obj`` alive (and
+    holds a buffer-protocol buffer until it is deallocated).  Every element it
+    reaches lies within 2**63 - 1 bytes of element 0, and ``nbytes`` (``size *
+    itemsize``) is at most 2**63 - 1, as numpy requires (a layout reaching
+    farther, or a broadcast of more elements than that, is a ``BufferError``).
+    A type's DLPack 1.3 C exchange API (``__dlpack_c_exchange_api__``) is used
+    in place of ``__dlpack__`` only while the type's DLPack methods are those of
+    the class offering it.  A view of a StridedMemoryView takes that view's
+    fields, its ``exporting_obj`` and its memory owner (no capsule, no driver,
+    no chain however deep views nest).
+
+    Streams.  ``stream_ptr`` names the stream on which the caller will use the
+    data: an int handle (0 the null stream, 1 the legacy default stream, 2 the
+    per-thread default stream, or a ``CUstream`` address), an object with
+    ``__cuda_stream__``, -1 to order nothing (the caller takes care of it), or
+    None.  The host is never blocked.
+
+    - DLPack, host (CPU) and pinned (CUDAHost) memory: nothing to order; the
+      producer is handed ``stream=None`` whatever ``stream_ptr`` says.
+    - DLPack, CUDA and managed memory: the producer is handed the caller's stream
+      (0 as 1, -1 as -1) and makes it wait for its pending work, as DLPack
+      requires; ``stream_ptr=None`` is ambiguous there, a ``BufferError``.
+    - CAI: if the producer names a stream (v3 ``stream``) other than the caller's,
+      an event is recorded on it and the caller's stream made to wait on it
+      (``cuEventRecord`` + ``cuStreamWaitEvent``); -1, no producer stream, or the
+      same stream order nothing and need no driver.  ``stream_ptr=None`` is a
+      ``BufferError``.
+    - A StridedMemoryView: as its memory kind says above, with its
+      ``ready_stream`` as the producer's stream.
+
+    Fields (read-only):
+
+    - ``ptr``: address of element ``[0, ..., 0]`` (DLPack's ``byte_offset``
+      included), an int;
+    - ``shape``: tuple of extents;
+    - ``strides``: tuple of strides in *elements*, not bytes, always explicit
+      (``()`` for 0-d; row-major when the producer sent none; all 0 for a view
+      with no elements, whatever the producer sent);
+    - ``dtype``: a ``numpy.dtype`` (bfloat16 and the float8/6/4 kinds are
+      ml_dtypes' dtypes);
+    - ``device_id``: -1 for host-only (CPU) memory, else the device ordinal (0
+      for pinned and managed memory, as DLPack gives it; for a CAI view the driver
+      is asked on first read);
+    - ``is_device_accessible``: whether a CUDA kernel may read the memory;
+    - ``readonly``: DLPack 1.x's READ_ONLY flag or the CAI's ``data[1]``; a legacy
+      (pre-1.0) DLPack capsule cannot say, and is taken as read-only (as numpy
+      takes it: JAX's immutable arrays come only as legacy capsules);
+    - ``exporting_obj``: the object viewed, kept alive as long as the view (for
+      a view of a view, the object that view views);
+    - ``ready_stream``: the stream on which the data may be used without further
+      ordering (the caller's stream once ordered; with -1, the CAI producer's
+      stream), or None when there is none to speak of (host memory) or it is
+      unknown.
+
+    The view is not a dataclass: ``_fields`` names the eight fields above (from
+    ``ptr`` to ``exporting_obj``) and ``_asdict()`` returns them, uncopied, as
+    a namedtuple would.
+
+    A consumed DLPack capsule's deleter runs exactly once, when the view is
+    deallocated (or, after ``record_stream(s)``, once ``s`` has done the work
+    enqueued until then).  The view hands itself on through ``__dlpack__``,
+    ``__dlpack_device__`` and, for device-accessible memory,
+    ``__cuda_array_interface__``.
+    """
+
     __match_args__: ClassVar[tuple[str, str, str, str]]
     _fields: ClassVar[tuple[str, ...]]
     __signature__: ClassVar[Signature]
@@ -73,15 +160,29 @@ class StridedMemoryView:
         stream_ptr: _StreamPtr = None,
     ) -> None: ...
     @classmethod
-    def from_dlpack(cls, obj: SupportsDLPack, stream_ptr: _StreamPtr = None) -> StridedMemoryView: ...
+    def from_dlpack(cls, obj: SupportsDLPack, stream_ptr: _StreamPtr = None) -> StridedMemoryView:
+        """View ``obj`` through DLPack only; see the class docstring for ``stream_ptr``."""
     @classmethod
     def from_cuda_array_interface(
         cls, obj: SupportsCudaArrayInterface, stream_ptr: _StreamPtr = None
-    ) -> StridedMemoryView: ...
+    ) -> StridedMemoryView:
+        """View ``obj`` through the CUDA Array Interface only.
+
+        ``stream_ptr`` (a handle, an object with ``__cuda_stream__``, or -1) is the
+        stream on which the data will be used; None is ambiguous, a BufferError.
+        """
     @classmethod
-    def from_any_interface(cls, obj: object, stream_ptr: _StreamPtr = None) -> StridedMemoryView: ...
+    def from_any_interface(cls, obj: object, stream_ptr: _StreamPtr = None) -> StridedMemoryView:
+        """``StridedMemoryView(obj, stream_ptr)`` under cuda.core's name: every protocol, in order."""
     @classmethod
-    def from_array_interface(cls, obj: object) -> StridedMemoryView: ...
+    def from_array_interface(cls, obj: object) -> StridedMemoryView:
+        """View host memory through numpy's ``__array_interface__`` (version 3) only.
+
+        ``data`` may be a ``(ptr, readonly)`` tuple or an object with the buffer
+        protocol (None: ``obj`` itself), ``offset`` bytes in; ``strides`` are in
+        bytes and must be multiples of the item size.  The memory is taken as host
+        memory (``device_id`` -1): no driver is called and no stream ordered.
+        """
     @classmethod
     def from_buffer(
         cls,
@@ -92,37 +193,86 @@ class StridedMemoryView:
         itemsize: int | None = None,
         dtype: DTypeLike | None = None,
         is_readonly: bool = False,
-    ) -> StridedMemoryView: ...
+    ) -> StridedMemoryView:
+        """View ``buffer``'s bytes with a layout: cuda.core's ``from_buffer``, for any buffer.
+
+        ``buffer`` is a cuda.core ``Buffer`` (or an object with its ``handle``,
+        ``size``, ``is_device_accessible`` and ``device_id``; host, pinned,
+        managed or device memory as it says) or any object with the buffer
+        protocol (host memory, held by the view until it is deallocated).
+
+        ``shape`` and ``strides`` are in elements (``strides=None``: row-major),
+        element ``[0, ..., 0]`` being the buffer's first byte; every element must
+        lie inside the buffer, else ValueError with the byte counts.
+        ``shape=None`` takes the buffer's own layout: a buffer-protocol object's
+        shape and strides when the item size is its own, else the buffer's bytes
+        as a 1-d run of whole elements.  ``dtype`` (anything ``numpy.dtype``
+        takes) is the element type; ``itemsize`` alone gives opaque
+        ``itemsize``-byte elements (``numpy.dtype('V<n>')``); with neither, a
+        buffer-protocol object's own element type.  ``is_readonly`` marks the view
+        read-only (a read-only buffer's view is read-only anyway).
+
+        Nothing is ordered on any stream (``ready_stream`` None): the caller
+        makes sure the data are ready, as with cuda.core.
+        """
     @property
-    def ptr(self) -> int: ...
+    def ptr(self) -> int:
+        """Address of element [0, ..., 0] (an int), byte offset included."""
     @property
-    def shape(self) -> tuple[int, ...]: ...
+    def shape(self) -> tuple[int, ...]:
+        """Tuple of extents."""
     @property
-    def strides(self) -> tuple[int, ...]: ...
+    def strides(self) -> tuple[int, ...]:
+        """Tuple of strides in elements, not bytes; always explicit, () at 0-d."""
     @property
-    def dtype(self) -> numpy.dtype[Any]: ...
+    def dtype(self) -> numpy.dtype[Any]:
+        """The element type, a numpy.dtype (ml_dtypes' for bfloat16 and float8/6/4)."""
     @property
-    def device_id(self) -> int: ...
+    def device_id(self) -> int:
+        """-1 for host-only memory, else the device ordinal.
+
+        For a CUDA Array Interface view the driver is asked on first access
+        (``cuPointerGetAttribute``; the current device for a NULL pointer), so
+        that a view made with no driver present only needs one if this is read.
+        """
     @property
-    def is_device_accessible(self) -> bool: ...
+    def is_device_accessible(self) -> bool:
+        """Whether a CUDA kernel may access the memory: False only for host-only (CPU) memory."""
     @property
-    def readonly(self) -> bool: ...
+    def readonly(self) -> bool:
+        """Whether the producer marked the memory read-only (DLPack 1.x's READ_ONLY flag, the
+        CAI's ``data[1]``, the buffer protocol's readonly); True for a legacy DLPack capsule,
+        which cannot say.
+        """
     @property
-    def exporting_obj(self) -> Any: ...
+    def exporting_obj(self) -> Any:
+        """The object viewed, kept alive as long as the view lives."""
     @property
-    def ready_stream(self) -> int | None: ...
+    def ready_stream(self) -> int | None:
+        """The stream on which the data may be used with no further ordering, or None (host
+        memory, or unknown).
+        """
     @property
-    def ndim(self) -> int: ...
+    def ndim(self) -> int:
+        """Number of dimensions."""
     @property
-    def size(self) -> int: ...
+    def size(self) -> int:
+        """Number of elements."""
     @property
-    def itemsize(self) -> int: ...
+    def itemsize(self) -> int:
+        """Bytes per element."""
     @property
-    def nbytes(self) -> int: ...
+    def nbytes(self) -> int:
+        """``size * itemsize``: the bytes the elements occupy, gaps between them not counted
+        (shared ones counted once per element).  It fits int64: a layout whose nbytes
+        would not is refused when the view is made, as numpy refuses it.
+        """
     @property
-    def is_c_contiguous(self) -> bool: ...
+    def is_c_contiguous(self) -> bool:
+        """Row-major and gap-free (numpy's rule: extent-1 axes are ignored, empty views qualify)."""
     @property
-    def is_f_contiguous(self) -> bool: ...
+    def is_f_contiguous(self) -> bool:
+        """Column-major and gap-free (numpy's rule: extent-1 axes are ignored, empty views qualify)."""
     def __dlpack__(
         self,
         *,
@@ -130,30 +280,91 @@ class StridedMemoryView:
         max_version: tuple[int, int] | None = None,
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
-    ) -> CapsuleType: ...
-    def __dlpack_device__(self) -> tuple[int, int]: ...
-    def _asdict(self) -> dict[str, Any]: ...
+    ) -> CapsuleType:
+        """Export the view as a DLPack capsule (versioned when ``max_version >= (1, 0)``).
+
+        The capsule keeps the view (and so the original object) alive.  For device
+        memory the consumer's ``stream`` is made to wait for the view's
+        ``ready_stream`` (an event, never a host synchronisation); -1 orders
+        nothing.  ``copy=True`` and a ``dl_device`` other than the view's own are
+        a BufferError: a view never copies.  A read-only view cannot be exported as
+        a legacy capsule (it has no flag to say so).
+        """
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(device_type, device_id)`` in DLPack's terms (device_id 0 for host memory)."""
+    def _asdict(self) -> dict[str, Any]:
+        """The eight fields of ``_fields`` in a new dict, each value the view's own (no copy).
+
+        Reading ``device_id`` asks the driver for a CUDA Array Interface view whose
+        device is not yet known (see ``device_id``).
+        """
     @property
-    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA Array Interface (v3) of a device-accessible view.
+
+        Strides are in bytes, ``stream`` is the view's ``ready_stream``.  Host-only
+        views have none: reading it raises AttributeError, so ``hasattr`` is False.
+        """
     if sys.version_info >= (3, 12):
         def __buffer__(self, flags: int, /) -> memoryview: ...
         def __release_buffer__(self, buffer: memoryview, /) -> None: ...
     @property
-    def __array_interface__(self) -> dict[str, Any]: ...
+    def __array_interface__(self) -> dict[str, Any]:
+        """numpy's array interface (version 3) of a host view (host or pinned memory).
+
+        ``data`` is ``(ptr, readonly)``, strides are in bytes; numpy keeps the view
+        as the array's base, and the view keeps its memory alive.  A view of device
+        or managed memory, or of a dtype numpy cannot name by its typestr (bfloat16,
+        the float8 kinds), raises BufferError saying why.
+        """
+    def record_stream(self, stream: SupportsIndex | SupportsCudaStream) -> None:
+        """Say that work enqueued on ``stream`` uses this view's memory (torch's
+        ``Tensor.record_stream``, for any producer).
+
+        When the view lets go of its memory (it is deallocated or collected), what it
+        held the memory by (its reference to the exporting object, a DLPack capsule's
+        deleter, a CUDA Array Interface dict, the root view of a derived one) is
+        handed to ``stream`` instead of released: an event is recorded on ``stream``
+        then, and the hold is released once that event has completed, so the
+        producer cannot free or reuse the memory while ``stream`` still reads or
+        writes it.  Recorded on several streams, it waits for all of them.  The host
+        is not blocked (see ``stridedview.release_pending``).
+
+        ``stream`` is a stream handle (an int >= 0: 0, 1 and 2 name the default
+        streams of the context current where the view is released, else the data
+        device's) or an object with ``__cuda_stream__``: TypeError for anything
+        else, ValueError for a negative handle (-1 names no stream); CUDAError when
+        the driver cannot be used or the handle names no stream.  A view of
+        host-only memory (``is_device_accessible`` False) records nothing: no stream
+        reads pageable memory behind the host's back (see docs/concepts.md).
+        """
     def copy_from(
         self,
         other: StridedMemoryView,
-        stream: _StreamPtr,
+        stream: _StreamPtr = None,
         allocator: object | None = None,
         blocking: bool | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Copy the elements of view ``other`` into this view (cuda.core's ``copy_from``).
+
+        Any layout to any layout of the same shape and dtype.  Host to host is
+        done at once on the host (``stream`` may be None; no driver).  Host to
+        device, device to host and device to device (one device) are enqueued on
+        ``stream`` (a handle or an object with ``__cuda_stream__``), after both
+        views' ready streams.  A read-only destination, a shape or dtype mismatch,
+        and overlapping views are refused before anything is written.
+        ``blocking=True`` waits for the copy (``cuStreamSynchronize``); the default
+        never blocks.  ``allocator`` is accepted for cuda.core's signature and
+        unused: no staging buffer is ever needed.  See docs/beyond.md.
+        """
     def copy_to(
         self,
         other: StridedMemoryView,
         stream: _StreamPtr = None,
         allocator: object | None = None,
         blocking: bool | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Copy this view's elements into view ``other``: ``other.copy_from(self, ...)``."""
     def as_tensor_map(
         self,
         box_dim: Sequence[SupportsIndex] | None = None,
@@ -165,32 +376,113 @@ class StridedMemoryView:
         swizzle: SupportsIndex | None = None,
         l2_promotion: SupportsIndex | None = None,
         oob_fill: SupportsIndex | None = None,
-    ) -> TensorMap: ...
-    def __getitem__(self, key: _Index, /) -> StridedMemoryView: ...
-    def __iter__(self) -> Iterator[StridedMemoryView]: ...
+    ) -> TensorMap:
+        """Encode this device view into a tiled TMA descriptor (``cuTensorMapEncodeTiled``).
+
+        cuda.core's signature.  ``box_dim`` and ``element_strides`` are given in
+        the view's axis order (row-major, as its shape); the rules of the driver
+        are checked first and each violation named (ValueError; TypeError for an
+        integer argument that ``operator.index`` refuses, or a bool).  Returns a
+        ``stridedview.TensorMap``.  See docs/beyond.md.
+        """
+    def __getitem__(self, key: _Index, /) -> StridedMemoryView:
+        """Basic indexing, exactly as numpy gives it: ints (negative from the end),
+        slices with any step, ``...`` and ``None`` (a new axis of extent 1, stride 0).
+
+        An int on every axis gives a 0-d view.  An out-of-range int is an
+        IndexError; lists, arrays and bools (advanced indexing) a TypeError.
+        """
+    def __iter__(self) -> Iterator[StridedMemoryView]:
+        """The views ``self[0]``, ``self[1]``, ... along the first axis, as numpy iterates.
+
+        A 0-d view has no axis to iterate over: TypeError, as numpy gives.
+        """
     @property
-    def T(self) -> StridedMemoryView: ...
-    def transpose(self, *axes: SupportsIndex | Sequence[SupportsIndex] | None) -> StridedMemoryView: ...
+    def T(self) -> StridedMemoryView:
+        """The view with its axes reversed (``transpose()``)."""
+    def transpose(self, *axes: SupportsIndex | Sequence[SupportsIndex] | None) -> StridedMemoryView:
+        """The view with its axes permuted, as numpy's ``transpose``.
+
+        ``transpose()`` (or ``transpose(None)``) reverses the axes;
+        ``transpose((1, 0, 2))`` and ``transpose(1, 0, 2)`` name, for each new
+        axis, the old one (negative axes count from the end).  ValueError for a
+        repeated or out-of-range axis, or too few or too many.
+        """
     def reshape(
         self, *shape: SupportsIndex | Sequence[SupportsIndex], order: Literal["C", "F"] = "C"
-    ) -> StridedMemoryView: ...
+    ) -> StridedMemoryView:
+        """The same elements with a new shape, without copying (numpy's ``reshape``).
+
+        ``shape`` is given as separate ints or one tuple; one extent may be -1, to
+        be inferred.  Elements are taken in C (row-major) order, or F with
+        ``order="F"``.  A layout whose elements cannot be walked in that order with
+        new strides (numpy would copy) is a BufferError; a shape with a different
+        element count a ValueError.
+        """
     def squeeze(
         self, axis: SupportsIndex | tuple[SupportsIndex, ...] | None = None
-    ) -> StridedMemoryView: ...
-    def broadcast_to(self, shape: _Shape) -> StridedMemoryView: ...
+    ) -> StridedMemoryView:
+        """The view without its extent-1 axes (all of them, or those in ``axis``: an int or
+        a tuple); ValueError for an axis whose extent is not 1.
+        """
+    def broadcast_to(self, shape: _Shape) -> StridedMemoryView:
+        """The view broadcast to ``shape`` by numpy's rules (stride 0 on every broadcast axis).
+
+        The result is read-only, as numpy's ``broadcast_to`` is: its elements
+        share memory, so a kernel writing through it would race with itself.
+        ValueError when the shapes are incompatible.
+        """
     def view(
         self, layout: _LayoutLike | None = None, dtype: numpy.typing.DTypeLike | None = None
-    ) -> StridedMemoryView: ...
+    ) -> StridedMemoryView:
+        """A view of the same bytes with another layout and/or dtype (cuda.core's ``view``).
+
+        ``view()`` is the view itself.  ``view(dtype=d)`` reinterprets the bytes by
+        numpy's ``ndarray.view(d)`` rules: with a different item size the last axis
+        must be contiguous and its extent scales (a 0-d view must keep its item
+        size); ml_dtypes' dtypes are accepted.  ``layout`` is any object with
+        ``shape``, ``strides`` (in elements; None for C order), ``itemsize`` and
+        optionally ``slice_offset``, such as cuda.core's ``_StridedLayout``, placed at
+        this view's element [0, ..., 0]; its itemsize must be the dtype's, and its
+        elements must lie within this view's ``byte_bounds``.  Alignment of the
+        new elements is the caller's concern, as in numpy.
+        """
     @property
-    def byte_strides(self) -> tuple[int, ...]: ...
+    def byte_strides(self) -> tuple[int, ...]:
+        """The strides in bytes (``strides`` times ``itemsize``), a tuple, as the array
+        interfaces give them: 0 for a stride whose bytes would pass int64, which only an
+        axis that never steps (extent <= 1, or an empty view) can have.
+        """
     @property
-    def byte_bounds(self) -> tuple[int, int]: ...
+    def byte_bounds(self) -> tuple[int, int]:
+        """``(low, high)``: the lowest address an element occupies and one past the highest
+        (numpy's ``byte_bounds``); ``(ptr, ptr)`` for an empty view, which touches nothing.
+        """
     @property
-    def has_overlap(self) -> bool: ...
+    def has_overlap(self) -> bool:
+        """Whether two distinct indices address the same element (so a kernel writing
+        through the view would race with itself).
+
+        Exact for zero strides, for layouts made by slicing, transposing or
+        reshaping a gap-free array, and for any layout of at most 2**16 elements;
+        past that an undecided layout answers True ("may overlap"), so False is
+        always safe to rely on.
+        """
     @property
-    def is_dense(self) -> bool: ...
+    def is_dense(self) -> bool:
+        """Whether the elements fill exactly the ``nbytes`` bytes from ``ptr``, one each,
+        in some axis order (cuda.core's ``is_dense``): no gaps, no overlap, no negative
+        stride on an axis of extent > 1.  Empty and 0-d views are dense.
+        """
     @property
-    def has_negative_stride(self) -> bool: ...
+    def has_negative_stride(self) -> bool:
+        """Whether any stride is negative (False for a 0-d view, which has none).
+
+        torch's ``from_dlpack`` cannot take a view with a negative stride (torch
+        2.13 aborts the process, 2.14 raises RuntimeError): check ``not
+        view.has_negative_stride`` before handing a view to torch, and copy
+        (``numpy.ascontiguousarray``) where it is True.
+        """
 
 @final
 class ViewableArgument:
@@ -209,6 +501,18 @@ class _ViewableLauncher:
         func: Callable[..., Any],
         by_position: tuple[tuple[int, str], ...],
         by_keyword: tuple[str, ...],
+        record_stream: bool = False,
     ) -> None: ...
+    @property
+    def record_stream(self) -> bool: ...
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def __get__(self, instance: object, owner: type | None = None, /) -> Any: ...
+
+# Hand-overs (record_stream): release the holds whose streams are done; how many.
+def release_pending(wait: bool = False) -> int: ...
+
+# For tests: (entries, holds, holds handed to capturing streams) pending; the bound on
+# pending hand-overs (returns the previous one); everything released, waiting (use_api's).
+def _pending_holds() -> tuple[int, int, int]: ...
+def _set_pending_limit(limit: int) -> int: ...
+def _drain_pending() -> int: ...

@@ -17,7 +17,8 @@ from cpython.type cimport PyType_IsSubtype
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdlib cimport free, malloc
 from libc.stdint cimport (
-    INT64_MAX, INT64_MIN, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t,
+    INT64_MAX, INT64_MIN, UINTPTR_MAX, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t,
+    uintptr_t,
 )
 
 from stridedview._dlpack cimport *
@@ -148,91 +149,21 @@ class _ConstructorSignature:
 @cython.auto_pickle(False)
 @cython.embedsignature.format("clinic")
 cdef class StridedMemoryView:
-    """A zero-copy view of a strided array from any DLPack, CUDA Array Interface or host producer.
+    """A zero-copy view of an array, read from any producer: DLPack, the CUDA Array
+    Interface, numpy's array interface or the buffer protocol.
 
-    For example::
+    It gives a kernel launcher what it needs, nothing copied: ``ptr`` (element
+    [0, ..., 0]), ``shape``, ``strides`` (in elements), ``dtype``, ``device_id`` (-1 for
+    host memory) and ``readonly``.  For example::
 
-        >>> import numpy as np
-        >>> view = StridedMemoryView(np.zeros((4, 3), np.float32)[:, ::2])
-        >>> view.shape, view.strides, view.dtype, view.device_id  # strides in elements
+        >>> view = StridedMemoryView(numpy.zeros((4, 3), numpy.float32)[:, ::2])
+        >>> view.shape, view.strides, view.dtype, view.device_id
         ((4, 2), (3, 2), dtype('float32'), -1)
-        >>> # Device memory: name the stream the kernel will run on.
-        >>> # view = StridedMemoryView(cupy_array, stream_ptr=stream.ptr)
 
-    The contract follows.
-
-    ``StridedMemoryView(obj, stream_ptr=None)`` (also ``from_any_interface``)
-    views ``obj`` through the first protocol it offers: DLPack (``__dlpack__``
-    and ``__dlpack_device__``), the CUDA Array Interface (CAI,
-    ``__cuda_array_interface__``), numpy's array interface
-    (``__array_interface__``, host memory), the buffer protocol (bytes,
-    bytearray, memoryview, array.array, mmap, ctypes arrays: host memory);
-    anything else is a ``BufferError``.  ``from_dlpack``,
-    ``from_cuda_array_interface`` and ``from_array_interface`` force one
-    protocol; ``from_buffer`` lays a layout over a buffer's bytes.  Nothing is
-    copied: ``__dlpack__`` is asked with ``copy=False`` (``max_version=(1, 3)``
-    too; asked again without a keyword the producer does not know), and a
-    capsule flagged IS_COPIED is refused.  The view keeps ``obj`` alive (and
-    holds a buffer-protocol buffer until it is deallocated).  Every element it
-    reaches lies within 2**63 - 1 bytes of element 0, and ``nbytes`` (``size *
-    itemsize``) is at most 2**63 - 1, as numpy requires (a layout reaching
-    farther, or a broadcast of more elements than that, is a ``BufferError``).
-    A type's DLPack 1.3 C exchange API (``__dlpack_c_exchange_api__``) is used
-    in place of ``__dlpack__`` only while the type's DLPack methods are those of
-    the class offering it.  A view of a StridedMemoryView takes that view's
-    fields, its ``exporting_obj`` and its memory owner (no capsule, no driver,
-    no chain however deep views nest).
-
-    Streams.  ``stream_ptr`` names the stream on which the caller will use the
-    data: an int handle (0 the null stream, 1 the legacy default stream, 2 the
-    per-thread default stream, or a ``CUstream`` address), an object with
-    ``__cuda_stream__``, -1 to order nothing (the caller takes care of it), or
-    None.  The host is never blocked.
-
-    - DLPack, host (CPU) and pinned (CUDAHost) memory: nothing to order; the
-      producer is handed ``stream=None`` whatever ``stream_ptr`` says.
-    - DLPack, CUDA and managed memory: the producer is handed the caller's stream
-      (0 as 1, -1 as -1) and makes it wait for its pending work, as DLPack
-      requires; ``stream_ptr=None`` is ambiguous there, a ``BufferError``.
-    - CAI: if the producer names a stream (v3 ``stream``) other than the caller's,
-      an event is recorded on it and the caller's stream made to wait on it
-      (``cuEventRecord`` + ``cuStreamWaitEvent``); -1, no producer stream, or the
-      same stream order nothing and need no driver.  ``stream_ptr=None`` is a
-      ``BufferError``.
-    - A StridedMemoryView: as its memory kind says above, with its
-      ``ready_stream`` as the producer's stream.
-
-    Fields (read-only):
-
-    - ``ptr``: address of element ``[0, ..., 0]`` (DLPack's ``byte_offset``
-      included), an int;
-    - ``shape``: tuple of extents;
-    - ``strides``: tuple of strides in *elements*, not bytes, always explicit
-      (``()`` for 0-d; row-major when the producer sent none);
-    - ``dtype``: a ``numpy.dtype`` (bfloat16 and the float8/6/4 kinds are
-      ml_dtypes' dtypes);
-    - ``device_id``: -1 for host-only (CPU) memory, else the device ordinal (0
-      for pinned and managed memory, as DLPack gives it; for a CAI view the driver
-      is asked on first read);
-    - ``is_device_accessible``: whether a CUDA kernel may read the memory;
-    - ``readonly``: DLPack 1.x's READ_ONLY flag or the CAI's ``data[1]``; a legacy
-      (pre-1.0) DLPack capsule cannot say, and is taken as read-only (as numpy
-      takes it: JAX's immutable arrays come only as legacy capsules);
-    - ``exporting_obj``: the object viewed, kept alive as long as the view (for
-      a view of a view, the object that view views);
-    - ``ready_stream``: the stream on which the data may be used without further
-      ordering (the caller's stream once ordered; with -1, the CAI producer's
-      stream), or None when there is none to speak of (host memory) or it is
-      unknown.
-
-    The view is not a dataclass: ``_fields`` names the eight fields above (from
-    ``ptr`` to ``exporting_obj``) and ``_asdict()`` returns them, uncopied, as
-    a namedtuple would.
-
-    A consumed DLPack capsule's deleter runs exactly once, when the view is
-    deallocated.  The view hands itself on through ``__dlpack__``,
-    ``__dlpack_device__`` and, for device-accessible memory,
-    ``__cuda_array_interface__``.
+    For device memory, pass the stream your kernel will use, ``stream_ptr=stream``
+    (-1: order nothing).  The whole contract (which protocol is used, streams,
+    lifetime, every field and error) is in the documentation (concepts, API reference,
+    errors) and in the type stubs, stridedview/_view.pyi.
     """
 
     # The fields are declared in _view.pxd, with the C-level API.
@@ -264,20 +195,18 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         stream = _normalize_stream(stream_ptr)
         info = _producer_type(obj)
         if not _has_dlpack(obj, info):
+            _refuse_half_dlpack(obj)
             raise BufferError(
                 f"dlpack: {type(obj).__name__!r} object has no __dlpack__ and "
-                "__dlpack_device__ methods"
+                "__dlpack_device__ methods: StridedMemoryView(obj) takes the other "
+                "protocols too"
             )
         _view_from_dlpack(view, obj, stream, info)
         return view
 
     @classmethod
     def from_cuda_array_interface(cls, obj, stream_ptr=None):
-        """View ``obj`` through the CUDA Array Interface only.
-
-        ``stream_ptr`` (a handle, an object with ``__cuda_stream__``, or -1) is the
-        stream on which the data will be used; None is ambiguous, a BufferError.
-        """
+        """View ``obj`` through the CUDA Array Interface only (``stream_ptr=None`` is refused)."""
         cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
         stream = _normalize_stream(stream_ptr)
         interface = getattr(obj, _CAI, None)
@@ -298,13 +227,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @classmethod
     def from_array_interface(cls, obj):
-        """View host memory through numpy's ``__array_interface__`` (version 3) only.
-
-        ``data`` may be a ``(ptr, readonly)`` tuple or an object with the buffer
-        protocol (None: ``obj`` itself), ``offset`` bytes in; ``strides`` are in
-        bytes and must be multiples of the item size.  The memory is taken as host
-        memory (``device_id`` -1): no driver is called and no stream ordered.
-        """
+        """View host memory through numpy's ``__array_interface__`` (version 3) only."""
         cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
         interface = getattr(obj, _ARRAY_INTERFACE, None)
         if interface is None:
@@ -319,39 +242,14 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         cls, buffer, shape=None, strides=None, *, itemsize=None, dtype=None,
         bint is_readonly=False,
     ):
-        """View ``buffer``'s bytes with a layout: cuda.core's ``from_buffer``, for any buffer.
-
-        ``buffer`` is a cuda.core ``Buffer`` (or an object with its ``handle``,
-        ``size``, ``is_device_accessible`` and ``device_id``; host, pinned,
-        managed or device memory as it says) or any object with the buffer
-        protocol (host memory, held by the view until it is deallocated).
-
-        ``shape`` and ``strides`` are in elements (``strides=None``: row-major),
-        element ``[0, ..., 0]`` being the buffer's first byte; every element must
-        lie inside the buffer, else ValueError with the byte counts.
-        ``shape=None`` takes the buffer's own layout: a buffer-protocol object's
-        shape and strides when the item size is its own, else the buffer's bytes
-        as a 1-d run of whole elements.  ``dtype`` (anything ``numpy.dtype``
-        takes) is the element type; ``itemsize`` alone gives opaque
-        ``itemsize``-byte elements (``numpy.dtype('V<n>')``); with neither, a
-        buffer-protocol object's own element type.  ``is_readonly`` marks the view
-        read-only (a read-only buffer's view is read-only anyway).
-
-        Nothing is ordered on any stream (``ready_stream`` None): the caller
-        makes sure the data are ready, as with cuda.core.
-        """
+        """View ``buffer``'s bytes with a layout (cuda.core's ``from_buffer``, for any buffer)."""
         cdef StridedMemoryView view = StridedMemoryView.__new__(StridedMemoryView)
         _view_from_buffer_layout(view, buffer, shape, strides, itemsize, dtype, is_readonly)
         return view
 
     @property
     def device_id(self):
-        """-1 for host-only memory, else the device ordinal.
-
-        For a CUDA Array Interface view the driver is asked on first access
-        (``cuPointerGetAttribute``; the current device for a NULL pointer), so
-        that a view made with no driver present only needs one if this is read.
-        """
+        """-1 for host-only memory, else the device ordinal (a CAI view asks the driver once)."""
         if self._device_id == _DEVICE_ID_UNKNOWN:
             self._device_id = _driver_module().device_of_pointer(self._ptr)
         return self._device_id
@@ -373,9 +271,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @property
     def nbytes(self):
-        """``size * itemsize``: the bytes the elements occupy, gaps between them not counted
-        (shared ones counted once per element).  It fits int64: a layout whose nbytes
-        would not is refused when the view is made, as numpy refuses it."""
+        """``size * itemsize``: the bytes the elements occupy, gaps not counted."""
         return _view_nbytes(self, "layout")
 
     @property
@@ -396,15 +292,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         )
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """Export the view as a DLPack capsule (versioned when ``max_version >= (1, 0)``).
-
-        The capsule keeps the view (and so the original object) alive.  For device
-        memory the consumer's ``stream`` is made to wait for the view's
-        ``ready_stream`` (an event, never a host synchronisation); -1 orders
-        nothing.  ``copy=True`` and a ``dl_device`` other than the view's own are
-        a BufferError: a view never copies.  A read-only view cannot be exported as
-        a legacy capsule (it has no flag to say so).
-        """
+        """Export the view as a DLPack capsule, the consumer's ``stream`` ordered after ``ready_stream``."""
         return _export_dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
@@ -415,11 +303,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @property
     def __cuda_array_interface__(self):
-        """The CUDA Array Interface (v3) of a device-accessible view.
-
-        Strides are in bytes, ``stream`` is the view's ``ready_stream``.  Host-only
-        views have none: reading it raises AttributeError, so ``hasattr`` is False.
-        """
+        """The CUDA Array Interface (v3) of a device-accessible view; none for host memory."""
         return _export_cai(self)
 
     # --- Beyond viewing: the buffer protocol, numpy's array interface, copies, TMA.
@@ -434,28 +318,15 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @property
     def __array_interface__(self):
-        """numpy's array interface (version 3) of a host view (host or pinned memory).
-
-        ``data`` is ``(ptr, readonly)``, strides are in bytes; numpy keeps the view
-        as the array's base, and the view keeps its memory alive.  A view of device
-        or managed memory, or of a dtype numpy cannot name by its typestr (bfloat16,
-        the float8 kinds), raises BufferError saying why.
-        """
+        """numpy's array interface (version 3) of a host view."""
         return _host_array_interface(self)
 
-    def copy_from(self, other, stream, allocator=None, blocking=None):
-        """Copy the elements of view ``other`` into this view (cuda.core's ``copy_from``).
+    def record_stream(self, stream):
+        """Keep the memory from its producer until work now on ``stream`` is done (torch's name)."""
+        _record_stream(self, stream)
 
-        Any layout to any layout of the same shape and dtype.  Host to host is
-        done at once on the host (``stream`` may be None; no driver).  Host to
-        device, device to host and device to device (one device) are enqueued on
-        ``stream`` (a handle or an object with ``__cuda_stream__``), after both
-        views' ready streams.  A read-only destination, a shape or dtype mismatch,
-        and overlapping views are refused before anything is written.
-        ``blocking=True`` waits for the copy (``cuStreamSynchronize``); the default
-        never blocks.  ``allocator`` is accepted for cuda.core's signature and
-        unused: no staging buffer is ever needed.  See docs/beyond.md.
-        """
+    def copy_from(self, other, stream=None, allocator=None, blocking=None):
+        """Copy the elements of view ``other`` into this view (``stream``: for device memory)."""
         _copy_module().copy(self, other, None if stream is None else _normalize_stream(stream), blocking)
 
     def copy_to(self, other, stream=None, allocator=None, blocking=None):
@@ -466,14 +337,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         self, box_dim=None, *, options=None, element_strides=None, data_type=None,
         interleave=None, swizzle=None, l2_promotion=None, oob_fill=None,
     ):
-        """Encode this device view into a tiled TMA descriptor (``cuTensorMapEncodeTiled``).
-
-        cuda.core's signature.  ``box_dim`` and ``element_strides`` are given in
-        the view's axis order (row-major, as its shape); the rules of the driver
-        are checked first and each violation named (ValueError; TypeError for an
-        integer argument that ``operator.index`` refuses, or a bool).  Returns a
-        ``stridedview.TensorMap``.  See docs/beyond.md.
-        """
+        """Encode this device view into a tiled TMA descriptor (``cuTensorMapEncodeTiled``)."""
         return _tensor_map_module().encode_tiled(
             self, box_dim, options, element_strides, data_type, interleave, swizzle,
             l2_promotion, oob_fill,
@@ -492,11 +356,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
     )
 
     def _asdict(self):
-        """The eight fields of ``_fields`` in a new dict, each value the view's own (no copy).
-
-        Reading ``device_id`` asks the driver for a CUDA Array Interface view whose
-        device is not yet known (see ``device_id``).
-        """
+        """The eight fields of ``_fields`` in a new dict, each the view's own (no copy)."""
         return {
             "ptr": self.ptr,
             "shape": self.shape,
@@ -514,20 +374,12 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
     # ready_stream, and hands itself on through DLPack and the CAI like any view.
 
     def __getitem__(self, key):
-        """Basic indexing, exactly as numpy gives it: ints (negative from the end),
-        slices with any step, ``...`` and ``None`` (a new axis of extent 1, stride 0).
-
-        An int on every axis gives a 0-d view.  An out-of-range int is an
-        IndexError; lists, arrays and bools (advanced indexing) a TypeError.
-        """
+        """Basic indexing (ints, slices, ``...``, None), exactly as numpy gives it."""
         offset, shape, strides = _layout_index(self.shape, self.strides, key)
         return _relaid(self, offset * self.dtype.itemsize, shape, strides, None, "the index")
 
     def __iter__(self):
-        """The views ``self[0]``, ``self[1]``, ... along the first axis, as numpy iterates.
-
-        A 0-d view has no axis to iterate over: TypeError, as numpy gives.
-        """
+        """The views ``self[0]``, ``self[1]``, ... along the first axis, as numpy iterates."""
         if not self.shape:
             raise TypeError("iteration over a 0-d view")
         return (self[i] for i in range(self.shape[0]))
@@ -538,27 +390,14 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         return self.transpose()
 
     def transpose(self, *axes):
-        """The view with its axes permuted, as numpy's ``transpose``.
-
-        ``transpose()`` (or ``transpose(None)``) reverses the axes;
-        ``transpose((1, 0, 2))`` and ``transpose(1, 0, 2)`` name, for each new
-        axis, the old one (negative axes count from the end).  ValueError for a
-        repeated or out-of-range axis, or too few or too many.
-        """
+        """The view with its axes permuted, as numpy's ``transpose``."""
         order = _transpose_axes(axes, len(self.shape))
         shape = tuple([self.shape[i] for i in order])
         strides = tuple([self.strides[i] for i in order])
         return _relaid(self, 0, shape, strides, None, "transpose")
 
     def reshape(self, *shape, order="C"):
-        """The same elements with a new shape, without copying (numpy's ``reshape``).
-
-        ``shape`` is given as separate ints or one tuple; one extent may be -1, to
-        be inferred.  Elements are taken in C (row-major) order, or F with
-        ``order="F"``.  A layout whose elements cannot be walked in that order with
-        new strides (numpy would copy) is a BufferError; a shape with a different
-        element count a ValueError.
-        """
+        """The same elements with a new shape, without copying (numpy's ``reshape``)."""
         if order != "C" and order != "F":
             raise ValueError(f"reshape: order must be 'C' or 'F' (got {order!r})")
         if not shape:
@@ -576,8 +415,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         return _relaid(self, 0, new_shape, strides, None, "reshape")
 
     def squeeze(self, axis=None):
-        """The view without its extent-1 axes (all of them, or those in ``axis``: an int or
-        a tuple); ValueError for an axis whose extent is not 1."""
+        """The view without its extent-1 axes (all of them, or those in ``axis``)."""
         removed = _squeeze_axes(axis, self.shape)
         kept = [i for i in range(len(self.shape)) if i not in removed]
         shape = tuple([self.shape[i] for i in kept])
@@ -585,12 +423,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         return _relaid(self, 0, shape, strides, None, "squeeze")
 
     def broadcast_to(self, shape):
-        """The view broadcast to ``shape`` by numpy's rules (stride 0 on every broadcast axis).
-
-        The result is read-only, as numpy's ``broadcast_to`` is: its elements
-        share memory, so a kernel writing through it would race with itself.
-        ValueError when the shapes are incompatible.
-        """
+        """The view broadcast to ``shape`` by numpy's rules (read-only, as numpy's is)."""
         new_shape = _shape_argument((shape,), "broadcast_to: extent")
         strides = _broadcast_layout(self.shape, self.strides, new_shape)
         cdef StridedMemoryView view = _relaid(self, 0, new_shape, strides, None, "broadcast_to")
@@ -598,18 +431,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         return view
 
     def view(self, layout=None, dtype=None):
-        """A view of the same bytes with another layout and/or dtype (cuda.core's ``view``).
-
-        ``view()`` is the view itself.  ``view(dtype=d)`` reinterprets the bytes by
-        numpy's ``ndarray.view(d)`` rules: with a different item size the last axis
-        must be contiguous and its extent scales (a 0-d view must keep its item
-        size); ml_dtypes' dtypes are accepted.  ``layout`` is any object with
-        ``shape``, ``strides`` (in elements; None for C order), ``itemsize`` and
-        optionally ``slice_offset``, such as cuda.core's ``_StridedLayout``, placed at
-        this view's element [0, ..., 0]; its itemsize must be the dtype's, and its
-        elements must lie within this view's ``byte_bounds``.  Alignment of the
-        new elements is the caller's concern, as in numpy.
-        """
+        """A view of the same bytes with another layout and/or dtype (cuda.core's ``view``)."""
         if layout is None and dtype is None:
             return self
         new_dtype = self.dtype if dtype is None else _view_dtype(dtype)
@@ -622,17 +444,14 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @property
     def byte_strides(self):
-        """The strides in bytes (``strides`` times ``itemsize``), a tuple, as the array
-        interfaces give them: 0 for a stride whose bytes would pass int64, which only an
-        axis that never steps (extent <= 1, or an empty view) can have."""
+        """The strides in bytes (``strides`` times ``itemsize``)."""
         itemsize = self.dtype.itemsize
         _view_nbytes(self, "layout")
         return tuple([_exported_stride(stride, itemsize) * itemsize for stride in self.strides])
 
     @property
     def byte_bounds(self):
-        """``(low, high)``: the lowest address an element occupies and one past the highest
-        (numpy's ``byte_bounds``); ``(ptr, ptr)`` for an empty view, which touches nothing."""
+        """``(low, high)``: the lowest address an element occupies and one past the highest."""
         _view_nbytes(self, "layout")
         bounds = _offset_bounds(self.shape, self.strides)
         if bounds is None:
@@ -642,31 +461,17 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @property
     def has_overlap(self):
-        """Whether two distinct indices address the same element (so a kernel writing
-        through the view would race with itself).
-
-        Exact for zero strides, for layouts made by slicing, transposing or
-        reshaping a gap-free array, and for any layout of at most 2**16 elements;
-        past that an undecided layout answers True ("may overlap"), so False is
-        always safe to rely on.
-        """
+        """Whether two distinct indices may address the same element (False is exact)."""
         return _has_overlap(self.shape, self.strides)
 
     @property
     def is_dense(self):
-        """Whether the elements fill exactly the ``nbytes`` bytes from ``ptr``, one each,
-        in some axis order (cuda.core's ``is_dense``): no gaps, no overlap, no negative
-        stride on an axis of extent > 1.  Empty and 0-d views are dense."""
+        """Whether the elements fill exactly ``nbytes`` bytes from ``ptr``, one each."""
         return _is_dense(self.shape, self.strides)
 
     @property
     def has_negative_stride(self):
-        """Whether any stride is negative (False for a 0-d view, which has none).
-
-        torch's ``from_dlpack`` aborts the process (it does not raise) when handed
-        a view with a negative stride: check ``not view.has_negative_stride``
-        before handing a view to torch, and copy (``numpy.ascontiguousarray``)
-        where it is True."""
+        """Whether any stride is negative (torch.from_dlpack cannot take such a view)."""
         cdef object stride
         for stride in self.strides:
             if stride < 0:
@@ -702,6 +507,7 @@ cdef int _view_without_type_dlpack(
         return _view_from_array_interface(view, obj, interface)
     if PyObject_CheckBuffer(obj):
         return _view_from_buffer_protocol(view, obj)
+    _refuse_half_dlpack(obj)
     raise BufferError(
         f"stridedview: {type(obj).__name__!r} object supports none of DLPack "
         "(__dlpack__ and __dlpack_device__), the CUDA Array Interface "
@@ -739,6 +545,7 @@ cdef int _derive_into(StridedMemoryView view, StridedMemoryView base) except -1:
     view._size = base._size
     view._device_type = base._device_type
     view._device_id = base._device_id
+    view._dl_dtype = base._dl_dtype
     view.is_device_accessible = base.is_device_accessible
     view.readonly = base.readonly
     view.ready_stream = base.ready_stream
@@ -764,26 +571,61 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
     for i in range(ndim):
         dims[i] = <int64_t>(<object>PyTuple_GET_ITEM(shape, i))
         dims[ndim + i] = <int64_t>(<object>PyTuple_GET_ITEM(strides, i))
-    # dtype.itemsize is an attribute lookup: the last dtype's answer is kept in the
-    # fast paths' state (_intern.pxi), the dtype with its size.
+    # dtype.itemsize is an attribute lookup: the last dtype's answer and its DLPack
+    # type are kept in the fast paths' state (_intern.pxi), written together with
+    # the dtype, so that a reader never pairs one dtype with another's size.
     dtype = view.dtype
     cdef sv_thread_state *st = _thread_state()
     if st != NULL and st.last_itemsize_dtype == <PyObject *>dtype:
         view._itemsize = st.last_itemsize
+        _store_dl_dtype(view, st.last_dl_dtype)
         return 0
     view._itemsize = <int64_t>dtype.itemsize
-    st = _thread_state()  # asked again: the lookup is numpy code
+    cdef uint32_t packed = <uint32_t>_dl_dtype_of(dtype)
+    _store_dl_dtype(view, packed)
+    st = _thread_state()  # asked again: the lookups are numpy code
     if st != NULL:
-        _remember_itemsize(st, dtype, view._itemsize)
+        _remember_itemsize(st, dtype, view._itemsize, packed)
     return 0
 
 
-cdef void _remember_itemsize(sv_thread_state *st, object dtype, int64_t itemsize) noexcept:
+cdef void _remember_itemsize(
+    sv_thread_state *st, object dtype, int64_t itemsize, uint32_t packed
+) noexcept:
     cdef PyObject *old = st.last_itemsize_dtype
     Py_INCREF(dtype)
     st.last_itemsize_dtype = <PyObject *>dtype
     st.last_itemsize = itemsize
+    st.last_dl_dtype = packed
     Py_XDECREF(old)
+
+
+cdef inline void _store_dl_dtype(StridedMemoryView view, uint32_t packed) noexcept:
+    """Unpack a DLPack type packed by _dl_dtype_of into the view's C field."""
+    view._dl_dtype.code = <uint8_t>(packed & 0xFF)
+    view._dl_dtype.bits = <uint8_t>((packed >> 8) & 0xFF)
+    view._dl_dtype.lanes = <uint16_t>(packed >> 16)
+
+
+# dtype name -> its DLPack type packed as code | bits << 8 | 1 << 16 (one lane), built
+# from _DLPACK_DTYPES on first use with no import (ml_dtypes' names are its dtypes').
+cdef dict _dl_dtype_by_name = None
+
+
+cdef object _dl_dtype_of(object dtype):
+    """The DLPack type of a view's numpy dtype, packed as code | bits << 8 | lanes << 16,
+    or 0 when none describes it (structured, datetime, bytes, str, opaque)."""
+    global _dl_dtype_by_name
+    table = _dl_dtype_by_name
+    if table is None:
+        table = {}
+        for code, (_, by_bits, _) in _DLPACK_DTYPES.items():
+            for bits, name in by_bits.items():
+                table[name] = code | bits << 8 | 1 << 16
+        _dl_dtype_by_name = table
+    if dtype.fields is not None or dtype.subdtype is not None:
+        return 0
+    return table.get(dtype.name, 0)
 
 
 cdef inline int _store_c_layout_from(
@@ -973,19 +815,30 @@ def _view_with_unchecked_layout(StridedMemoryView base, shape, strides):
     return view
 
 
+cdef tuple _empty_view_strides(Py_ssize_t ndim):
+    """The strides of a view with no elements, from any producer and entry point: all 0.
+
+    No element of an empty view is ever addressed, so its strides say nothing, and
+    producers disagree on them (numpy's DLPack export gives 0s, its array interface
+    none, a slice keeps its base's); one rule makes one array give one view by every
+    route, numpy's DLPack export included."""
+    return (0,) * ndim
+
+
 cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size):
     """Row-major element strides for ``shape`` (whose extents are also in ``extents``).
 
     The one place both protocols compute strides a producer left out.  For a
     non-empty shape every product fits int64 (its element count was checked), so
-    the strides are computed in C and interned.  Only an empty shape can make a
-    stride pass int64; such a stride never addresses anything, and is given as 0
-    so that every stride of a view fits DLPack's int64.
+    the strides are computed in C and interned.  An empty shape's are all 0
+    (_empty_view_strides).
     """
     cdef Py_ssize_t i, ndim = PyTuple_GET_SIZE(shape)
     cdef int64_t step = 1
     cdef int64_t computed[64]
-    if size != 0 and ndim <= 64:
+    if size == 0:
+        return _empty_view_strides(ndim)
+    if ndim <= 64:
         for i in range(ndim - 1, -1, -1):
             computed[i] = step
             step *= extents[i]
@@ -993,8 +846,8 @@ cdef tuple _row_major_strides(tuple shape, const int64_t *extents, int64_t size)
     strides = [0] * ndim
     big_step = 1
     for i in range(ndim - 1, -1, -1):
-        strides[i] = big_step if big_step <= INT64_MAX else 0
-        big_step *= max(shape[i], 1)
+        strides[i] = big_step
+        big_step *= shape[i]
     return tuple(strides)
 
 
@@ -1152,7 +1005,9 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 
 
 include "_intern.pxi"
+include "_handover.pxi"
 include "_view_lifecycle.pxi"
+include "_attributes.pxi"
 include "_producer_types.pxi"
 include "_launcher.pxi"
 include "_torch_bits.pxi"

@@ -13,7 +13,13 @@
 #   import.  It runs with the only reference gone, so no other thread can reach
 #   the object; it releases the capsule, the held buffer and the shape block
 #   exactly once each, saving the pending exception only where Python code may
-#   run (a deleter, a buffer release).
+#   run (a deleter, a buffer release).  A view recorded on streams (``_handover``,
+#   one more test in _holds_resources) hands its hold over instead, before the
+#   freelist takes the object (_handover.pxi).
+# - Clearing (_view_clear): installed in front of Cython's tp_clear, which the
+#   collector calls on a view of a garbage cycle before deallocating it: a
+#   recorded view hands over there first (Cython's would drop the exporting
+#   object), any other goes straight to Cython's.
 # - Allocation (_new_view): pops a view from a freelist and re-initialises it as
 #   Cython's tp_new would, but for the inline shape/stride arrays (never read
 #   before _c_dims_storage writes them).  GIL builds pop Cython's own freelist, a
@@ -147,13 +153,20 @@ cdef inline bint _holds_resources(StridedMemoryView view) noexcept:
         view._managed != NULL
         or view._held_buffer != NULL
         or (view._dims != NULL and view._dims != view._inline_dims)
+        or view._handover != NULL
     )
 
 
 cdef void _release_resources(StridedMemoryView view) noexcept:
-    """Run the capsule's deleter, release the held buffer, free the shape block: once each."""
+    """Run the capsule's deleter, release the held buffer, free the shape block: once each.
+
+    A view recorded on streams (``_handover``) hands what it holds on its memory to
+    them instead (_handover.pxi); only its shape block is freed here then.
+    """
     cdef DLManagedTensorVersioned *versioned_tensor
     cdef DLManagedTensor *legacy_tensor
+    if view._handover != NULL:
+        _hand_over_view(view)
     if view._dims != view._inline_dims and view._dims != NULL:
         free(view._dims)
     view._dims = NULL
@@ -206,6 +219,47 @@ cdef int _install_view_dealloc() except -1:
 
 
 _install_view_dealloc()
+
+
+# --- Clearing (the collector) ----------------------------------------------
+# A view in a garbage cycle is cleared before it is deallocated: Cython's
+# tp_clear drops its object fields, the exporting object among them, which may be
+# the last reference to the memory.  A view recorded on streams hands its hold
+# over first (_handover.pxi), as its deallocator would; any other view goes
+# straight to Cython's.  The collector calls it, never the hot path.
+
+cdef extern from "Python.h":
+    ctypedef int (*inquiry)(PyObject *)
+    ctypedef struct PyTypeObject_clear "PyTypeObject":
+        inquiry tp_clear
+
+cdef inquiry _generated_view_clear = NULL
+
+
+cdef int _view_clear(PyObject *o) noexcept:
+    if (<StridedMemoryView>o)._handover != NULL:
+        _hand_over_view(<StridedMemoryView>o)
+    return _generated_view_clear(o)
+
+
+cdef int _install_view_clear() except -1:
+    global _generated_view_clear
+    cdef PyTypeObject_clear *tp = <PyTypeObject_clear *>StridedMemoryView
+    if _generated_view_clear == NULL and tp.tp_clear != NULL:
+        _generated_view_clear = tp.tp_clear
+        tp.tp_clear = _view_clear
+    return 0
+
+
+_install_view_clear()
+
+
+def _clear_for_tests(StridedMemoryView view):
+    """Clear ``view`` as the collector clears a view of a garbage cycle (the type's
+    tp_clear): for tests, which cannot choose which member of a cycle goes first.  The
+    view is left with None fields, as the collector leaves it."""
+    cdef PyTypeObject_clear *tp = <PyTypeObject_clear *>StridedMemoryView
+    tp.tp_clear(<PyObject *>view)
 
 
 # --- Allocation ----------------------------------------------------------
@@ -355,6 +409,7 @@ cdef bint _is_new(StridedMemoryView view) noexcept:
         and not view.is_device_accessible
         and not view.readonly
         and not view._managed_is_versioned
+        and view._handover == NULL
     )
 
 
@@ -362,6 +417,8 @@ cdef inline StridedMemoryView _new_view():
     """A new empty view, as ``StridedMemoryView.__new__(StridedMemoryView)`` makes it
     (object fields None, C fields zero), sooner when the freelist has one."""
     cdef PyObject *view
+    if SV_PENDING_LOAD(sv_pending_entries) != 0:  # hand-overs pending: check some, now and then
+        _poll_on_creation()
     if SV_VIEW_FREE_COUNT > 0:  # GIL builds: Cython's freelist
         view = SV_VIEW_FREE_POP()
         SV_VIEW_PREPARE(view)

@@ -3,7 +3,7 @@
 The same file runs against a real driver (SIMGPU_REAL_DRIVER=1): the checks that rest on a
 simulator feature (the launch log, counters, the per-operation delay that makes a missing
 wait visible) are made only when the simulator is loaded (``sim`` is not None) or skip
-(``sim_only``).  /work/shared/CUDA_SEMANTICS.md and the driver API reference are the rules.
+(``sim_only``).  The CUDA driver API reference gives the rules.
 """
 
 from __future__ import annotations

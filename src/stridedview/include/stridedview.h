@@ -15,6 +15,7 @@
  *         const int64_t *shape = StridedView_Shape(obj);      // ndim extents
  *         const int64_t *strides = StridedView_Strides(obj);  // ndim strides, in ELEMENTS
  *         int64_t itemsize = StridedView_Itemsize(obj);       // bytes per element
+ *         StridedViewDType dtype = StridedView_DType(obj);    // e.g. code 2, bits 32: float32
  *     }
  *
  * Each accessor is one load at an offset the installed stridedview reports, so
@@ -27,14 +28,22 @@
  * read of a live object does.
  *
  * Versioning: StridedView_Import() fails (ImportError) when the installed
- * stridedview's STRIDEDVIEW_C_API_VERSION differs from this header's.  New
- * fields are only ever appended to StridedViewCAPI, its `size` telling how many
- * the installed one has.
+ * stridedview's STRIDEDVIEW_C_API_VERSION differs from this header's, or when
+ * its table is shorter than this header's (an older stridedview: upgrade it).
+ * New fields are only ever appended to StridedViewCAPI, its `size` telling how
+ * many the installed one has.
  *
  * Device and element type: StridedView_DeviceType() is the DLPack device type
- * (1 CPU, 2 CUDA, 3 CUDA pinned host, 13 CUDA managed).  For the element type,
- * the device ordinal or a DLTensor, use the view's DLPack C exchange API
- * (PyCapsule `type(view).__dlpack_c_exchange_api__`, "dlpack_exchange_api").
+ * (1 CPU, 2 CUDA, 3 CUDA pinned host, 13 CUDA managed).  StridedView_DType() is
+ * the element type as DLPack describes it (the layout of DLPack's DLDataType):
+ * code (0 int, 1 uint, 2 float, 4 bfloat, 5 complex, 6 bool, 7 to 17 the
+ * float8, float6 and float4 kinds), bits per element (4 or 6 for the sub-byte
+ * kinds, each stored in a byte: StridedView_Itemsize() is 1) and lanes (1);
+ * bits 0 when no DLPack type describes the elements (a structured, datetime or
+ * bytes dtype from an array interface or a buffer: the view's Python `dtype`
+ * says).  For the device ordinal or a DLTensor, use the view's DLPack C
+ * exchange API (PyCapsule `type(view).__dlpack_c_exchange_api__`,
+ * "dlpack_exchange_api").
  */
 #ifndef STRIDEDVIEW_H
 #define STRIDEDVIEW_H
@@ -62,7 +71,22 @@ typedef struct StridedViewCAPI {
     Py_ssize_t size_offset;       /* int64_t: number of elements */
     Py_ssize_t device_type_offset; /* int32_t: DLPack device type */
     Py_ssize_t readonly_offset;   /* int: nonzero when the memory is read-only */
+    Py_ssize_t dtype_offset;      /* StridedViewDType: the element type */
 } StridedViewCAPI;
+
+/* The element type, laid out as DLPack's DLDataType. */
+typedef struct StridedViewDType {
+    uint8_t code;    /* STRIDEDVIEW_DTYPE_INT, ..._UINT, ..._FLOAT, ..._BFLOAT, ..._COMPLEX, ..._BOOL, or 7 to 17 */
+    uint8_t bits;    /* bits per element; 0: no DLPack type describes the elements */
+    uint16_t lanes;  /* 1 */
+} StridedViewDType;
+
+#define STRIDEDVIEW_DTYPE_INT 0
+#define STRIDEDVIEW_DTYPE_UINT 1
+#define STRIDEDVIEW_DTYPE_FLOAT 2
+#define STRIDEDVIEW_DTYPE_BFLOAT 4
+#define STRIDEDVIEW_DTYPE_COMPLEX 5
+#define STRIDEDVIEW_DTYPE_BOOL 6
 
 #ifndef STRIDEDVIEW_BUILDING_MODULE
 
@@ -82,6 +106,13 @@ static int StridedView_Import(void)
                      "stridedview: the installed C API is version %u, this extension was "
                      "built for version %d: rebuild it",
                      (unsigned)api->version, STRIDEDVIEW_C_API_VERSION);
+        return -1;
+    }
+    if (api->size < sizeof(StridedViewCAPI)) {
+        PyErr_Format(PyExc_ImportError,
+                     "stridedview: the installed C API table has %u bytes, this extension "
+                     "reads %u: upgrade stridedview",
+                     (unsigned)api->size, (unsigned)sizeof(StridedViewCAPI));
         return -1;
     }
     StridedView_CAPI = api;
@@ -135,6 +166,11 @@ static inline int StridedView_DeviceType(PyObject *view)
 static inline int StridedView_Readonly(PyObject *view)
 {
     return STRIDEDVIEW__FIELD(view, readonly_offset, int) != 0;
+}
+
+static inline StridedViewDType StridedView_DType(PyObject *view)
+{
+    return STRIDEDVIEW__FIELD(view, dtype_offset, StridedViewDType);
 }
 
 #endif /* STRIDEDVIEW_BUILDING_MODULE */

@@ -360,29 +360,38 @@ static void *host_map(size_t size, size_t *len) {
     return p == MAP_FAILED ? NULL : p;
 }
 
-SG_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
-    API_BEGIN("cuMemAllocManaged");
-    API_NEED_INIT();
-    if (dptr == NULL || size == 0 || (flags != 1 && flags != 2)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
-    CUresult err = CUDA_SUCCESS;
+/* Host-readable memory of `kind` (A_MANAGED or A_HOST) in the current context, mapped
+   read-write in this process; its allocation record, or NULL with *err set. */
+static sg_alloc *host_backed_alloc(size_t size, int kind, unsigned int flags, CUresult *err) {
+    sg_alloc *a = NULL;
+    *err = CUDA_SUCCESS;
     pthread_mutex_lock(&sg_lock);
-    sg_ctx *c = sg_current_ctx(&err);
-    if (c != NULL) err = sg_capture_check_unsafe();
-    if (c != NULL && err == CUDA_SUCCESS) {
+    sg_ctx *c = sg_current_ctx(err);
+    if (c != NULL) *err = sg_capture_check_unsafe();
+    if (c != NULL && *err == CUDA_SUCCESS) {
         size_t len;
         void *p = host_map(size, &len);
-        sg_alloc *a = p ? alloc_add((CUdeviceptr)(uintptr_t)p, size, A_MANAGED, c->dev, c->o.h) : NULL;
+        a = p ? alloc_add((CUdeviceptr)(uintptr_t)p, size, kind, c->dev, c->o.h) : NULL;
         if (a == NULL) {
             if (p) munmap(p, len);
-            err = CUDA_ERROR_OUT_OF_MEMORY;
+            *err = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
             a->map_base = p;
             a->map_len = len;
             a->flags = flags;
-            *dptr = a->base;
         }
     }
     pthread_mutex_unlock(&sg_lock);
+    return a;
+}
+
+SG_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
+    API_BEGIN("cuMemAllocManaged");
+    API_NEED_INIT();
+    if (dptr == NULL || size == 0 || (flags != 1 && flags != 2)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult err;
+    sg_alloc *a = host_backed_alloc(size, A_MANAGED, flags, &err);
+    if (a != NULL) *dptr = a->base;
     API_RETURN(err);
 }
 
@@ -392,25 +401,9 @@ static CUresult host_alloc(void **pp, size_t size, unsigned int flags) {
         *pp = NULL;
         return CUDA_SUCCESS;
     }
-    CUresult err = CUDA_SUCCESS;
-    pthread_mutex_lock(&sg_lock);
-    sg_ctx *c = sg_current_ctx(&err);
-    if (c != NULL) err = sg_capture_check_unsafe();
-    if (c != NULL && err == CUDA_SUCCESS) {
-        size_t len;
-        void *p = host_map(size, &len);
-        sg_alloc *a = p ? alloc_add((CUdeviceptr)(uintptr_t)p, size, A_HOST, c->dev, c->o.h) : NULL;
-        if (a == NULL) {
-            if (p) munmap(p, len);
-            err = CUDA_ERROR_OUT_OF_MEMORY;
-        } else {
-            a->map_base = p;
-            a->map_len = len;
-            a->flags = flags;
-            *pp = p;
-        }
-    }
-    pthread_mutex_unlock(&sg_lock);
+    CUresult err;
+    sg_alloc *a = host_backed_alloc(size, A_HOST, flags, &err);
+    if (a != NULL) *pp = a->map_base;
     return err;
 }
 

@@ -1,0 +1,593 @@
+# Hand-overs: the other half of stream ordering.  A view told that its memory is
+# in use on a stream (``view.record_stream(s)``, or a launcher decorated with
+# ``record_stream=True``) does not let go of that memory when it is released:
+# what it held (its reference to the exporting object, the DLPack capsule's
+# tensor and deleter, the CAI dict, a held buffer, the root view of a derived
+# one) moves to a _Hold, handed to the streams, and released only once an
+# event recorded on each of them then has completed.
+#
+# What is here, and the invariant each piece rests on:
+#
+# - ``_handover``, a C field at the end of the view (NULL: nothing recorded; the
+#   hot path tests it once, in the deallocator's _holds_resources).  It holds a
+#   counted reference to a _Handover: the view's own (record_stream) or its
+#   launch's (a group, shared by the views of one launch).  A view with a
+#   hand-over has been filled (every device-accessible view has a C layout, so
+#   _dims is set): a launcher's kept view is therefore never refilled over one
+#   (SV_VIEW_HOLDS_NOTHING), and _park_proxy lets such a view go instead of
+#   emptying it (_holds_resources), so that it hands over in its deallocator.
+# - The hand-over runs where the view lets go of its memory: its deallocator
+#   (_release_resources, before the freelist takes the object) and, for a view
+#   in a garbage cycle, the collector's tp_clear (_view_clear, installed in
+#   front of Cython's, which would otherwise drop the exporting object first).
+# - Events: one per stream per hand-over, recorded by the driver module from a
+#   pool per (context, thread); a launch's group records one per stream for all
+#   its views when the launch ends (views released before then join its holds;
+#   one released after it hands over on its own, on the group's streams).
+# - The registry (_pending_entries, a list of sealed _Handovers, oldest first)
+#   is changed only between SV_HANDOVER_LOCK and SV_HANDOVER_UNLOCK, with no
+#   Python code run in between (list appends, pops and slice assignments that
+#   drop no last reference).  With the GIL that alone makes each change atomic
+#   and the lock is compiled out; a free-threaded build takes a PyMutex.  An
+#   entry is in exactly one place: the registry, or the one thread that popped
+#   it to query or release it (and puts it back if not done), so each hold is
+#   released exactly once.  _release_hold runs the deleter with no exception
+#   pending, outside the lock.
+# - Completed holds are found without a thread of their own: the oldest entries
+#   are queried (cuEventQuery) every _POLL_EVERY view creations while any is
+#   pending (sv_pending_entries, read with one relaxed load in _new_view), at
+#   every hand-over, and all of them by release_pending().
+# - The bound: at most _pending_limit entries.  A hand-over past it first
+#   checks every entry, then waits on the host for the oldest ones
+#   (cuEventSynchronize) until the count is back under the bound: back-pressure,
+#   as the driver's own launch queue gives when a program runs that far ahead
+#   of the device.  Holds handed to a stream that is capturing a CUDA graph
+#   cannot be waited for (the graph runs later, maybe many times): they are
+#   kept, outside the bound, until interpreter exit.
+# - Exit: an atexit function (registered at the first hand-over, so after the
+#   producers' libraries have registered theirs, and run before them) waits for
+#   every pending entry and releases it; a hand-over after that waits at once.
+#   A record that fails releases at once: silently when the stream or its
+#   context is gone (the driver has finished or discarded the work), reported
+#   through sys.unraisablehook otherwise.
+#
+# Proven by tests/test_record_stream.py (host: arguments, host views, the fake
+# driver's failures) and tests/test_gpu_record_stream.py (the simulated device:
+# stale reads prevented and their control, deleters counted across threads and
+# collections, events counted, the decorator's one event per launch).
+
+cdef extern from *:
+    """
+    #ifdef Py_GIL_DISABLED
+    static PyMutex sv_handover_mutex = {0};
+    #define SV_HANDOVER_LOCK() PyMutex_Lock(&sv_handover_mutex)
+    #define SV_HANDOVER_UNLOCK() PyMutex_Unlock(&sv_handover_mutex)
+    #define SV_PENDING_LOAD(x) _Py_atomic_load_ssize_relaxed(&(x))
+    #define SV_PENDING_ADD(x, d) ((void)_Py_atomic_add_ssize(&(x), (d)))
+    #define SV_COUNTDOWN(x) (_Py_atomic_add_int(&(x), -1) - 1)
+    #else
+    #define SV_HANDOVER_LOCK() ((void)0)
+    #define SV_HANDOVER_UNLOCK() ((void)0)
+    #define SV_PENDING_LOAD(x) (x)
+    #define SV_PENDING_ADD(x, d) ((void)((x) += (d)))
+    #define SV_COUNTDOWN(x) (--(x))
+    #endif
+    /* Sealed hand-overs in the registry or being checked by a thread. */
+    static Py_ssize_t sv_pending_entries = 0;
+    static int sv_poll_countdown = 0;
+    /* exc set as the current exception, then reported as unraisable. */
+    static void sv_write_unraisable(PyObject *exc, PyObject *where) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        PyErr_WriteUnraisable(where);
+    }
+    """
+    void SV_HANDOVER_LOCK() noexcept nogil
+    void SV_HANDOVER_UNLOCK() noexcept nogil
+    Py_ssize_t sv_pending_entries
+    int sv_poll_countdown
+    Py_ssize_t SV_PENDING_LOAD(Py_ssize_t) noexcept nogil
+    void SV_PENDING_ADD(Py_ssize_t, Py_ssize_t) noexcept nogil
+    int SV_COUNTDOWN(int) noexcept nogil
+    void sv_write_unraisable(object, object) noexcept
+
+cdef enum:
+    _POLL_EVERY = 32  # view creations between two checks while hand-overs are pending
+    # The oldest entries a check may release (it stops at the first one still running, so
+    # it queries one entry more than it releases; release_pending looks at all of them).
+    _POLL_ENTRIES = 8
+
+# The bound on pending hand-overs (entries: one per hand-over, one per launch).
+cdef Py_ssize_t _pending_limit = 4096
+cdef list _pending_entries = []
+# Hand-overs to a stream that was capturing a graph: kept until exit.
+cdef list _captured_entries = []
+cdef bint _exit_registered = False
+cdef bint _exiting = False
+# CUresult names saying a stream or its context is no more (_driver.GONE): a record
+# that fails so releases at once, unreported.
+cdef tuple _GONE = (
+    "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+    "CUDA_ERROR_DEINITIALIZED", "CUDA_ERROR_NO_DRIVER",
+)
+
+
+@cython.final
+@cython.no_gc
+@cython.auto_pickle(False)
+cdef class _Hold:
+    """What a released view held on its memory, kept until its streams are done.
+
+    Released once, by _release_hold (or, should it be dropped unreleased, by its
+    deallocator): the buffer, then the deleter, then the references.
+    """
+
+    cdef object exporting_obj
+    cdef object interface
+    cdef object memory_owner
+    cdef void *managed
+    cdef bint managed_is_versioned
+    cdef Py_buffer *held_buffer
+
+    def __dealloc__(self):
+        _release_hold_memory(self)
+
+
+@cython.final
+@cython.no_gc
+@cython.auto_pickle(False)
+cdef class _Handover:
+    """The streams a view (or a launch's views) used, and what was handed to them.
+
+    ``streams``: ``(handle, device, ptr)`` triples, each handle once (``device``
+    and ``ptr`` say where a default-stream handle resolves, _stream_place);
+    ``holds``: the _Holds handed over; ``events``: the ``[context, event]`` pairs
+    recorded when it was sealed.  A group (a launch's) is shared by its views and
+    sealed when the launch ends.
+    """
+
+    cdef list streams
+    cdef list holds
+    cdef list events
+    cdef bint group
+    cdef bint sealed
+
+
+cdef _Handover _new_handover(list streams, bint group):
+    cdef _Handover handover = _Handover.__new__(_Handover)
+    handover.streams = streams
+    handover.holds = []
+    handover.group = group
+    return handover
+
+
+cdef tuple _stream_place(StridedMemoryView view, object handle):
+    """``(handle, device, ptr)``: the stream, and the device whose primary context a
+    default-stream handle means when the releasing thread has none current (the
+    view's device; a CUDA Array Interface view's is found from ``ptr``)."""
+    return (handle, view._device_id if view._device_id >= 0 else None, view._ptr)
+
+
+cdef bint _has_stream(list streams, object handle):
+    """Whether ``streams`` holds ``handle`` (int compares: no Python code runs)."""
+    cdef object place
+    for place in streams:
+        if <object>PyTuple_GET_ITEM(place, 0) == handle:
+            return True
+    return False
+
+
+cdef object _record_stream_handle(object stream):
+    """``stream`` as a handle >= 0; TypeError or ValueError naming record_stream."""
+    if stream is None or isinstance(stream, bool):
+        raise TypeError(
+            "record_stream: stream must be an int or an object with __cuda_stream__ "
+            f"(got {stream!r})"
+        )
+    if hasattr(stream, "__cuda_stream__"):
+        handle = _handle_from_cuda_stream(stream)
+    else:
+        try:
+            handle = PyNumber_Index(stream)
+        except TypeError:
+            raise TypeError(
+                "record_stream: stream must be an int or an object with __cuda_stream__ "
+                f"(got {stream!r})"
+            ) from None
+    if handle == -1:
+        raise ValueError(
+            "record_stream: stream must be a stream handle >= 0 (got -1): -1 names no stream"
+        )
+    if handle < 0 or handle >= _UINTPTR_LIMIT:
+        raise ValueError(f"record_stream: stream must be a stream handle >= 0 (got {handle!r})")
+    return handle
+
+
+cdef int _record_stream(StridedMemoryView view, object stream) except -1:
+    """``view.record_stream(stream)``: the view's memory is in use on ``stream``."""
+    handle = _record_stream_handle(stream)
+    if not view.is_device_accessible:
+        return 0  # host memory: nothing a stream runs reads it behind the host's back
+    _driver_module().check_stream(handle)
+    place = _stream_place(view, handle)
+    cdef _Handover fresh = _new_handover([place], False)
+    cdef _Handover record
+    SV_HANDOVER_LOCK()
+    if view._handover == NULL:
+        Py_INCREF(fresh)
+        view._handover = <void *>fresh
+    else:
+        record = <_Handover>view._handover
+        if not _has_stream(record.streams, handle):
+            record.streams.append(place)  # appends drop no reference: no Python code
+    SV_HANDOVER_UNLOCK()
+    return 0
+
+
+cdef int _join_group(StridedMemoryView view, _Handover group, object stream_ptr) except -1:
+    """A launch's view, made with ``stream_ptr``, joins the launch's hand-over (a
+    launcher decorated with record_stream=True); host memory, no stream and -1 do not."""
+    if stream_ptr is None:
+        return 0
+    stream = _normalize_stream(stream_ptr)
+    if stream == -1 or not view.is_device_accessible:
+        return 0
+    place = _stream_place(view, stream)
+    SV_HANDOVER_LOCK()
+    if view._handover == NULL:
+        Py_INCREF(group)
+        view._handover = <void *>group
+    if not _has_stream(group.streams, stream):
+        group.streams.append(place)
+    SV_HANDOVER_UNLOCK()
+    return 0
+
+
+cdef _Hold _take_hold(StridedMemoryView view):
+    """Move what ``view`` holds on its memory into a new _Hold (the view keeps none)."""
+    cdef _Hold hold = _Hold.__new__(_Hold)
+    hold.exporting_obj = view.exporting_obj
+    hold.interface = view._interface
+    hold.memory_owner = view._memory_owner
+    hold.managed = view._managed
+    hold.managed_is_versioned = view._managed_is_versioned
+    hold.held_buffer = view._held_buffer
+    view._managed = NULL
+    view._held_buffer = NULL
+    view.exporting_obj = None  # each still referenced by the hold: nothing runs
+    view._interface = None
+    view._memory_owner = None
+    return hold
+
+
+cdef void _release_hold_memory(_Hold hold) noexcept:
+    """Release the held buffer and run the deleter, once each (the caller has no
+    exception pending: a deleter written in Python cannot run with one)."""
+    cdef void *managed = hold.managed
+    cdef Py_buffer *buffer = hold.held_buffer
+    hold.managed = NULL
+    hold.held_buffer = NULL
+    if buffer != NULL:
+        _release_held_buffer(buffer)
+    if managed == NULL:
+        return
+    if hold.managed_is_versioned:
+        if (<DLManagedTensorVersioned *>managed).deleter != NULL:
+            (<DLManagedTensorVersioned *>managed).deleter(<DLManagedTensorVersioned *>managed)
+    elif (<DLManagedTensor *>managed).deleter != NULL:
+        (<DLManagedTensor *>managed).deleter(<DLManagedTensor *>managed)
+
+
+cdef void _release_hold(_Hold hold) noexcept:
+    """Give the memory back: buffer, deleter, then the references (which may run a
+    producer's finalizer), with any pending exception saved around them."""
+    cdef PyObject *error_type
+    cdef PyObject *error_value
+    cdef PyObject *error_traceback
+    PyErr_Fetch(&error_type, &error_value, &error_traceback)
+    _release_hold_memory(hold)
+    hold.memory_owner = None
+    hold.interface = None
+    hold.exporting_obj = None
+    PyErr_Restore(error_type, error_value, error_traceback)
+
+
+cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
+    """Release every hold of ``entry`` (once: the list is taken); how many."""
+    cdef list holds = entry.holds
+    cdef _Hold hold
+    entry.holds = None
+    if holds is None:
+        return 0
+    for hold in holds:
+        _release_hold(hold)
+    return len(holds)
+
+
+cdef Py_ssize_t _release_entry(_Handover entry) noexcept:
+    """Release a sealed entry taken out of the registry, and give its events back."""
+    cdef Py_ssize_t count = _release_holds(entry)
+    SV_PENDING_ADD(sv_pending_entries, -1)
+    events = entry.events
+    entry.events = None
+    if events:
+        _driver_module().give_back_events(events)  # never raises
+    return count
+
+
+cdef void _hand_over_view(StridedMemoryView view) noexcept:
+    """``view`` lets go of its memory: its hold goes to the streams it was recorded on.
+
+    Called by the deallocator and by tp_clear, with ``_handover`` set and no
+    exception pending.  Nothing is raised: a failure is reported as unraisable.
+    """
+    cdef _Handover record = <_Handover>_take_reference(<PyObject *>view._handover)
+    cdef _Handover entry
+    cdef _Hold hold
+    cdef bint joined = False
+    view._handover = NULL
+    try:
+        hold = _take_hold(view)
+    except BaseException as exc:
+        # No memory for a hold: the view keeps its hold, released with it now.
+        sv_write_unraisable(exc, "stridedview: handing a view's memory over to its streams")
+        return
+    try:
+        if record.group:
+            SV_HANDOVER_LOCK()
+            if not record.sealed and record.holds is not None:
+                record.holds.append(hold)
+                joined = True
+            SV_HANDOVER_UNLOCK()
+            if joined:
+                return
+            # Released after its launch ended: on its own, on the launch's streams.
+            SV_HANDOVER_LOCK()
+            streams = list(record.streams)
+            SV_HANDOVER_UNLOCK()
+            entry = _new_handover(streams, False)
+        else:
+            entry = record
+        entry.holds.append(hold)
+    except BaseException as exc:
+        _release_hold(hold)
+        sv_write_unraisable(exc, "stridedview: handing a view's memory over to its streams")
+        return
+    _seal_and_register(entry)
+
+
+cdef void _seal_and_register(_Handover entry) noexcept:
+    """Record an event on each of ``entry``'s streams and list it as pending.
+
+    A record that fails releases the holds at once: silently when the stream or its
+    context is gone (its work finished or was discarded), reported otherwise.  A
+    stream capturing a graph keeps the holds until exit; after the exit function
+    has run, the events are waited for at once.
+    """
+    global _exit_registered
+    cdef object events
+    cdef object driver
+    try:
+        driver = _driver_module()
+        events = driver.record_handover(entry.streams)
+    except BaseException as exc:
+        _release_holds(entry)
+        # (After the exit function, the driver may be half torn down: nothing is said.)
+        if not _exiting and getattr(exc, "name", None) not in _GONE:
+            sv_write_unraisable(
+                exc, "stridedview: recording a hand-over's event (its memory was released at once)"
+            )
+        return
+    if events is None:  # a stream is capturing: no event can say when the graph is done
+        SV_HANDOVER_LOCK()
+        _captured_entries.append(entry)
+        SV_HANDOVER_UNLOCK()
+        return
+    entry.events = events
+    entry.sealed = True
+    if _exiting:
+        driver.wait_handover(events)
+        SV_PENDING_ADD(sv_pending_entries, 1)
+        _release_entry(entry)
+        return
+    try:
+        if not _exit_registered:
+            _exit_registered = True
+            import atexit
+
+            atexit.register(_release_at_exit)
+            driver._drain_hook = _drain_pending
+        SV_HANDOVER_LOCK()
+        _pending_entries.append(entry)
+        SV_PENDING_ADD(sv_pending_entries, 1)
+        SV_HANDOVER_UNLOCK()
+    except BaseException as exc:
+        driver.wait_handover(events)  # no room to list it: its streams are waited for now
+        SV_PENDING_ADD(sv_pending_entries, 1)
+        _release_entry(entry)
+        sv_write_unraisable(exc, "stridedview: listing a hand-over (its streams were waited for)")
+        return
+    if SV_PENDING_LOAD(sv_pending_entries) > _pending_limit:
+        _make_room()
+    else:
+        _check_oldest(_POLL_ENTRIES)
+
+
+cdef _Handover _claim_oldest():
+    """The oldest pending entry, taken out of the registry (None: none)."""
+    cdef _Handover entry = None
+    SV_HANDOVER_LOCK()
+    if _pending_entries:
+        entry = _pending_entries.pop(0)
+    SV_HANDOVER_UNLOCK()
+    return entry
+
+
+cdef void _unclaim(_Handover entry) noexcept:
+    """Put an entry still pending back in front of the registry."""
+    SV_HANDOVER_LOCK()
+    try:
+        _pending_entries.insert(0, entry)
+    except BaseException:
+        pass  # (insert only fails for want of memory; the entry is then waited for below)
+    SV_HANDOVER_UNLOCK()
+
+
+cdef Py_ssize_t _check_oldest(int limit) noexcept:
+    """Release the oldest entries whose events have completed, stopping at the first
+    still running or after ``limit``; how many holds were released."""
+    cdef Py_ssize_t released = 0
+    cdef _Handover entry
+    cdef int i
+    cdef bint done
+    for i in range(limit):
+        entry = _claim_oldest()
+        if entry is None:
+            break
+        try:
+            done = _driver_module().handover_done(entry.events)
+        except BaseException as exc:  # (a KeyboardInterrupt): the entry stays pending
+            _unclaim(entry)
+            sv_write_unraisable(exc, "stridedview: checking pending hand-overs")
+            break
+        if not done:
+            _unclaim(entry)
+            break
+        released += _release_entry(entry)
+    return released
+
+
+cdef void _poll_on_creation() noexcept:
+    """Called by _new_view while hand-overs are pending: every _POLL_EVERY calls, the
+    oldest entries are checked."""
+    global sv_poll_countdown
+    if SV_COUNTDOWN(sv_poll_countdown) > 0:
+        return
+    sv_poll_countdown = _POLL_EVERY
+    _check_oldest(_POLL_ENTRIES)
+
+
+cdef void _make_room() noexcept:
+    """Past the bound: release every entry done, then wait for the oldest ones."""
+    cdef _Handover entry
+    try:
+        _release_pending(False)
+    except BaseException:
+        pass
+    while SV_PENDING_LOAD(sv_pending_entries) > _pending_limit:
+        entry = _claim_oldest()
+        if entry is None:
+            break  # the rest are being checked by other threads
+        try:
+            _driver_module().wait_handover(entry.events)
+        except BaseException as exc:  # (a KeyboardInterrupt): the entry stays pending
+            _unclaim(entry)
+            sv_write_unraisable(exc, "stridedview: waiting for the oldest hand-over")
+            break
+        _release_entry(entry)
+
+
+cdef Py_ssize_t _release_pending(bint wait) except -1:
+    """release_pending()'s work: every entry in the registry checked (or waited for)."""
+    global _pending_entries
+    cdef list fresh = []
+    cdef list claimed
+    cdef list kept = []
+    cdef Py_ssize_t released = 0, done = 0
+    cdef _Handover entry
+    SV_HANDOVER_LOCK()
+    claimed = _pending_entries
+    _pending_entries = fresh
+    SV_HANDOVER_UNLOCK()
+    if not claimed:
+        return 0
+    driver = _driver_module()
+    try:
+        for entry in claimed:
+            if wait:
+                driver.wait_handover(entry.events)
+            elif not driver.handover_done(entry.events):
+                kept.append(entry)
+                done += 1
+                continue
+            released += _release_entry(entry)
+            done += 1
+    finally:
+        kept.extend(claimed[done:])
+        if kept:
+            SV_HANDOVER_LOCK()
+            _pending_entries[0:0] = kept
+            SV_HANDOVER_UNLOCK()
+    return released
+
+
+cdef Py_ssize_t _release_captured() except -1:
+    """Release the holds handed to capturing streams (exit and use_api only)."""
+    global _captured_entries
+    cdef list fresh = []
+    cdef list claimed
+    cdef Py_ssize_t released = 0
+    SV_HANDOVER_LOCK()
+    claimed = _captured_entries
+    _captured_entries = fresh
+    SV_HANDOVER_UNLOCK()
+    for entry in claimed:
+        released += _release_holds(entry)
+    return released
+
+
+def _drain_pending():
+    """Release every pending hand-over, waiting for its streams (``use_api`` calls it
+    before the driver changes: the events are the old driver's)."""
+    released = _release_pending(True)
+    return released + _release_captured()
+
+
+def _release_at_exit():
+    """At interpreter exit: wait for every pending hand-over's streams and release it;
+    from now on a hand-over waits at once."""
+    global _exiting
+    _exiting = True
+    for _ in range(8):  # releases may hand more over (a root view's own record)
+        if _drain_pending() == 0 and not _pending_entries:
+            break
+
+
+def release_pending(wait=False):
+    """Release every hold whose streams are done; how many holds were released.
+
+    A hold is what a view kept its memory alive with (its exporting object, a
+    DLPack capsule's deleter, a CUDA Array Interface dict), handed to the streams
+    it was recorded on (``StridedMemoryView.record_stream``, or a launcher
+    decorated with ``record_stream=True``) when the view let go of it.  Holds are
+    also released as their streams finish, checked on later view creations and
+    hand-overs, so calling this is never needed for correctness; it releases now.
+    ``wait=True`` first waits on the host for every pending hold's streams
+    (``cuEventSynchronize``), so that none is left; holds handed to a stream that
+    was capturing a CUDA graph are kept until interpreter exit either way.
+    """
+    if type(wait) is not bool:
+        raise TypeError(f"release_pending: wait must be a bool (got {wait!r})")
+    return _release_pending(wait)
+
+
+def _pending_holds():
+    """``(entries, holds, captured holds)`` pending now, for tests."""
+    SV_HANDOVER_LOCK()
+    entries = list(_pending_entries)
+    captured = list(_captured_entries)
+    SV_HANDOVER_UNLOCK()
+    return (
+        len(entries),
+        sum([len((<_Handover>entry).holds or ()) for entry in entries]),
+        sum([len((<_Handover>entry).holds or ()) for entry in captured]),
+    )
+
+
+def _set_pending_limit(Py_ssize_t limit):
+    """Set the bound on pending hand-overs (at least 1); the previous one.  For tests."""
+    global _pending_limit
+    if limit < 1:
+        raise ValueError(f"_set_pending_limit: limit must be >= 1 (got {limit})")
+    previous = _pending_limit
+    _pending_limit = limit
+    return previous

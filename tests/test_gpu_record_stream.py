@@ -1,0 +1,686 @@
+"""Hand-overs on the simulated device: memory a view handed to a stream is not given back to its
+producer before that stream is done with it.
+
+A producer allocates on its stream from a stream-ordered allocator (a cuda.core device buffer
+from the device's pool; ``cuMemAllocAsync`` memory behind a CUDA Array Interface dict), a
+launcher views it on stream S and enqueues a read of it on S, late (``SIMGPU_DELAY_US`` makes
+every stream operation wait, and S has work queued first), into pinned host memory.  The view
+is dropped, the producer frees the memory on its own stream, allocates again and writes other
+bytes.  The simulator's pools hand a block freed on a stream to that stream's next allocation
+at once, exactly as the driver's do, so without a hand-over S's read sees the new bytes (the
+control); with ``view.record_stream(S)`` (or the decorator's ``record_stream=True``) the old
+allocation is held until S is done, and every read sees the original bytes.
+
+Then the deleters: 10,000 hand-overs of DLPack capsules over device memory from 8 threads,
+views in garbage cycles, the collector running all along; each deleter runs exactly once, and
+never before S has run the copy queued before the view was dropped (the copy writes a marker
+byte the deleter reads).  No event leaks: the simulator counts them.  Everything goes through
+the real cuda-bindings (and cuda.core); marked ``simgpu`` for the delay and the counters.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import itertools
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import producers
+from conftest import gpu_import
+from stridedview import StridedMemoryView, _driver, _view, args_viewable_as_strided_memory, release_pending
+
+pytestmark = [pytest.mark.gpu, pytest.mark.simgpu]
+
+#: Each operation a simulated stream runs waits this long first.
+DELAY_US = 100
+#: Runs with the hand-over: every one must read the original bytes.
+RUNS = 1000
+#: Runs of the control at most: one read of the new bytes ends it.
+CONTROL_RUNS = 200
+NBYTES = 4096
+#: Operations queued on S before its read: the read runs about (FILLERS + 1) * DELAY_US after
+#: the call, the producer's rewrite of a reused block about 2 * DELAY_US after its own.
+FILLERS = 3
+ORIGINAL, NEW = 0xAA, 0xBB
+
+
+# --- producers with stream-ordered allocators ------------------------------------------------
+
+
+class CorePool:
+    """cuda.core device buffers from the device's stream-ordered pool, allocated on the
+    producer's stream, freed there (cuMemFreeAsync) when a Buffer is collected."""
+
+    name = "cuda.core"
+
+    def __init__(self, res):
+        core = gpu_import("cuda.core")
+        self.device = core.Device(0)
+        self.device.set_current()
+        self.stream = self.device.create_stream()
+        self.handle = int(self.stream.handle)
+
+    def allocate(self):
+        buffer = self.device.allocate(NBYTES, stream=self.stream)
+        return buffer, int(buffer.handle)
+
+    def close(self):
+        self.stream.sync()
+        self.stream.close()
+
+
+class AsyncArray:
+    """``cuMemAllocAsync`` memory behind a CUDA Array Interface dict naming the producer's
+    stream; freed with ``cuMemFreeAsync`` on that stream when the object goes."""
+
+    def __init__(self, stream_handle):
+        from driver_support import drv, ok
+
+        self.stream = stream_handle
+        self.ptr = int(ok(drv.cuMemAllocAsync(NBYTES, stream_handle)))
+        self.__cuda_array_interface__ = {
+            "version": 3, "shape": (NBYTES,), "typestr": "|u1", "data": (self.ptr, False),
+            "strides": None, "stream": int(stream_handle),
+        }
+
+    def __del__(self):
+        from driver_support import drv
+
+        drv.cuMemFreeAsync(self.ptr, self.stream)
+
+
+class AsyncPool:
+    """The producer of AsyncArray objects, on a stream of its own."""
+
+    name = "cuMemAllocAsync"
+
+    def __init__(self, res):
+        self.handle = res.stream().ptr
+
+    def allocate(self):
+        array = AsyncArray(self.handle)
+        return array, array.ptr
+
+    def close(self):
+        from driver_support import drv, ok
+
+        ok(drv.cuStreamSynchronize(self.handle))
+
+
+PRODUCERS = {"cuda.core": CorePool, "cuMemAllocAsync": AsyncPool}
+
+
+class Reuse:
+    """One producer (allocating on its stream P), one consumer stream S reading the producer's
+    memory into pinned memory, late; the producer frees and reallocates meanwhile."""
+
+    def __init__(self, res, producer_kind):
+        from driver_support import drv, ok
+
+        self.producer = PRODUCERS[producer_kind](res)
+        self.consumer = res.stream()
+        self.scratch = res.device(64)
+        self.out = res.pinned(NBYTES)
+        self.event = ok(drv.cuEventCreate(2))  # the test's own, reused
+
+    def write(self, ptr, value):
+        from driver_support import drv, ok
+
+        ok(drv.cuMemsetD8Async(ptr, value, NBYTES, self.producer.handle))
+
+    def wait_for_producer(self):
+        """S waits for the producer's work so far: the ordering is the view's business and is
+        proven elsewhere (tests/test_gpu_streams.py); here it is made explicit, for every
+        producer alike."""
+        from driver_support import drv, ok
+
+        ok(drv.cuEventRecord(self.event, self.producer.handle))
+        ok(drv.cuStreamWaitEvent(self.consumer.handle, self.event, 0))
+
+    def read_late(self, ptr):
+        """After the producer's write, FILLERS operations on S, then S copies the memory to
+        pinned memory."""
+        from driver_support import drv, ok
+
+        self.wait_for_producer()
+        for _ in range(FILLERS):
+            ok(drv.cuMemsetD8Async(self.scratch.ptr, 0, 64, self.consumer.handle))
+        ok(drv.cuMemcpyDtoHAsync(self.out.ptr, ptr, NBYTES, self.consumer.handle))
+
+    def run(self, handover: bool) -> bool:
+        """Whether S read the original bytes."""
+        array, ptr = self.producer.allocate()
+        self.write(ptr, ORIGINAL)
+        view = StridedMemoryView(array, stream_ptr=self.consumer.ptr)
+        self.read_late(view.ptr)
+        if handover:
+            view.record_stream(self.consumer)  # an object with __cuda_stream__
+        del view, array  # the producer frees the memory on its stream
+        again, ptr = self.producer.allocate()
+        self.write(ptr, NEW)
+        self.consumer.synchronize()
+        del again
+        return bool((self.out.array() == ORIGINAL).all())
+
+    def close(self):
+        from driver_support import drv, ok
+
+        self.producer.close()
+        self.consumer.synchronize()
+        ok(drv.cuEventDestroy(self.event))
+
+
+@pytest.fixture
+def delayed(gpu, simulator):
+    simulator.set_delay_us(DELAY_US)
+    yield gpu
+    release_pending(wait=True)
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+def test_handed_over_memory_is_not_reused_while_the_stream_reads_it(delayed, producer):
+    """With the hand-over, S's late read sees the original bytes in every one of 1000 runs: the
+    producer's allocator cannot give the block to its next allocation before S is done."""
+    reuse = Reuse(delayed, producer)
+    try:
+        wrong = [i for i in range(RUNS) if not reuse.run(handover=True)]
+    finally:
+        reuse.close()
+    assert wrong == [], f"{len(wrong)} of {RUNS} reads saw the reused memory (first: run {wrong[0]})"
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+def test_without_a_hand_over_the_stream_reads_reused_memory(delayed, producer):
+    """Control: without the hand-over the producer reuses the block at once, and S's late read
+    sees the new bytes (so the test above can fail)."""
+    reuse = Reuse(delayed, producer)
+    try:
+        runs = next((i + 1 for i in range(CONTROL_RUNS) if not reuse.run(handover=False)), None)
+    finally:
+        reuse.close()
+    assert runs is not None, f"no read of reused memory in {CONTROL_RUNS} runs without a hand-over"
+
+
+# --- the decorator ---------------------------------------------------------------------------
+
+
+def copy_launcher(reuse, **options):
+    """``launch(src, dst, stream)``: a launcher viewing its first two arguments on ``stream``
+    and copying src to dst there, late (what a kernel reading src does)."""
+
+    @args_viewable_as_strided_memory((0, 1), **options)
+    def launch(src, dst, stream):
+        from driver_support import drv, ok
+
+        source = src.view(stream)
+        target = dst.view(stream)
+        for _ in range(FILLERS):
+            ok(drv.cuMemsetD8Async(reuse.scratch.ptr, 0, 64, stream.handle))
+        ok(drv.cuMemcpyDtoHAsync(target.ptr, source.ptr, NBYTES, stream.handle))
+
+    return launch
+
+
+def decorated_run(reuse, launch, out) -> bool:
+    """``launch(temporary, out, S)``: a temporary source nobody else holds, then the producer
+    frees, reallocates and rewrites; whether S's copy saw the original bytes."""
+    array, ptr = reuse.producer.allocate()
+    reuse.write(ptr, ORIGINAL)
+    reuse.wait_for_producer()
+    launch(array, out, reuse.consumer)
+    del array
+    again, ptr = reuse.producer.allocate()
+    reuse.write(ptr, NEW)
+    reuse.consumer.synchronize()
+    del again
+    return bool((reuse.out.array() == ORIGINAL).all())
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+def test_decorator_record_stream_keeps_temporaries_until_the_launch_is_done(delayed, simulator, producer):
+    """``@args_viewable_as_strided_memory((0, 1), record_stream=True)`` with three arguments:
+    1000 of 1000 launches of a temporary read the original bytes, with one hand-over event per
+    launch (records not followed by a wait are the hand-overs') and no new event after the
+    first launches (the pool)."""
+    from driver_support import CAIArray
+
+    reuse = Reuse(delayed, producer)
+    out = CAIArray(reuse.out, (NBYTES,), np.uint8)  # pinned memory: device-accessible
+    launch = copy_launcher(reuse, record_stream=True)
+    try:
+        for _ in range(4):
+            decorated_run(reuse, launch, out)
+        created = simulator.counter("events_created")
+        wrong = []
+        for i in range(RUNS):
+            records, waits = simulator.calls("cuEventRecord"), simulator.calls("cuStreamWaitEvent")
+            if not decorated_run(reuse, launch, out):
+                wrong.append(i)
+            records = simulator.calls("cuEventRecord") - records
+            waits = simulator.calls("cuStreamWaitEvent") - waits
+            # the test's own ordering and the view's (CAI) each record and wait; the launch's
+            # hand-over records alone, once
+            assert records - waits == 1, (i, records, waits)
+        assert simulator.counter("events_created") - created <= 4
+    finally:
+        reuse.close()
+    assert wrong == [], f"{len(wrong)} of {RUNS} launches read reused memory (first: {wrong[0]})"
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+def test_decorator_without_record_stream_reads_reused_memory(delayed, producer):
+    """Control: the same launcher without the option lets the temporary go at the launch's end,
+    and S's copy sees the new bytes."""
+    from driver_support import CAIArray
+
+    reuse = Reuse(delayed, producer)
+    out = CAIArray(reuse.out, (NBYTES,), np.uint8)
+    launch = copy_launcher(reuse)
+    try:
+        runs = next(
+            (i + 1 for i in range(CONTROL_RUNS) if not decorated_run(reuse, launch, out)), None
+        )
+    finally:
+        reuse.close()
+    assert runs is not None, f"no read of reused memory in {CONTROL_RUNS} launches without the option"
+
+
+# --- deleters: exactly once, after the stream, from many threads ------------------------------
+
+
+class MarkedCapsules:
+    """A DLPack producer of device memory (kDLCUDA): each ``__dlpack__`` hands out a new capsule
+    with an id.  Its deleter, written in Python through ctypes, counts its calls per id and
+    notes any id whose marker byte (pinned memory the consumer stream writes after its work
+    on the view) was still 0 when it ran: a release before the stream got there."""
+
+    ids = itertools.count(1)  # (a NULL manager_ctx would read back as None)
+
+    def __init__(self, ptr, markers, calls, early):
+        self.ptr, self.markers, self.calls, self.early = ptr, markers, calls, early
+        self.live = {}
+        self.last = None
+        self.keeps = None
+        self._deleter = producers.DLPackDeleter(self._delete)
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        tensor_id = next(MarkedCapsules.ids)
+        managed = producers.DLManagedTensorVersioned()
+        managed.version = producers.DLPackVersion(1, 2)
+        shape = (ctypes.c_int64 * 1)(64)
+        strides = (ctypes.c_int64 * 1)(1)
+        managed.dl_tensor = producers.DLTensor(
+            data=self.ptr, device=producers.DLDevice(2, 0), ndim=1,
+            dtype=producers.DLDataType(1, 8, 1), shape=shape, strides=strides,
+        )
+        managed.manager_ctx = tensor_id
+        managed.deleter = self._deleter
+        self.live[tensor_id] = (managed, shape, strides)
+        self.last = tensor_id
+        return producers._PyCapsule_New(
+            ctypes.addressof(managed), b"dltensor_versioned", producers._capsule_destructor
+        )
+
+    def _delete(self, address):
+        tensor_id = producers.DLManagedTensorVersioned.from_address(address).manager_ctx
+        if self.markers[tensor_id] == 0:
+            self.early.append(tensor_id)
+        self.calls[tensor_id] = self.calls.get(tensor_id, 0) + 1
+        self.live.pop(tensor_id, None)
+
+
+class Cycle:
+    """A producer lending another's capsules, which its view can keep in a garbage cycle."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.keeps = None
+
+    def __dlpack__(self, **kwargs):
+        return self.inner.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    @property
+    def last(self):
+        return self.inner.last
+
+
+class Marking:
+    """What the threads share: device memory viewed, a device byte of 1, the pinned markers."""
+
+    def __init__(self, res, count, pinned=True):
+        from driver_support import drv, ok
+
+        self.memory = res.device(64)
+        self.one = res.device(1)
+        ok(drv.cuMemsetD8(self.one.ptr, 1, 1))
+        # A device memset returns before it runs (on the legacy stream, which the test's
+        # non-blocking streams do not wait for): done before any marker copies the byte.
+        ok(drv.cuCtxSynchronize())
+        if pinned:
+            memory = res.pinned(count)
+            self.markers_ptr = memory.ptr
+            self.markers = memory.array()
+        else:  # (no marker is then written: every deleter counts as early)
+            self.markers_ptr = None
+            self.markers = np.zeros(count, np.uint8)
+        self.calls, self.early = {}, []
+        self.producers = []
+        MarkedCapsules.ids = itertools.count(1)
+
+    def producer(self):
+        """A new producer, kept here: its capsules' structures and its deleter (a ctypes thunk)
+        must outlive every hold, as a real producer's do."""
+        producer = MarkedCapsules(self.memory.ptr, self.markers, self.calls, self.early)
+        self.producers.append(producer)
+        return producer
+
+    def mark(self, tensor_id, stream):
+        """The stream's "kernel" on the view, late: it sets the view's marker when it runs."""
+        from driver_support import drv, ok
+
+        ok(drv.cuMemcpyDtoHAsync(self.markers_ptr + tensor_id, self.one.ptr, 1, stream.handle))
+
+
+THREADS = 8
+HAND_OVERS = 10_000
+DELETER_DELAY_US = 200
+
+
+def _storm(stop):
+    """Full collections, one every 2 ms until ``stop``."""
+    while not stop.is_set():
+        gc.collect()
+        stop.wait(0.002)
+
+
+class collections_storm:
+    """``with collections_storm():`` a thread collecting garbage all along.  What exists
+    before is frozen (gc.freeze), so that a full collection walks only what the test makes:
+    in a process that has run the whole suite one would take tens of milliseconds."""
+
+    def __enter__(self):
+        gc.collect()
+        gc.freeze()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=_storm, args=(self.stop,))
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(30)
+        gc.unfreeze()
+
+
+def events_back_to(simulator, live, seconds=5.0):
+    """The simulator's live events once the calling thread's pool is trimmed and the ended
+    threads' pools are destroyed (their finalizers may still be running in a thread
+    that is ending: waited for up to ``seconds``); ``live`` if no event was left behind."""
+    deadline = time.monotonic() + seconds
+    while True:
+        _driver.trim_event_pool()
+        gc.collect()
+        count = simulator.counter("events_live")
+        if count == live or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
+
+
+def test_deleters_run_once_after_the_stream_from_many_threads(gpu, simulator):
+    """10,000 hand-overs from 8 threads, one in 25 of a view in a garbage cycle, the collector
+    running all along: every deleter runs exactly once, none before its stream ran the copy
+    queued before the view was released, and no event is left behind."""
+    live = simulator.counter("events_live")
+    marking = Marking(gpu, HAND_OVERS + 1000)
+    streams = [gpu.stream() for _ in range(THREADS)]
+    simulator.set_delay_us(DELETER_DELAY_US)
+    failures = []
+    per_thread = HAND_OVERS // THREADS
+
+    def work(t):
+        try:
+            from driver_support import make_current
+
+            make_current(0)
+            producer = marking.producer()
+            for i in range(per_thread):
+                source = Cycle(producer) if i % 25 == 0 else producer
+                view = StridedMemoryView(source, stream_ptr=streams[t].ptr)
+                marking.mark(source.last, streams[t])
+                view.record_stream(streams[t].ptr)
+                if source is not producer:
+                    source.keeps = view  # source -> view -> source
+                del view, source
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    with collections_storm():
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(300)
+    gc.collect()
+    release_pending(wait=True)
+    simulator.set_delay_us(0)
+    assert failures == []
+    missing = sorted(set(range(1, HAND_OVERS + 1)) - set(marking.calls))
+    assert missing == [], (missing, _view._pending_holds(), len(marking.calls))
+    assert set(marking.calls.values()) == {1}, "a deleter ran more than once"
+    assert marking.early == [], f"{len(marking.early)} deleters ran before their stream's copy"
+    assert _view._pending_holds() == (0, 0, 0)
+    assert events_back_to(simulator, live) == live
+
+
+def test_without_a_hand_over_deleters_run_before_the_stream(gpu, simulator):
+    """Control: the same capsules without record_stream are deleted at once, while the stream
+    still has the copy queued (so the test above can fail)."""
+    marking = Marking(gpu, 100)
+    stream = gpu.stream()
+    simulator.set_delay_us(DELETER_DELAY_US)
+    producer = marking.producer()
+    for _ in range(20):
+        view = StridedMemoryView(producer, stream_ptr=stream.ptr)
+        marking.mark(producer.last, stream)
+        del view
+    stream.synchronize()
+    simulator.set_delay_us(0)
+    assert set(marking.calls.values()) == {1}
+    assert marking.early != []
+
+
+LAUNCHES_PER_THREAD = 400
+
+
+def test_decorator_deleters_run_once_after_the_stream_from_many_threads(gpu, simulator):
+    """The decorator with record_stream=True, three arguments (two viewed, and the stream), from
+    8 threads with the collector running: each launch records one event, every deleter runs
+    once and after its stream's work, and no event is left behind."""
+    live = simulator.counter("events_live")
+    marking = Marking(gpu, 2 * THREADS * LAUNCHES_PER_THREAD + 100)
+    streams = [gpu.stream() for _ in range(THREADS)]
+    simulator.set_delay_us(DELETER_DELAY_US)
+    failures = []
+    handed = []
+
+    @args_viewable_as_strided_memory((0, 1), record_stream=True)
+    def launch(a, b, stream):
+        a.view(stream.ptr)
+        b.view(stream.ptr)
+        marking.mark(a.obj.last, stream)
+        marking.mark(b.obj.last, stream)
+
+    real_record = _driver.record_handover
+
+    def counting_record(streams_):
+        events = real_record(streams_)
+        handed.append(len(events or ()))
+        return events
+
+    def work(t):
+        try:
+            from driver_support import make_current
+
+            make_current(0)
+            first, second = marking.producer(), marking.producer()
+            for _ in range(LAUNCHES_PER_THREAD):
+                launch(first, second, streams[t])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    _driver.record_handover = counting_record
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+    try:
+        with collections_storm():
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(300)
+    finally:
+        _driver.record_handover = real_record
+    gc.collect()
+    release_pending(wait=True)
+    simulator.set_delay_us(0)
+    assert failures == []
+    assert handed == [1] * (THREADS * LAUNCHES_PER_THREAD)  # one event per launch
+    assert len(marking.calls) == 2 * THREADS * LAUNCHES_PER_THREAD
+    assert set(marking.calls.values()) == {1}
+    assert marking.early == []
+    assert events_back_to(simulator, live) == live
+
+
+# --- streams, contexts and graphs that go away -----------------------------------------------
+
+
+def test_a_stream_destroyed_under_a_pending_hold_releases_it_once_done(gpu, simulator):
+    """Destroying S under a pending hold lets S's queued work finish (the driver's rule), and the
+    event recorded on it completes with that work: the hold goes then, its deleter once."""
+    from driver_support import Stream, drv, ok
+
+    marking = Marking(gpu, 10)
+    stream = Stream(0)
+    simulator.set_delay_us(20 * DELETER_DELAY_US)
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=stream.ptr)
+    marking.mark(producer.last, stream)
+    view.record_stream(stream)
+    del view
+    ok(drv.cuStreamDestroy(stream.handle))
+    stream.handle = None
+    assert release_pending() == 0 and marking.calls == {}
+    assert release_pending(wait=True) == 1
+    simulator.set_delay_us(0)
+    assert marking.calls == {1: 1} and marking.early == []
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+RESET_SCRIPT = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+import driver_support
+from driver_support import Resources, drv, make_current, ok, simulator
+import test_gpu_record_stream as t
+from stridedview import StridedMemoryView, release_pending
+
+sim = simulator()
+make_current(0)
+res = Resources()
+marking = t.Marking(res, 10, pinned=False)  # the reset frees pinned memory too
+stream = res.stream()
+sim.set_delay_us(100000)  # the stream's work would take long: the reset comes first
+producer = marking.producer()
+view = StridedMemoryView(producer, stream_ptr=stream.ptr)
+ok(drv.cuMemsetD8Async(marking.memory.ptr, 7, 64, stream.handle))
+view.record_stream(stream)
+del view
+before = release_pending()
+ok(drv.cuDevicePrimaryCtxReset(ok(drv.cuDeviceGet(0))))
+after = release_pending()
+print(before, after, marking.calls)
+"""
+
+
+def test_a_context_reset_under_a_pending_hold_releases_it_at_once(gpu):
+    """cudaDeviceReset under a pending hold discards the work and kills the event: the next
+    check releases the hold (in a child process: the reset takes every test's memory)."""
+    from simgpu.simgpu_support import run_python
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(os.path.dirname(tests), "src")
+    result = run_python("import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + RESET_SCRIPT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "0 1 {1: 1}", result.stdout
+
+
+EXIT_SCRIPT = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+from driver_support import Resources, make_current, simulator
+import test_gpu_record_stream as t
+from stridedview import StridedMemoryView
+
+
+class Loud(t.MarkedCapsules):
+    def _delete(self, address):
+        super()._delete(address)
+        print("deleted; early:", self.early, flush=True)
+
+
+sim = simulator()
+make_current(0)
+res = Resources()
+marking = t.Marking(res, 10)
+stream = res.stream()
+sim.set_delay_us(20000)
+producer = Loud(marking.memory.ptr, marking.markers, marking.calls, marking.early)
+view = StridedMemoryView(producer, stream_ptr=stream.ptr)
+marking.mark(producer.last, stream)
+view.record_stream(stream)
+del view
+print("exiting with", marking.calls, flush=True)
+"""
+
+
+def test_interpreter_exit_waits_for_the_stream_then_releases(gpu):
+    """A hold pending at interpreter exit is released after its stream is done (never before,
+    never not at all)."""
+    from simgpu.simgpu_support import run_python
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(os.path.dirname(tests), "src")
+    result = run_python("import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + EXIT_SCRIPT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["exiting with {}", "deleted; early: []"], result.stdout
+
+
+def test_a_capturing_stream_keeps_the_hold_and_its_capture(gpu, simulator):
+    """Handed to a stream that is capturing a graph (whose work runs only when the graph is
+    launched), the hold is kept, outside the bound, and nothing queries the capture's events:
+    the capture stays valid."""
+    from driver_support import drv, ok
+
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    ok(drv.cuStreamBeginCapture(stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+    view.record_stream(stream)
+    del view
+    assert _view._pending_holds() == (0, 0, 1)
+    assert release_pending() == 0
+    graph = ok(drv.cuStreamEndCapture(stream.handle))
+    ok(drv.cuGraphDestroy(graph))
+    assert marking.calls == {}
+    assert _view._drain_pending() == 1  # what use_api and interpreter exit do
+    assert marking.calls == {1: 1}
