@@ -41,6 +41,68 @@ def test_fast_paths_keep_their_state_per_thread_on_a_free_threaded_build():
         assert _view.fast_paths_state == ("thread" if FREE_THREADED else "process")
 
 
+FIELDS = ("ptr", "shape", "strides", "dtype", "exporting_obj")
+
+
+def test_field_getattro_only_where_attribute_reads_are_not_specialised():
+    """The field-reading tp_getattro is in on free-threaded 3.13 with the fast paths,
+    and only there (3.14t specialises LOAD_ATTR, which a tp_getattro of ours would stop)."""
+    expected = _view.fast_paths and FREE_THREADED and sys.version_info < (3, 14)
+    assert _view.field_getattro is expected
+
+
+def test_field_reads_equal_the_generic_lookup():
+    """``view.ptr`` and the other member fields read through the type's tp_getattro give
+    the very objects the generic lookup (object.__getattribute__, the member descriptor)
+    gives, by interned and by freshly built names, on new, derived, exported-from and
+    launcher-parked views; other names and missing ones behave as generically."""
+    matrix = np.arange(12, dtype=np.float32).reshape(3, 4)
+    producer = make_producer("versioned", shape=(2, 5), dtype="int16", hold_capsules=False)
+    views = [
+        StridedMemoryView(matrix),
+        StridedMemoryView(matrix)[1:, ::2],
+        StridedMemoryView(CAIProducer(matrix), stream_ptr=-1),
+        StridedMemoryView(producer),
+        StridedMemoryView.__new__(StridedMemoryView),
+    ]
+    kept = []
+    launch = args_viewable_as_strided_memory((0,))(lambda a: kept.append(a.view(-1)))
+    launch(matrix)
+    views.append(kept.pop())
+    for view in views:
+        for name in FIELDS:
+            built = "".join(list(name))  # not the interned object
+            generic = object.__getattribute__(view, name)
+            assert getattr(view, name) is generic
+            assert getattr(view, built) is generic
+            assert type(view).__dict__[name].__get__(view, type(view)) is generic
+        if view.shape is not None:  # a property, generic on every build
+            assert view.ndim == object.__getattribute__(view, "ndim") == len(view.shape)
+        with pytest.raises(AttributeError, match="no_such_field"):
+            view.no_such_field
+    del views, view
+    forget(producer)
+
+
+def test_field_reads_race_nothing_while_views_come_and_go():
+    """Threads reading the fields of views other threads are making and dropping, and of
+    one shared view, get each view's own objects (the field-reading tp_getattro on 3.13t)."""
+    shared = StridedMemoryView(np.arange(6.0).reshape(2, 3))
+    expected = {name: getattr(shared, name) for name in FIELDS}
+
+    def work(index):
+        own = np.full((index + 1, 2), index, dtype=np.int32)
+        for _ in range(300):
+            view = StridedMemoryView(own)
+            assert view.shape == (index + 1, 2) and view.strides == (2, 1)
+            assert view.ptr == own.ctypes.data and view.dtype == np.int32
+            assert view.exporting_obj is own
+            for name in FIELDS:
+                assert getattr(shared, name) is expected[name]
+
+    run_threads([work] * THREADS)
+
+
 def test_import_leaves_the_gil_as_the_interpreter_has_it():
     """Importing stridedview (and viewing, launching) never turns the GIL on: off stays off on 3.13t."""
     code = (

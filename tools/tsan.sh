@@ -29,7 +29,7 @@ fi
 work="${STRIDEDVIEW_TSAN_WORK:-$(mktemp -d)}"
 mkdir -p "$work/tree" "$work/reports"
 rm -f "$work/reports/"tsan.*
-(cd "$repo" && git ls-files -z src tests setup.py pyproject.toml | xargs -0 tar -cf - \
+(cd "$repo" && git ls-files -z src tests docs setup.py pyproject.toml README.md | xargs -0 tar -cf - \
     | tar -xf - -C "$work/tree")
 cd "$work/tree"
 # -fsanitize=thread through CPPFLAGS, which setuptools adds to the interpreter's compile and

@@ -290,6 +290,42 @@ cdef extern from *:
     PyObject *_thread_state_key "sv_thread_state_key"
 
 
+# Tables built on first use and then only read (_export.pxi's dtype codes, _view.pyx's
+# DLPack types by name): a plain global assignment would let two threads that both
+# built one each replace the other's and drop it while a third still reads it.  The
+# slot is a C pointer, NULL until published; the first table published wins, for
+# good (its reference is the slot's, never dropped), and a loser's is dropped
+# unseen.  Without the GIL the publication is a compare-and-exchange with release
+# ordering and the read an acquire load: a reader sees the table complete.
+cdef extern from *:
+    """
+    #ifdef Py_GIL_DISABLED
+    #define sv_load_published(slot) ((PyObject *)_Py_atomic_load_ptr_acquire(slot))
+    #else
+    #define sv_load_published(slot) (*(slot))
+    #endif
+    /* Publish `table` in *slot unless a table is there: the one published, borrowed. */
+    static PyObject *sv_publish_once(PyObject **slot, PyObject *table) {
+        PyObject *expected = NULL;
+        Py_INCREF(table);
+    #ifdef Py_GIL_DISABLED
+        if (_Py_atomic_compare_exchange_ptr(slot, &expected, table))
+            return table;
+    #else
+        if (*slot == NULL) {
+            *slot = table;
+            return table;
+        }
+        expected = *slot;
+    #endif
+        Py_DECREF(table);
+        return expected;
+    }
+    """
+    PyObject *_load_published "sv_load_published"(PyObject **) noexcept
+    PyObject *_publish_once "sv_publish_once"(PyObject **, object) noexcept
+
+
 if SV_PER_THREAD_STATE:
     _thread_state_key_object = "stridedview._view.thread_state"  # kept: the key stays alive
     _thread_state_key = <PyObject *>_thread_state_key_object

@@ -608,24 +608,24 @@ cdef inline void _store_dl_dtype(StridedMemoryView view, uint32_t packed) noexce
 
 
 # dtype name -> its DLPack type packed as code | bits << 8 | 1 << 16 (one lane), built
-# from _DLPACK_DTYPES on first use with no import (ml_dtypes' names are its dtypes').
-cdef dict _dl_dtype_by_name = None
+# from _DLPACK_DTYPES on first use with no import (ml_dtypes' names are its dtypes'),
+# published once (_thread_state.pxi's _publish_once).
+cdef PyObject *_dl_dtype_by_name = NULL
 
 
 cdef object _dl_dtype_of(object dtype):
     """The DLPack type of a view's numpy dtype, packed as code | bits << 8 | lanes << 16,
     or 0 when none describes it (structured, datetime, bytes, str, opaque)."""
-    global _dl_dtype_by_name
-    table = _dl_dtype_by_name
-    if table is None:
+    cdef PyObject *by_name = _load_published(&_dl_dtype_by_name)
+    if by_name == NULL:
         table = {}
         for code, (_, by_bits, _) in _DLPACK_DTYPES.items():
             for bits, name in by_bits.items():
                 table[name] = code | bits << 8 | 1 << 16
-        _dl_dtype_by_name = table
+        by_name = _publish_once(&_dl_dtype_by_name, table)
     if dtype.fields is not None or dtype.subdtype is not None:
         return 0
-    return table.get(dtype.name, 0)
+    return (<dict>by_name).get(dtype.name, 0)
 
 
 cdef inline int _store_c_layout_from(

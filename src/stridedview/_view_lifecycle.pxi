@@ -126,6 +126,86 @@ cdef int _expose_as_members() except -1:
 _expose_as_members()
 
 
+# --- Field reads on free-threaded 3.13 -----------------------------------
+# CPython 3.13t does not specialise LOAD_ATTR (3.14t does): ``view.ptr`` there goes
+# through PyObject_GenericGetAttr (a type-cache lookup under a sequence lock, a
+# data-descriptor test, PyMember_GetOne's compare-and-incref), about 230
+# instructions a field, where the GIL build's LOAD_ATTR_SLOT reads the slot inline.
+# On that build alone the type's tp_getattro is sv_view_getattro: a name that is
+# one of the five member fields' interned names (the interned object itself, as a
+# code object's co_names holds it), on an instance of StridedMemoryView itself
+# (not a subclass, which may override a field), returns the field with a new
+# reference; anything else goes to PyObject_GenericGetAttr.
+#
+# Why a plain load and incref is safe without the GIL: a published view's object
+# fields never change while another thread can reach it.  They are written by
+# the constructor before the view is returned, by __init__ only on a new view
+# (None, immortal, replaced once), by a launcher's parking only while it holds
+# the only reference (_launcher.pxi), and cleared by tp_clear only on garbage no
+# thread reaches.  So the object read is alive for as long as the caller's
+# reference to the view, as for PyMember_GetOne.  Installed at import, before
+# any view exists; compiled out with the fast paths (-DSV_NO_GIL_FAST_PATHS), on
+# GIL builds and from 3.14 on (where it would stop the specialisation).  Proven
+# equal to the generic read by tests/test_free_threading.py
+# (test_field_reads_equal_the_generic_lookup) on every build.
+cdef extern from *:
+    """
+    #if SV_FAST_PATHS && defined(Py_GIL_DISABLED) && PY_VERSION_HEX < 0x030E0000
+    static PyObject *sv_field_names[5];
+    static Py_ssize_t sv_field_offsets[5];
+    static PyTypeObject *sv_view_type = NULL;
+    static PyObject *sv_view_getattro(PyObject *self, PyObject *name) {
+        if (Py_TYPE(self) == sv_view_type) {
+            int i;
+            for (i = 0; i < 5; i++) {
+                if (name == sv_field_names[i]) {
+                    PyObject *value = *(PyObject **)((char *)self + sv_field_offsets[i]);
+                    if (value != NULL)
+                        return Py_NewRef(value);
+                    break;
+                }
+            }
+        }
+        return PyObject_GenericGetAttr(self, name);
+    }
+    static int sv_install_field_getattro(PyTypeObject *tp, const Py_ssize_t *offsets) {
+        static const char *const names[5] = {"ptr", "shape", "strides", "dtype", "exporting_obj"};
+        int i;
+        if (sv_view_type != NULL || tp->tp_getattro != PyObject_GenericGetAttr)
+            return 0;  /* installed already, or a getattro not ours to wrap */
+        for (i = 0; i < 5; i++) {
+            sv_field_names[i] = PyUnicode_InternFromString(names[i]);  /* kept */
+            if (sv_field_names[i] == NULL)
+                return -1;
+            sv_field_offsets[i] = offsets[i];
+        }
+        sv_view_type = tp;
+        tp->tp_getattro = sv_view_getattro;
+        PyType_Modified(tp);
+        return 0;
+    }
+    #define sv_field_getattro_installed() (sv_view_type != NULL)
+    #else
+    #define sv_install_field_getattro(tp, offsets) 0
+    #define sv_field_getattro_installed() 0
+    #endif
+    """
+    bint _field_getattro_installed "sv_field_getattro_installed"() noexcept
+    int _install_field_getattro "sv_install_field_getattro"(
+        PyTypeObject_dict *, const Py_ssize_t *
+    ) except -1
+
+
+cdef Py_ssize_t[5] _field_offsets
+_field_offsets[0] = _OFFSET_PTR
+_field_offsets[1] = _OFFSET_SHAPE
+_field_offsets[2] = _OFFSET_STRIDES
+_field_offsets[3] = _OFFSET_DTYPE
+_field_offsets[4] = _OFFSET_EXPORTING_OBJ
+_install_field_getattro(<PyTypeObject_dict *>StridedMemoryView, _field_offsets)
+field_getattro = bool(_field_getattro_installed())  # whether views read their fields through it
+
+
 # --- Deallocation --------------------------------------------------------
 # A view's own resources (a consumed capsule's deleter, a held buffer, a shape
 # block for views of more than _INLINE_DIMS dimensions) are released by
