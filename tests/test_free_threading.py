@@ -103,6 +103,36 @@ def test_field_reads_race_nothing_while_views_come_and_go():
     run_threads([work] * THREADS)
 
 
+def test_first_views_and_exports_in_many_threads_at_once():
+    """In a fresh process, eight threads make their first views and DLPack exports at
+    once: the dtype tables built on first use are published once, and every thread
+    reads a complete one (ThreadSanitizer found two threads replacing each other's)."""
+    code = (
+        "import sys, threading, numpy\n"
+        "from stridedview import StridedMemoryView\n"
+        "dtypes = ['int8', 'uint16', 'int32', 'float32', 'float64', 'complex64', 'bool', 'int64']\n"
+        "barrier = threading.Barrier(len(dtypes))\n"
+        "errors = []\n"
+        "def work(name):\n"
+        "    try:\n"
+        "        array = numpy.arange(6).astype(name).reshape(2, 3)\n"
+        "        barrier.wait()\n"
+        "        for _ in range(50):\n"
+        "            back = numpy.from_dlpack(StridedMemoryView(array))\n"
+        "            assert back.dtype == array.dtype and (back == array).all(), name\n"
+        "    except BaseException as exc:\n"
+        "        errors.append(repr(exc))\n"
+        "threads = [threading.Thread(target=work, args=(n,)) for n in dtypes]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "print(errors)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_import_leaves_the_gil_as_the_interpreter_has_it():
     """Importing stridedview (and viewing, launching) never turns the GIL on: off stays off on 3.13t."""
     code = (
