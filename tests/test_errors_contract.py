@@ -865,11 +865,11 @@ UNTRIGGERED = {
 }
 
 
-if not stridedview._view.gil_fast_paths:
+if not stridedview._view.fast_paths:
     # No launcher keeps a view there: the parked view's refusal has nothing to refuse.
     TRIGGERS = [t for t in TRIGGERS if t[0] != "init-parked"]
     UNTRIGGERED[("TypeError", "StridedMemoryView is kept empty by a launcher, for its proxy's next view() to fill: make a new view, StridedMemoryView(obj)")] = (
-        "a build without the GIL fast paths (-DSV_NO_GIL_FAST_PATHS, free-threaded) keeps no view"
+        "a build without the fast paths (-DSV_NO_GIL_FAST_PATHS) keeps no view"
     )
 
 

@@ -115,7 +115,7 @@ def test_has_negative_stride(make, expected):
 def test_build_facts_are_exposed():
     """The build's C++ guard and GIL fast paths are plain bools the report can show."""
     assert isinstance(_view._built_with_cxx_guard, bool)
-    assert isinstance(_view.gil_fast_paths, bool)
+    assert isinstance(_view.fast_paths, bool)
     assert stridedview.__version__
 
 

@@ -693,7 +693,7 @@ def test_interned_ints_and_tuples_keep_stable_reference_counts():
     counts = (sys.getrefcount(shape), sys.getrefcount(strides), sys.getrefcount(ptr))
     for _ in range(10000):
         view = StridedMemoryView(array)
-        if _view.gil_fast_paths:  # interned: the same objects
+        if _view.fast_paths:  # interned: the same objects
             assert view.shape is shape and view.strides is strides and view.ptr is ptr
         else:  # no caches in this build: equal new objects
             assert (view.shape, view.strides, view.ptr) == (shape, strides, ptr)

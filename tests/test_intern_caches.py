@@ -6,10 +6,11 @@ either slot of its set, and a miss replaces the slot used less recently: the buf
 layouts of one launch never evict each other, whatever their addresses hash to.  A hit
 is visible as identity (the same int or tuple object as the previous view's).
 
-Where the caches are compiled out (a free-threaded build, or a build with
--DSV_NO_GIL_FAST_PATHS: ``stridedview._view.gil_fast_paths`` is False), the same calls
-must give equal values in new objects every time, as a miss does: ``expect_interned``
-asserts whichever the build promises.
+The caches are the process's on GIL builds and each thread's on free-threaded ones
+(these tests view from one thread, so both intern alike).  Where they are compiled out
+(a build with -DSV_NO_GIL_FAST_PATHS: ``stridedview._view.fast_paths`` is False), the
+same calls must give equal values in new objects every time, as a miss does:
+``expect_interned`` asserts whichever the build promises.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from stridedview import StridedMemoryView
-from stridedview._view import gil_fast_paths
+from stridedview._view import fast_paths
 
 MASK64 = (1 << 64) - 1
 
@@ -25,7 +26,7 @@ MASK64 = (1 << 64) - 1
 def expect_interned(new, cached):
     """``new`` is the interned ``cached`` object where the caches exist; else an equal new one."""
     assert new == cached
-    if gil_fast_paths:
+    if fast_paths:
         assert new is cached
     else:
         assert new is not cached

@@ -167,7 +167,7 @@ def test_a_proxy_found_through_the_collector_is_never_handed_out():
         o for o in gc.get_objects()
         if type(o) is ViewableArgument and o.obj is None
     ]
-    if not _view.gil_fast_paths:  # spares compiled out: every launch's proxies are freed
+    if not _view.fast_paths:  # spares compiled out: every launch's proxies are freed
         _check(not found, f"{len(found)} emptied proxies kept by a build without spares")
         return
     _check(found, "no spare proxy was found to hold (none kept?)")
@@ -399,7 +399,7 @@ def test_a_launch_loop_fills_its_views_again_as_new_ones():
             got = launch(*arrays)
             _check(all(same and c_same for same, c_same, _ in got), got)
             seen_ids.append(tuple(ident for _, _, ident in got))
-    if _view.gil_fast_paths:
+    if _view.fast_paths:
         # Three views in all, passed from launch to launch (spare proxies come back in
         # any order).
         ids = {ident for launch_ids in seen_ids for ident in launch_ids}
@@ -437,7 +437,7 @@ def test_a_parked_view_found_through_the_collector_is_never_filled_again():
     parked = [
         r for p in proxies for r in gc.get_referents(p) if type(r) is StridedMemoryView
     ]
-    if not _view.gil_fast_paths:
+    if not _view.fast_paths:
         _check(not parked, "a build without spares keeps views")
         return
     _check(parked, "no parked view found (none kept?)")
@@ -545,7 +545,7 @@ def test_objects_held_only_by_frame_locals_are_never_reused(passed_on):
     # The collector's list, the generators and the returned tuple are gone: the two
     # locals are the only references the test holds.
     proxy, view = _park_and_find()
-    if not _view.gil_fast_paths:  # spares compiled out: every launch's proxies are freed
+    if not _view.fast_paths:  # spares compiled out: every launch's proxies are freed
         _check(proxy is None, "an emptied proxy kept by a build without spares")
         return
     _check(proxy is not None and view is not None, "no parked proxy and view (none kept?)")
@@ -618,7 +618,7 @@ def test_a_parked_view_found_through_the_collector_cannot_be_initialised():
     intruder = _capsule_producers(1)[0]
     _views(*_arrays(3))  # numpy views hold no capsule: kept and emptied
     parked = _parked_views()
-    if _view.gil_fast_paths:
+    if _view.fast_paths:
         _check(len(parked) >= 3, f"{len(parked)} parked views found (none kept?)")
     else:
         _check(not parked, "a build without spares keeps views")
@@ -661,7 +661,7 @@ def test_a_kept_view_holding_something_is_let_go_not_filled_over():
     capsule it took is released exactly once."""
     _views(*_arrays(3))
     parked = _parked_views()
-    if not _view.gil_fast_paths:  # no view kept, and a new view is no parked one
+    if not _view.fast_paths:  # no view kept, and a new view is no parked one
         _check(not parked, "a build without spares keeps views")
         new = StridedMemoryView.__new__(StridedMemoryView)
         _check(not _view._fill_parked_view(new, np.arange(2.0), -1), "a new view was filled")
@@ -691,7 +691,7 @@ def test_a_proxy_cannot_be_initialised_again():
     launched = _capsule_producers(3)
     _views(*launched)
     spares = _spare_proxies()
-    if _view.gil_fast_paths:
+    if _view.fast_paths:
         _check(len(spares) >= 3, f"{len(spares)} spare proxies found (none kept?)")
     intruder = _capsule_producers(1)[0]
     refusals = []
@@ -837,7 +837,7 @@ def test_an_empty_view_answers_everything_and_is_initialised_once(which):
     if which == "parked":
         _views(*_arrays(3))
         views = _parked_views()
-        if not _view.gil_fast_paths:
+        if not _view.fast_paths:
             _check(not views, "a build without spares keeps views")
             return
         _check(views, "no parked view found (none kept?)")

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORT_KEYS = {"environment", "libraries", "not_installed", "not_checked", "notes", "rows"}
 ENVIRONMENT_KEYS = {
     "python", "stridedview", "numpy", "cuda-bindings", "cuda driver", "gpus",
-    "build", "gil fast paths", "torch reader",
+    "build", "fast paths", "torch reader",
 }
 ROW_KEYS = {"producer", "device", "view", "view_us", "error", "cells"}
 CELL_KEYS = {"consumer", "verdict", "reason"}
@@ -255,7 +255,9 @@ def test_build_facts_match_the_module(report):
 
     environment = report["environment"]
     assert (environment["build"] == "with the C++ exception guard") == _view._built_with_cxx_guard
-    assert environment["gil fast paths"].startswith("yes" if _view.gil_fast_paths else "no")
+    assert environment["fast paths"].startswith("yes" if _view.fast_paths else "no")
+    if _view.fast_paths:
+        assert _view.fast_paths_state in environment["fast paths"]
     if "torch" in report["libraries"]:
         assert environment["torch reader"] == _view._torch_layout_reader()
         assert environment["torch reader"] in ("stable abi", "direct", "exchange api", "capsule")

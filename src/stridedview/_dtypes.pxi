@@ -29,8 +29,39 @@ cdef dict _DLPACK_DTYPES = {
 # Codes whose bits may be supported are all < 32: one slot per (code, bits).
 cdef list _dtype_slots = [None] * (32 * 256)
 
-cdef extern from "Python.h":
-    PyObject *PyList_GET_ITEM_ptr "PyList_GET_ITEM"(object, Py_ssize_t) noexcept
+cdef extern from *:
+    """
+    /* A slot of _dtype_slots, borrowed.  The list is never resized or replaced, and a
+       slot only ever goes from None to a dtype, once (sv_set_dtype_slot), so the list's
+       reference outlives every reader.  Without the GIL the read is an acquire load,
+       paired with the release store of the one write. */
+    #ifdef Py_GIL_DISABLED
+    #define sv_dtype_slot(list, i) \
+        ((PyObject *)_Py_atomic_load_ptr_acquire(&((PyListObject *)(list))->ob_item[(i)]))
+    /* Store `dtype` in slot i unless a dtype is there already (a racing thread's):
+       the critical section orders the writers, the release store publishes it. */
+    static int sv_set_dtype_slot(PyObject *list, Py_ssize_t i, PyObject *dtype) {
+        Py_BEGIN_CRITICAL_SECTION(list);
+        PyObject **item = &((PyListObject *)list)->ob_item[i];
+        if (*item == Py_None) {
+            Py_INCREF(dtype);
+            _Py_atomic_store_ptr_release(item, dtype);  /* None is immortal: not dropped */
+        }
+        Py_END_CRITICAL_SECTION();
+        return 0;
+    }
+    #else
+    #define sv_dtype_slot(list, i) PyList_GET_ITEM((list), (i))
+    static int sv_set_dtype_slot(PyObject *list, Py_ssize_t i, PyObject *dtype) {
+        if (PyList_GET_ITEM(list, i) != Py_None)
+            return 0;
+        Py_INCREF(dtype);
+        return PyList_SetItem(list, i, dtype);
+    }
+    #endif
+    """
+    PyObject *_dtype_slot "sv_dtype_slot"(object, Py_ssize_t) noexcept
+    int _set_dtype_slot "sv_set_dtype_slot"(object, Py_ssize_t, object) except -1
 
 
 cdef inline object _dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags):
@@ -42,11 +73,10 @@ cdef inline object _dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags):
     cdef object dtype
     cdef PyObject *slot
     if dl_dtype.code < 32 and dl_dtype.lanes == 1 and dl_dtype.bits >= 8:
-        if SV_GIL_FAST_PATHS:
-            # The index is within the list (code < 32, bits < 256), which is never
-            # replaced: a borrowed read, safe while the GIL is held (a slot is only
-            # ever set from None to a dtype, under the GIL).
-            slot = PyList_GET_ITEM_ptr(_dtype_slots, dl_dtype.code * 256 + dl_dtype.bits)
+        if SV_FAST_PATHS:
+            # The index is within the list (code < 32, bits < 256): a borrowed read
+            # (sv_dtype_slot says why it is safe with or without the GIL).
+            slot = _dtype_slot(_dtype_slots, dl_dtype.code * 256 + dl_dtype.bits)
             if slot != <PyObject *>None:
                 return <object>slot
         else:
@@ -98,7 +128,7 @@ cdef object _resolve_dtype(uint8_t code, uint8_t bits):
         dtype = numpy.dtype(getattr(ml_dtypes, dtype_name))
     else:
         dtype = numpy.dtype(dtype_name)
-    _dtype_slots[code * 256 + bits] = dtype
+    _set_dtype_slot(_dtype_slots, code * 256 + bits, dtype)  # None -> dtype, once
     return dtype
 
 

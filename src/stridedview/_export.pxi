@@ -9,21 +9,22 @@ cdef extern from "Python.h":
     void Py_DecRef(PyObject *)
     int Py_IsInitialized() nogil
 
-# numpy dtype -> (DLPack code, bits); built from _DLPACK_DTYPES on first export.
-cdef dict _dlpack_code_of_dtype = None
+# numpy dtype -> (DLPack code, bits); built from _DLPACK_DTYPES on first export and
+# published once (_thread_state.pxi's _publish_once).
+cdef PyObject *_dlpack_code_of_dtype = NULL
 
 
 cdef DLDataType _dlpack_dtype_of(object dtype) except *:
     """The DLPack element type of a numpy dtype, or BufferError."""
-    global _dlpack_code_of_dtype
     cdef DLDataType result
-    if _dlpack_code_of_dtype is None:
+    cdef PyObject *codes = _load_published(&_dlpack_code_of_dtype)
+    if codes == NULL:
         table = {}
         for code, (_, by_bits, _) in _DLPACK_DTYPES.items():
             for bits in by_bits:
                 table[_resolve_dtype(code, bits)] = (code, bits)
-        _dlpack_code_of_dtype = table
-    entry = _dlpack_code_of_dtype.get(dtype)
+        codes = _publish_once(&_dlpack_code_of_dtype, table)
+    entry = (<dict>codes).get(dtype)
     if entry is None:
         raise BufferError(f"dlpack: dtype {dtype} has no DLPack equivalent")
     result.code = entry[0]

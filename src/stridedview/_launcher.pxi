@@ -10,24 +10,34 @@
 #   ``view(stream_ptr)`` and ``view(stream_ptr=s)`` go straight to _proxy_view;
 #   any other call goes to the wrapper, which parses and raises.
 # - Spare proxies (_new_proxy, _drop_proxy): a proxy that only the launcher holds
-#   when the function returns (reference count 1) is emptied and kept, and a
-#   later launch takes it back only while the spare list holds its only
-#   reference.  That reference count proves exclusive ownership only while the
-#   GIL is held and no Python code runs between the check and the use.  In a
-#   free-threaded build a count of 1 proves nothing (another thread may be
-#   taking a reference through gc.get_objects()), and the list itself would be
-#   shared state: spares are compiled out there (SV_GIL_FAST_PATHS is 0) and
-#   every launch makes new proxies.
+#   when the function returns is emptied and kept in the fast paths' state
+#   (_thread_state.pxi: the process's with the GIL, the launching thread's
+#   without), and a later launch takes it back only while the spare list holds
+#   its only reference.  "Only" is _is_unique(): a reference count of 1 with the
+#   GIL; without it, this thread owns the object and its local count is 1 and its
+#   shared count 0 (a count of 1 alone proves nothing there: another thread may
+#   be reviving a reference).  Either proves exclusive ownership while no Python
+#   code runs between the check and the use, and none does.  A proxy is made by
+#   the launching thread, so that thread owns it; one handed to another thread
+#   and dropped there is merged or queued by the interpreter, fails the test for
+#   good, and is let go.
 # - Kept views (_proxy_view, _park_proxy): a launcher's proxy keeps the last view
 #   it made.  When the proxy is parked and that view is held by the proxy alone
-#   (reference count 1) and holds no resource (capsule, buffer, shape block), the
-#   view is emptied to the state a new one starts in (object fields None, C fields
+#   (_is_unique) and holds no resource (capsule, buffer, shape block), the view
+#   is emptied to the state a new one starts in (object fields None, C fields
 #   zero; no Python code runs until the proxy is listed), and the proxy's next
 #   view() fills it again, again only while the proxy holds its only reference.
 #   A view anyone else holds (the function's return value, a traceback, the
-#   collector's caller) is let go instead, and a proxy the function keeps drops its
-#   kept view, so nothing of a launch's views outlives the launch.  Like spares,
-#   this rests on the GIL and is compiled out with them.
+#   collector's caller, another thread) is let go instead, and a proxy the
+#   function keeps drops its kept view, so nothing of a launch's views outlives
+#   the launch.  Without a GIL, a proxy's fields other than ``obj`` (its kept
+#   view, whether it is emptied, its cached type description) are read and
+#   written only by the thread that owns the proxy (_owned_here; the launching
+#   thread), and by the launcher's own thread when it parks or drops it: a
+#   function may hand a proxy to other threads, whose view() then makes a new
+#   view, looks the type up afresh, and writes nothing to the proxy.  ``obj`` is
+#   written only while the proxy is unshared (filled before the function gets
+#   it, emptied when parked).
 #   An emptied view can still be reached (gc.get_objects(), a __del__ run by the
 #   release of its old fields), so nothing may fill it but its proxy: it is
 #   marked ``_parked`` as it is emptied, and StridedMemoryView.__init__ refuses a
@@ -110,10 +120,15 @@ cdef class ViewableArgument:
 cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
     """``proxy.view(stream_ptr)``."""
     cdef StridedMemoryView view
+    cdef _ProducerType info = None
+    # Whether this thread may use and change the proxy's own fields (always, with
+    # the GIL; without it, the thread that owns the proxy: see above).
+    cdef bint own = _owned_here(<PyObject *>proxy)
     if (
-        SV_GIL_FAST_PATHS
+        SV_FAST_PATHS
+        and own
         and proxy._kept_view_empty
-        and Py_REFCNT_ptr(<PyObject *>proxy._kept_view) == 1
+        and _is_unique(<PyObject *>proxy._kept_view)
         and SV_VIEW_HOLDS_NOTHING(<PyObject *>proxy._kept_view)
     ):
         # The view this spare proxy made in an earlier launch, emptied when the
@@ -127,15 +142,17 @@ cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_
         return _proxy_view_joining(proxy, stream_ptr)
     else:
         view = _new_view()
-        if SV_GIL_FAST_PATHS and proxy._name is not None:  # a launcher's proxy
+        if SV_FAST_PATHS and own and proxy._name is not None:  # a launcher's proxy
             proxy._kept_view_empty = False
             proxy._kept_view = view
-    info = proxy._info
     # Kept only while obj is still of the type it describes (__class__ can be
     # assigned) and that type is unchanged.
+    if own:
+        info = proxy._info
     if info is None or not _describes(info, type(proxy.obj)):
         info = _producer_type(proxy.obj)
-        proxy._info = info
+        if own:
+            proxy._info = info
     if stream_ptr is None:
         _proxy_view_without_stream(view, proxy, info)
     else:
@@ -319,30 +336,27 @@ cdef inline PyObject *_viewable(PyObject *value, PyObject *name) except NULL:
 # --- Spare proxies -------------------------------------------------------
 # A launch wraps its chosen arguments in ViewableArgument proxies, which the
 # function nearly always drops before it returns.  A proxy that only the
-# launcher still holds then (reference count 1) is emptied (obj and _info None,
-# as a new one starts) and kept here; a later launch, or one nested in this
-# one, takes it instead of making a new one.  A proxy the function kept is
-# never touched again.  A spare is handed out only while this list holds its
-# only reference (a tracked object can be reached through gc.get_objects()).
-# The list is read and changed only while the GIL is held, and no Python code
-# runs between a check of a reference count and the use that relies on it.
-cdef enum:
-    _SPARE_PROXY_SLOTS = 16
-
-cdef PyObject *_spare_proxies[_SPARE_PROXY_SLOTS]  # strong references
-cdef Py_ssize_t _spare_proxy_count = 0
+# launcher still holds then (_is_unique) is emptied (obj and _info None, as a
+# new one starts) and kept in the state's spare_proxies (strong references, up
+# to SV_SPARE_PROXY_SLOTS); a later launch on the same thread, or one nested in
+# this one, takes it instead of making a new one.  A proxy the function kept is
+# never touched again.  A spare is handed out only while the list holds its only
+# reference (a tracked object can be reached through gc.get_objects()).  The
+# list is read and changed by one thread at a time (the GIL, or its own
+# thread), and no Python code runs between the test of a proxy and the use
+# that relies on it.
 
 
 cdef inline PyObject *_new_proxy() except NULL:
     """A new reference to a proxy: a spare if one is free (emptied: obj and _info
     None, unless someone called its __init__), else a new one."""
-    global _spare_proxy_count
     cdef PyObject *spare
-    if SV_GIL_FAST_PATHS:
-        while _spare_proxy_count != 0:
-            _spare_proxy_count -= 1
-            spare = _spare_proxies[_spare_proxy_count]
-            if Py_REFCNT_ptr(spare) == 1:
+    cdef sv_thread_state *st = _thread_state()
+    if st != NULL:
+        while st.spare_proxy_count != 0:
+            st.spare_proxy_count -= 1
+            spare = st.spare_proxies[st.spare_proxy_count]
+            if _is_unique(spare):
                 return spare  # the list's reference, handed over
             Py_DECREF_ptr(spare)  # another holder found it: it is theirs now
     proxy = ViewableArgument.__new__(ViewableArgument)
@@ -353,16 +367,16 @@ cdef inline PyObject *_new_proxy() except NULL:
 cdef inline void _drop_proxy(PyObject *proxy) noexcept:
     """Drop the launcher's reference to a proxy it made: kept as a spare when that
     reference is the only one and there is room, else released."""
-    if (
-        not SV_GIL_FAST_PATHS
-        or Py_REFCNT_ptr(proxy) != 1
-        or _spare_proxy_count == _SPARE_PROXY_SLOTS
-    ):
-        if SV_GIL_FAST_PATHS and Py_REFCNT_ptr(proxy) != 1:
+    cdef sv_thread_state *st
+    if SV_FAST_PATHS:
+        if not _is_unique(proxy):
             _forget_kept_view(<ViewableArgument>proxy)  # a proxy the function kept
-        Py_DECREF_ptr(proxy)
-        return
-    _park_proxy(proxy)
+        else:
+            st = _thread_state()
+            if st != NULL and st.spare_proxy_count != SV_SPARE_PROXY_SLOTS:
+                _park_proxy(st, proxy)
+                return
+    Py_DECREF_ptr(proxy)
 
 
 cdef void _forget_kept_view(ViewableArgument proxy) noexcept:
@@ -402,8 +416,7 @@ cdef extern from *:
     void SV_PROXY_MARK_KEPT_VIEW_EMPTY(PyObject *) noexcept
 
 
-cdef inline void _park_proxy(PyObject *proxy) noexcept:
-    global _spare_proxy_count
+cdef inline void _park_proxy(sv_thread_state *st, PyObject *proxy) noexcept:
     cdef PyObject *view = SV_PROXY_KEPT_VIEW(proxy)
     # The references the proxy and its view let go of: obj and _info, then an emptied
     # view's eight fields or the view itself; released once the proxy is listed.
@@ -416,7 +429,7 @@ cdef inline void _park_proxy(PyObject *proxy) noexcept:
     # no reference is taken or dropped until the end.
     SV_PROXY_EMPTY(proxy, released)
     if view != <PyObject *>None and not SV_PROXY_KEPT_VIEW_EMPTY(proxy):
-        if Py_REFCNT_ptr(view) == 1 and not _holds_resources(<StridedMemoryView>view):
+        if _is_unique(view) and not _holds_resources(<StridedMemoryView>view):
             # Held by the proxy alone: emptied as a new view starts, no Python code run.
             SV_VIEW_EMPTY(view, released + 2)
             # Before any release below may run Python code that finds the view
@@ -429,8 +442,8 @@ cdef inline void _park_proxy(PyObject *proxy) noexcept:
             # (whose release may run Python code): the proxy lets it go.
             SV_PROXY_TAKE_KEPT_VIEW(proxy, released + 2)
             release_count = 3
-    _spare_proxies[_spare_proxy_count] = proxy  # the launcher's reference, handed over
-    _spare_proxy_count += 1
+    st.spare_proxies[st.spare_proxy_count] = proxy  # the launcher's reference, handed over
+    st.spare_proxy_count += 1
     for i in range(release_count):
         Py_DECREF_ptr(released[i])
 

@@ -12,10 +12,13 @@
 # is used only while the type still carries that tag.  A type the interpreter
 # cannot tag (tag 0) is described anew on every view: slower, never stale.
 #
-# Invariants of the caches: the last-type global and the direct-mapped slots are
-# read and replaced under the GIL (a reader takes its reference before another
-# thread can drop the entry); in a free-threaded build (SV_GIL_FAST_PATHS 0) only
-# the dict is used, whose operations are atomic there.
+# Invariants of the caches: the last description and the direct-mapped slots
+# live in the fast paths' state (_thread_state.pxi), read and replaced by one
+# thread at a time (under the GIL, or each thread its own where there is none),
+# a new entry stored before the old one is dropped (dropping a type may run
+# code).  A description is immutable once made, so threads share them through
+# the dict, whose operations are atomic in a free-threaded build; without the
+# state (-DSV_NO_GIL_FAST_PATHS) only the dict is used.
 
 import sys as _sys
 
@@ -87,8 +90,8 @@ cdef extern from *:
     """
     object sv_dict_get_or_none(dict, object)
 # In front of the dict, descriptions direct-mapped by the type's address (no
-# int to allocate); a slot is used only if the description it holds is of
-# this very type.
+# int to allocate; the state's type_slots); a slot is used only if the
+# description it holds is of this very type.
 cdef extern from *:
     """
     /* The type's version tag (0: none valid), read as the interpreter reads it. */
@@ -121,12 +124,8 @@ cdef extern from *:
     unsigned int _type_version "sv_type_version"(PyObject *) noexcept
     unsigned int _assign_type_version "sv_assign_type_version"(PyObject *, object) noexcept
 
-cdef enum:
-    _TYPE_SLOTS = 64
-cdef list _type_slots = [None] * _TYPE_SLOTS
-# The last answer, in one global so that a reader never pairs one type with
-# another type's description.
-cdef _ProducerType _last_info = None
+# The last answer (the state's last_info) is one pointer, so that a reader never
+# pairs one type with another type's description.
 
 
 cdef inline bint _describes(_ProducerType info, object tp) noexcept:
@@ -140,22 +139,24 @@ cdef inline bint _describes(_ProducerType info, object tp) noexcept:
 
 cdef inline _ProducerType _producer_type(object obj):
     """What ``type(obj)`` offers: the last type's answer at once, else _look_up_type."""
-    cdef _ProducerType info
-    if SV_GIL_FAST_PATHS:
-        info = _last_info
-        if info is not None and _describes(info, type(obj)):
-            return info
+    cdef sv_thread_state *st = _thread_state()
+    cdef PyObject *last
+    if st != NULL:
+        last = st.last_info
+        if last != NULL and _describes(<_ProducerType>last, type(obj)):
+            return <_ProducerType>last
     return _look_up_type(type(obj))
 
 
 cdef _ProducerType _look_up_type(object tp):
-    global _last_info
     cdef _ProducerType info
-    cdef Py_ssize_t slot = <Py_ssize_t>((<uintptr_t><PyObject *>tp >> 4) % _TYPE_SLOTS)
-    if SV_GIL_FAST_PATHS:
-        found = _type_slots[slot]
-        if found is not None and _describes(<_ProducerType>found, tp):
-            _last_info = <_ProducerType>found
+    cdef Py_ssize_t slot = <Py_ssize_t>((<uintptr_t><PyObject *>tp >> 4) % SV_TYPE_SLOTS)
+    cdef sv_thread_state *st = _thread_state()
+    cdef PyObject *found
+    if st != NULL:
+        found = st.type_slots[slot]
+        if found != NULL and _describes(<_ProducerType>found, tp):
+            _remember_type(st, -1, found)
             return <_ProducerType>found
     info = <_ProducerType>sv_dict_get_or_none(_producer_types, id(tp))
     if info is None or not _describes(info, tp):
@@ -163,10 +164,26 @@ cdef _ProducerType _look_up_type(object tp):
         if len(_producer_types) >= 1024:
             _producer_types.clear()  # bound the cache where classes are made on the fly
         _producer_types[id(tp)] = info
-    if SV_GIL_FAST_PATHS:
-        _type_slots[slot] = info
-        _last_info = info
+    st = _thread_state()  # asked again: describing the type ran Python code
+    if st != NULL:
+        _remember_type(st, slot, <PyObject *>info)
     return info
+
+
+cdef void _remember_type(sv_thread_state *st, Py_ssize_t slot, PyObject *info) noexcept:
+    """Make ``info`` the state's last description, and put it in type slot ``slot``
+    (-1: none); what they held is dropped once both are set (dropping a description
+    may drop a type, whose release may run code that views)."""
+    cdef PyObject *old_last = st.last_info
+    cdef PyObject *old_slot = NULL
+    Py_INCREF_ptr(info)
+    st.last_info = info
+    if slot >= 0:
+        old_slot = st.type_slots[slot]
+        Py_INCREF_ptr(info)
+        st.type_slots[slot] = info
+    Py_XDECREF(old_last)
+    Py_XDECREF(old_slot)
 
 
 cdef tuple _defined_where(object tp, str name):

@@ -379,8 +379,8 @@ def build_facts() -> dict:
     facts = {
         "build": "with the C++ exception guard" if _view._built_with_cxx_guard
         else WITHOUT_CXX_GUARD,
-        "gil fast paths": "yes" if _view.gil_fast_paths
-        else "no (free-threaded build: every view takes the general path)",
+        "fast paths": f"yes (their state per {_view.fast_paths_state})" if _view.fast_paths
+        else "no (built with -DSV_NO_GIL_FAST_PATHS: every view takes the general path)",
     }
     if "torch" in sys.modules:
         reader = _view._torch_layout_reader()

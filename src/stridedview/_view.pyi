@@ -24,9 +24,12 @@ from stridedview.typing import (
 # ``__index__``; -1 opts out of ordering), or a stream object.
 _StreamPtr: TypeAlias = SupportsIndex | SupportsCudaStream | None
 
-# Whether this build has the fast paths that rely on the GIL (False in a
-# free-threaded build, or one made with -DSV_NO_GIL_FAST_PATHS).
-gil_fast_paths: bool
+# Whether this build has the fast paths that keep objects between calls (False
+# in one made with -DSV_NO_GIL_FAST_PATHS), and where their state lives: one for
+# the process (GIL builds) or one per thread (free-threaded builds).
+fast_paths: bool
+fast_paths_state: Literal["process", "thread"] | None
+gil_fast_paths: bool  # the older name of fast_paths
 
 # One item of a basic index, and what ``view[...]`` accepts.
 _IndexItem: TypeAlias = SupportsIndex | slice | EllipsisType | None

@@ -23,12 +23,15 @@ from libc.stdint cimport (
 
 from stridedview._dlpack cimport *
 
-# The fast paths whose shared state only the GIL protects (the view freelist,
-# spare proxies, interned ints and tuples, the last-type and last-itemsize
-# caches): compiled in only where the GIL exists.  A free-threaded build
-# (Py_GIL_DISABLED) leaves them out, and so does a build with
-# -DSV_NO_GIL_FAST_PATHS, which the tests use to prove the general path alone
-# gives the same views.  docs/internals.md lists each.
+# The fast paths that keep objects between calls (the view freelist, spare
+# proxies and their kept views, interned ints and tuples, the last-type and
+# last-itemsize caches) keep them in _thread_state.pxi's struct: one for the
+# process where the GIL protects it, one per thread where there is no GIL.  A
+# build with -DSV_NO_GIL_FAST_PATHS leaves all of them out (SV_FAST_PATHS 0),
+# which the tests use to prove the general path alone gives the same views.
+# SV_GIL_FAST_PATHS is 1 where they are in and the GIL protects them: what still
+# differs between the two kinds of build (Cython's own freelist, used with the
+# GIL).  docs/internals.md lists each.
 cdef extern from *:
     """
     #if defined(Py_GIL_DISABLED) || defined(SV_NO_GIL_FAST_PATHS)
@@ -47,8 +50,14 @@ cdef extern from *:
     """
     bint SV_GIL_FAST_PATHS
 
-# Whether this build has the fast paths above; for tests and the report.
-gil_fast_paths = bool(SV_GIL_FAST_PATHS)
+include "_thread_state.pxi"
+
+# Whether this build has the fast paths above, and where their state lives
+# ("process": GIL builds; "thread": free-threaded builds; None: compiled out);
+# for tests and the report.  gil_fast_paths is the older name of fast_paths.
+fast_paths = bool(SV_FAST_PATHS)
+fast_paths_state = None if not SV_FAST_PATHS else ("thread" if SV_PER_THREAD_STATE else "process")
+gil_fast_paths = fast_paths
 
 
 # The C API the hot-path modules share (_view_lifecycle.pxi, _launcher.pxi).
@@ -555,7 +564,6 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
     ``shape``, ``strides`` and ``dtype`` are final: a caller of _derive that
     changes them calls it again.
     """
-    global _last_itemsize
     cdef tuple shape = <tuple>view.shape
     cdef tuple strides = <tuple>view.strides
     cdef Py_ssize_t i, ndim = PyTuple_GET_SIZE(shape)
@@ -563,21 +571,33 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
     for i in range(ndim):
         dims[i] = <int64_t>(<object>PyTuple_GET_ITEM(shape, i))
         dims[ndim + i] = <int64_t>(<object>PyTuple_GET_ITEM(strides, i))
-    # dtype.itemsize is an attribute lookup: the last dtype's answer (and its DLPack
-    # type) is kept, in one global so that a reader never pairs one dtype with
-    # another's size.
+    # dtype.itemsize is an attribute lookup: the last dtype's answer and its DLPack
+    # type are kept in the fast paths' state (_intern.pxi), written together with
+    # the dtype, so that a reader never pairs one dtype with another's size.
     dtype = view.dtype
-    cdef tuple last
-    if SV_GIL_FAST_PATHS:
-        last = _last_itemsize
-        if last[0] is not dtype:
-            last = (dtype, dtype.itemsize, _dl_dtype_of(dtype))
-            _last_itemsize = last
-    else:
-        last = (dtype, dtype.itemsize, _dl_dtype_of(dtype))
-    view._itemsize = <int64_t>last[1]
-    _store_dl_dtype(view, <uint32_t>last[2])
+    cdef sv_thread_state *st = _thread_state()
+    if st != NULL and st.last_itemsize_dtype == <PyObject *>dtype:
+        view._itemsize = st.last_itemsize
+        _store_dl_dtype(view, st.last_dl_dtype)
+        return 0
+    view._itemsize = <int64_t>dtype.itemsize
+    cdef uint32_t packed = <uint32_t>_dl_dtype_of(dtype)
+    _store_dl_dtype(view, packed)
+    st = _thread_state()  # asked again: the lookups are numpy code
+    if st != NULL:
+        _remember_itemsize(st, dtype, view._itemsize, packed)
     return 0
+
+
+cdef void _remember_itemsize(
+    sv_thread_state *st, object dtype, int64_t itemsize, uint32_t packed
+) noexcept:
+    cdef PyObject *old = st.last_itemsize_dtype
+    Py_INCREF(dtype)
+    st.last_itemsize_dtype = <PyObject *>dtype
+    st.last_itemsize = itemsize
+    st.last_dl_dtype = packed
+    Py_XDECREF(old)
 
 
 cdef inline void _store_dl_dtype(StridedMemoryView view, uint32_t packed) noexcept:
@@ -588,24 +608,24 @@ cdef inline void _store_dl_dtype(StridedMemoryView view, uint32_t packed) noexce
 
 
 # dtype name -> its DLPack type packed as code | bits << 8 | 1 << 16 (one lane), built
-# from _DLPACK_DTYPES on first use with no import (ml_dtypes' names are its dtypes').
-cdef dict _dl_dtype_by_name = None
+# from _DLPACK_DTYPES on first use with no import (ml_dtypes' names are its dtypes'),
+# published once (_thread_state.pxi's _publish_once).
+cdef PyObject *_dl_dtype_by_name = NULL
 
 
 cdef object _dl_dtype_of(object dtype):
     """The DLPack type of a view's numpy dtype, packed as code | bits << 8 | lanes << 16,
     or 0 when none describes it (structured, datetime, bytes, str, opaque)."""
-    global _dl_dtype_by_name
-    table = _dl_dtype_by_name
-    if table is None:
+    cdef PyObject *by_name = _load_published(&_dl_dtype_by_name)
+    if by_name == NULL:
         table = {}
         for code, (_, by_bits, _) in _DLPACK_DTYPES.items():
             for bits, name in by_bits.items():
                 table[name] = code | bits << 8 | 1 << 16
-        _dl_dtype_by_name = table
+        by_name = _publish_once(&_dl_dtype_by_name, table)
     if dtype.fields is not None or dtype.subdtype is not None:
         return 0
-    return table.get(dtype.name, 0)
+    return (<dict>by_name).get(dtype.name, 0)
 
 
 cdef inline int _store_c_layout_from(

@@ -20,14 +20,22 @@
 #   collector calls on a view of a garbage cycle before deallocating it: a
 #   recorded view hands over there first (Cython's would drop the exporting
 #   object), any other goes straight to Cython's.
-# - Allocation (_new_view): pops a view from Cython's own freelist and
-#   re-initialises it as Cython's tp_new would, but for the inline shape/stride
-#   arrays (never read before _c_dims_storage writes them).  The freelist is a
+# - Allocation (_new_view): pops a view from a freelist and re-initialises it as
+#   Cython's tp_new would, but for the inline shape/stride arrays (never read
+#   before _c_dims_storage writes them).  GIL builds pop Cython's own freelist, a
 #   module-global array: the pop relies on the GIL, exactly as Cython's tp_new
-#   does.  Cython compiles its freelists out in a free-threaded build
-#   (CYTHON_USE_FREELISTS is 0 there), and SV_VIEW_FREE_COUNT is then the
-#   constant 0 (as without SV_GIL_FAST_PATHS): every view comes from tp_new,
-#   which needs no lock.
+#   does.  Cython compiles its freelists out of a free-threaded build
+#   (CYTHON_USE_FREELISTS is 0 there; SV_VIEW_FREE_COUNT is then the constant 0):
+#   there the type's tp_free is _view_free, which keeps up to SV_FREE_VIEW_SLOTS
+#   freed views in the freeing thread's state (_thread_state.pxi), and _new_view
+#   pops from the current thread's, as CPython's own per-thread freelists do.  A
+#   freed view is dead: untracked by the collector (Cython's tp_dealloc untracks
+#   it first), its reference counts zero, its memory never handed back while it
+#   waits, so no other thread can revive it (a stale pointer's _Py_TryIncref
+#   fails on a zero shared count) or see it as an object (the collector skips
+#   untracked blocks).  Its memory may belong to another thread's heap, as that
+#   of any object freed by another thread; the interpreter allows it.  Without
+#   SV_FAST_PATHS, or in a thread with no state, every view comes from tp_new.
 # - The constructor's vectorcall (_construct_view): ``StridedMemoryView(obj)``,
 #   ``StridedMemoryView(obj, stream_ptr)`` and ``StridedMemoryView(obj,
 #   stream_ptr=s)`` skip argument parsing; any other call goes to Cython's own
@@ -41,8 +49,8 @@
 #   SV_VIEW_PREPARE, which zeroes ``_parked`` too, or tp_new), to which no other
 #   reference exists before it returns; so does Cython's vectorcall, whose
 #   __init__ runs on the object its tp_new has just made.  Nothing here depends
-#   on the GIL: without SV_GIL_FAST_PATHS no view is ever parked, and the check
-#   of the real state is the same.
+#   on the GIL: without SV_FAST_PATHS no view is ever parked, and the check of
+#   the real state is the same on every build.
 #
 # Proven equal to the general path by tests/test_fast_paths.py and
 # tests/test_hot_path_review.py (views from the constructor, __init__ and
@@ -116,6 +124,86 @@ cdef int _expose_as_members() except -1:
 
 
 _expose_as_members()
+
+
+# --- Field reads on free-threaded 3.13 -----------------------------------
+# CPython 3.13t does not specialise LOAD_ATTR (3.14t does): ``view.ptr`` there goes
+# through PyObject_GenericGetAttr (a type-cache lookup under a sequence lock, a
+# data-descriptor test, PyMember_GetOne's compare-and-incref), about 230
+# instructions a field, where the GIL build's LOAD_ATTR_SLOT reads the slot inline.
+# On that build alone the type's tp_getattro is sv_view_getattro: a name that is
+# one of the five member fields' interned names (the interned object itself, as a
+# code object's co_names holds it), on an instance of StridedMemoryView itself
+# (not a subclass, which may override a field), returns the field with a new
+# reference; anything else goes to PyObject_GenericGetAttr.
+#
+# Why a plain load and incref is safe without the GIL: a published view's object
+# fields never change while another thread can reach it.  They are written by
+# the constructor before the view is returned, by __init__ only on a new view
+# (None, immortal, replaced once), by a launcher's parking only while it holds
+# the only reference (_launcher.pxi), and cleared by tp_clear only on garbage no
+# thread reaches.  So the object read is alive for as long as the caller's
+# reference to the view, as for PyMember_GetOne.  Installed at import, before
+# any view exists; compiled out with the fast paths (-DSV_NO_GIL_FAST_PATHS), on
+# GIL builds and from 3.14 on (where it would stop the specialisation).  Proven
+# equal to the generic read by tests/test_free_threading.py
+# (test_field_reads_equal_the_generic_lookup) on every build.
+cdef extern from *:
+    """
+    #if SV_FAST_PATHS && defined(Py_GIL_DISABLED) && PY_VERSION_HEX < 0x030E0000
+    static PyObject *sv_field_names[5];
+    static Py_ssize_t sv_field_offsets[5];
+    static PyTypeObject *sv_view_type = NULL;
+    static PyObject *sv_view_getattro(PyObject *self, PyObject *name) {
+        if (Py_TYPE(self) == sv_view_type) {
+            int i;
+            for (i = 0; i < 5; i++) {
+                if (name == sv_field_names[i]) {
+                    PyObject *value = *(PyObject **)((char *)self + sv_field_offsets[i]);
+                    if (value != NULL)
+                        return Py_NewRef(value);
+                    break;
+                }
+            }
+        }
+        return PyObject_GenericGetAttr(self, name);
+    }
+    static int sv_install_field_getattro(PyTypeObject *tp, const Py_ssize_t *offsets) {
+        static const char *const names[5] = {"ptr", "shape", "strides", "dtype", "exporting_obj"};
+        int i;
+        if (sv_view_type != NULL || tp->tp_getattro != PyObject_GenericGetAttr)
+            return 0;  /* installed already, or a getattro not ours to wrap */
+        for (i = 0; i < 5; i++) {
+            sv_field_names[i] = PyUnicode_InternFromString(names[i]);  /* kept */
+            if (sv_field_names[i] == NULL)
+                return -1;
+            sv_field_offsets[i] = offsets[i];
+        }
+        sv_view_type = tp;
+        tp->tp_getattro = sv_view_getattro;
+        PyType_Modified(tp);
+        return 0;
+    }
+    #define sv_field_getattro_installed() (sv_view_type != NULL)
+    #else
+    #define sv_install_field_getattro(tp, offsets) 0
+    #define sv_field_getattro_installed() 0
+    #endif
+    """
+    bint _field_getattro_installed "sv_field_getattro_installed"() noexcept
+    int _install_field_getattro "sv_install_field_getattro"(
+        PyTypeObject_dict *, const Py_ssize_t *
+    ) except -1
+
+
+cdef Py_ssize_t[5] _field_offsets
+_field_offsets[0] = _OFFSET_PTR
+_field_offsets[1] = _OFFSET_SHAPE
+_field_offsets[2] = _OFFSET_STRIDES
+_field_offsets[3] = _OFFSET_DTYPE
+_field_offsets[4] = _OFFSET_EXPORTING_OBJ
+_install_field_getattro(<PyTypeObject_dict *>StridedMemoryView, _field_offsets)
+field_getattro = bool(_field_getattro_installed())  # whether views read their fields through it
 
 
 # --- Deallocation --------------------------------------------------------
@@ -285,6 +373,35 @@ cdef extern from *:
     #define SV_VIEW_FREE_COUNT 0
     #define SV_VIEW_FREE_POP() ((PyObject *)NULL)
     #endif
+    #if SV_PER_THREAD_STATE
+    /* A freed view from this thread's freelist (free-threaded builds), or NULL. */
+    static CYTHON_INLINE PyObject *sv_view_thread_free_pop(void) {
+        sv_thread_state *st = sv_thread_state_get();
+        if (st != NULL && st->free_view_count > 0)
+            return st->free_views[--st->free_view_count];
+        return NULL;
+    }
+    /* The type's tp_free (free-threaded builds): a freed view kept in the freeing
+       thread's freelist if it has room, else given to the interpreter's. */
+    static freefunc sv_generated_view_free = NULL;
+    static void sv_view_free(void *o) {
+        sv_thread_state *st = sv_thread_state_if_any();
+        if (st != NULL && st->free_view_count < SV_FREE_VIEW_SLOTS) {
+            st->free_views[st->free_view_count++] = (PyObject *)o;
+            return;
+        }
+        sv_generated_view_free(o);
+    }
+    static void sv_install_view_free(PyTypeObject *tp) {
+        if (sv_generated_view_free == NULL && tp->tp_free != NULL) {
+            sv_generated_view_free = tp->tp_free;
+            tp->tp_free = sv_view_free;
+        }
+    }
+    #else
+    #define sv_view_thread_free_pop() ((PyObject *)NULL)
+    #define sv_install_view_free(tp) ((void)(tp))
+    #endif
     /* Every byte of a view from `start` on zeroed but for the inline arrays,
        then the vtable and the object fields (None): the state Cython's tp_new
        leaves a view in, from `start` on. */
@@ -341,6 +458,8 @@ cdef extern from *:
     """
     Py_ssize_t SV_VIEW_FREE_COUNT
     PyObject *SV_VIEW_FREE_POP() noexcept
+    PyObject *_view_thread_free_pop "sv_view_thread_free_pop"() noexcept
+    void _install_view_free "sv_install_view_free"(PyTypeObject_dealloc *) noexcept
     void SV_VIEW_PREPARE(PyObject *) noexcept
     void SV_VIEW_EMPTY(PyObject *, PyObject **) noexcept
     bint SV_VIEW_HOLDS_NOTHING(PyObject *) noexcept
@@ -380,11 +499,18 @@ cdef inline StridedMemoryView _new_view():
     cdef PyObject *view
     if SV_PENDING_LOAD(sv_pending_entries) != 0:  # hand-overs pending: check some, now and then
         _poll_on_creation()
-    if SV_VIEW_FREE_COUNT > 0:
+    if SV_VIEW_FREE_COUNT > 0:  # GIL builds: Cython's freelist
         view = SV_VIEW_FREE_POP()
         SV_VIEW_PREPARE(view)
         return <StridedMemoryView>_take_reference(view)
+    view = _view_thread_free_pop()  # free-threaded builds: this thread's (else NULL)
+    if view != NULL:
+        SV_VIEW_PREPARE(view)
+        return <StridedMemoryView>_take_reference(view)
     return StridedMemoryView.__new__(StridedMemoryView)
+
+
+_install_view_free(<PyTypeObject_dealloc *>StridedMemoryView)  # free-threaded builds only
 
 
 cdef extern from "Python.h":

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The free-threaded stress tests under ThreadSanitizer: CPython 3.13t built with
+# `--disable-gil --with-thread-sanitizer` (tools/build_freethreaded_python.sh, variant tsan),
+# stridedview built with -fsanitize=thread on top of that interpreter's own flags, the tests
+# run with the GIL off.  Fails if any report is left that the suppressions do not cover, and
+# lists every report with a frame in stridedview's code (there must be none: the
+# suppressions name only CPython's and numpy's functions, tools/tsan-suppressions.txt).
+#
+#   tools/tsan.sh                      # tests/test_free_threading.py and tests/test_threads.py
+#   tools/tsan.sh tests/test_launch_reuse.py -k thread   # other tests (pytest arguments)
+#
+# The interpreter and its environment are cached under ~/.cache/stridedview (building the
+# interpreter takes 10 to 20 minutes on two cores, once); the package is built in a copy of
+# the sources ($STRIDEDVIEW_TSAN_WORK, default a temporary directory), so the working tree's
+# own build is left alone.  STRIDEDVIEW_STRESS_ROUNDS / _ITERATIONS (default here 2 and 20)
+# size the stress tests: everything runs several times slower under ThreadSanitizer.
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cache="${STRIDEDVIEW_FT_CACHE:-$HOME/.cache/stridedview}"
+python="$(STRIDEDVIEW_PY_VARIANT=tsan bash "$repo/tools/build_freethreaded_python.sh" | tail -n 1)"
+venv="$cache/venv3.13t-tsan"
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --only-binary=numpy,ml_dtypes \
+    numpy ml_dtypes pytest "hypothesis>=6,<6.150" "Cython>=3.0,<4" "setuptools>=74"
+
+work="${STRIDEDVIEW_TSAN_WORK:-$(mktemp -d)}"
+mkdir -p "$work/tree" "$work/reports"
+rm -f "$work/reports/"tsan.*
+(cd "$repo" && git ls-files -z src tests docs setup.py pyproject.toml README.md | xargs -0 tar -cf - \
+    | tar -xf - -C "$work/tree")
+cd "$work/tree"
+# -fsanitize=thread through CPPFLAGS, which setuptools adds to the interpreter's compile and
+# link flags (an environment CFLAGS would replace them: no -O3, no -DNDEBUG).
+env -u CFLAGS CPPFLAGS="-fsanitize=thread" "$venv/bin/python" setup.py build_ext --inplace \
+    > "$work/build.log" 2>&1 || { tail -n 40 "$work/build.log"; exit 1; }
+line="$(grep -E -- ' -c [^ ]*src/stridedview/_view\.c( |$)' "$work/build.log")"
+for flag in -fsanitize=thread -DNDEBUG -O3; do
+    grep -q -- " $flag" <<< "$line" || { echo "tsan: _view.c compiled without $flag:"; echo "$line"; exit 1; }
+done
+echo "tsan: _view.c compiled with$(grep -oE -- ' -(O[^ ]*|DNDEBUG|fsanitize=[^ ]*)' <<< "$line" | tr -d '\n')"
+
+[ $# -gt 0 ] || set -- tests/test_free_threading.py tests/test_threads.py
+export TSAN_OPTIONS="suppressions=$repo/tools/tsan-suppressions.txt halt_on_error=0 history_size=4 second_deadlock_stack=1 log_path=$work/reports/tsan"
+status=0
+PYTHON_GIL=0 PYTHONPATH="$work/tree/src" STRIDEDVIEW_STRESS_ROUNDS="${STRIDEDVIEW_STRESS_ROUNDS:-2}" \
+    STRIDEDVIEW_STRESS_ITERATIONS="${STRIDEDVIEW_STRESS_ITERATIONS:-20}" \
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider -p no:faulthandler "$@" || status=$?
+
+reports=("$work/reports/"tsan.*)
+if [ ! -e "${reports[0]}" ]; then
+    echo "tsan: no report (suppressed ones aside); pytest exit status $status"
+    exit "$status"
+fi
+count="$(cat "${reports[@]}" | grep -c '^WARNING: ThreadSanitizer' || true)"
+ours="$(cat "${reports[@]}" | awk '/^WARNING: ThreadSanitizer/{r=$0; keep=0} /_view\.c|stridedview/{keep=1} /^SUMMARY/{if (keep) print r " | " $0}')"
+echo "tsan: $count unsuppressed report(s), in $work/reports"
+cat "${reports[@]}" | grep '^SUMMARY' | sort | uniq -c | sort -rn | head -n 40
+if [ -n "$ours" ]; then
+    echo "tsan: reports with a frame in stridedview's code:"
+    echo "$ours"
+fi
+exit 1
