@@ -47,17 +47,42 @@ cdef extern from "Python.h":
     bint PyObject_TypeCheck(object, type)
     bint PyCapsule_CheckExact_ptr "PyCapsule_CheckExact"(PyObject *)
 
-cdef type _ndarray_type = None  # numpy.ndarray, looked up on the first numpy view
+# numpy.ndarray, looked up on the first numpy view and published once
+# (_thread_state.pxi's _publish_once; a borrowed pointer after that).
+cdef PyObject *_ndarray_type = NULL
 # numpy 1.x exports legacy capsules only (no READ_ONLY flag, read-only arrays
 # refused): the adapter mirrors numpy 2's versioned export, and stands aside there.
 # The adapter gives the array's own strides, as numpy 2.4 and later export them; numpy
 # 2.0 to 2.3 export contiguous strides instead for axes of extent 1 and for empty arrays
 # (numpy 2.2 and 2.3 measured): strides that address no other element, so the view
 # is the same memory either way, and the same on every numpy 2.
-# 0: not looked up yet, 1: numpy 1.x (the adapter stands aside), 2: numpy 2.x.  Each of the two globals is
-# checked on its own and filled again if unset, so no thread relies on the order
-# in which another thread's stores become visible (a free-threaded build).
+# 0: not looked up yet, 1: numpy 1.x (the adapter stands aside), 2: numpy 2.x.  Set
+# after _ndarray_type is published, with a release store, and read with an acquire
+# load without the GIL: a thread that sees it set sees the type too.  Threads racing
+# on the first numpy view each look both up and store the same answers.
 cdef int _numpy_export_kind = 0
+
+cdef extern from *:
+    """
+    #ifdef Py_GIL_DISABLED
+    #define sv_load_int_acquire(p) _Py_atomic_load_int_acquire(p)
+    #define sv_store_int_release(p, v) _Py_atomic_store_int_release((p), (v))
+    #else
+    #define sv_load_int_acquire(p) (*(p))
+    #define sv_store_int_release(p, v) (*(p) = (v))
+    #endif
+    """
+    int _load_int_acquire "sv_load_int_acquire"(int *) noexcept
+    void _store_int_release "sv_store_int_release"(int *, int) noexcept
+
+
+cdef int _look_up_numpy() except -1:
+    """Publish numpy.ndarray and numpy's export kind (the first numpy view's work)."""
+    numpy = _sys.modules["numpy"]
+    _publish_once(&_ndarray_type, numpy.ndarray)
+    kind = 2 if int(numpy.__version__.split(".")[0]) >= 2 else 1
+    _store_int_release(&_numpy_export_kind, kind)
+    return kind
 
 
 
@@ -124,12 +149,10 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     strides in elements (numpy's byte strides divided by the item size), readonly
     from the array's WRITEABLE flag, ``exporting_obj`` the array, no capsule.
     """
-    global _ndarray_type, _numpy_export_kind
-    if _numpy_export_kind == 0 or _ndarray_type is None:  # both idempotent
-        numpy = _sys.modules["numpy"]
-        _ndarray_type = numpy.ndarray
-        _numpy_export_kind = 2 if int(numpy.__version__.split(".")[0]) >= 2 else 1
-    if _numpy_export_kind != 2:
+    cdef int kind = _load_int_acquire(&_numpy_export_kind)
+    if kind == 0:
+        kind = _look_up_numpy()
+    if kind != 2:
         return False
     cdef PyArrayObject *array = <PyArrayObject *>obj
     cdef PyArray_Descr *descr = PyArray_DESCR(array)
@@ -139,7 +162,7 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     # numpy reports the device of memory it imported through DLPack (the capsule
     # at the end of the base chain): only the general path asks it.
     cdef PyObject *base = PyArray_BASE(array)
-    while base != NULL and PyObject_TypeCheck(<object>base, _ndarray_type):
+    while base != NULL and PyObject_TypeCheck(<object>base, <type>_ndarray_type):
         base = PyArray_BASE(<PyArrayObject *>base)
     if base != NULL and PyCapsule_CheckExact_ptr(base):
         return False

@@ -314,8 +314,10 @@ cdef object _torch_layout_symbol = _TORCH_LAYOUT_SYMBOL  # what the next calibra
 
 cdef str _IS_NEG = "is_neg"
 cdef str _IS_CONJ = "is_conj"
-cdef object _torch_tensor_type = None  # torch.Tensor (its metaclass is torch's), once needed
-cdef object _torch_is_neg = None  # torch.Tensor.is_neg
+# torch.Tensor (its metaclass is torch's) and torch.Tensor.is_neg, once needed: each
+# published once (_thread_state.pxi's _publish_once), is_neg first; borrowed after.
+cdef PyObject *_torch_tensor_type = NULL
+cdef PyObject *_torch_is_neg = NULL
 
 
 def _torch_bits_reader():
@@ -440,17 +442,17 @@ cdef inline int _check_torch_bits(object tensor, _ProducerType info, int is_comp
 
 cdef int _check_torch_bits_by_methods(object tensor, bint is_complex) except -1:
     """_check_torch_bits through the tensor's own ``is_neg()`` and ``is_conj()``."""
-    global _torch_tensor_type, _torch_is_neg
     cdef PyObject *args[1]
     args[0] = <PyObject *>tensor
-    if _torch_tensor_type is None or _torch_is_neg is None:  # each read alone is valid
-        tensor_type = _sys.modules["torch"].Tensor
-        _torch_is_neg = tensor_type.is_neg  # set before the type that guards it
-        _torch_tensor_type = tensor_type
+    cdef PyObject *tensor_type = _load_published(&_torch_tensor_type)
+    if tensor_type == NULL:
+        torch_tensor = _sys.modules["torch"].Tensor
+        _publish_once(&_torch_is_neg, torch_tensor.is_neg)  # before the type that guards it
+        tensor_type = _publish_once(&_torch_tensor_type, torch_tensor)
     # An exact torch.Tensor is asked through torch's own method, found once (a
     # lookup through the MRO and the instance dict is a sixth of the check).
-    if type(tensor) is _torch_tensor_type:
-        is_neg = PyObject_Vectorcall(_torch_is_neg, args, 1, NULL)
+    if Py_TYPE_ptr(<PyObject *>tensor) == <void *>tensor_type:
+        is_neg = PyObject_Vectorcall(<object>_torch_is_neg, args, 1, NULL)
     else:
         is_neg = PyObject_VectorcallMethod(_IS_NEG, args, 1, NULL)
     if is_neg:
