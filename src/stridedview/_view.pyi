@@ -30,6 +30,7 @@ _StreamPtr: TypeAlias = SupportsIndex | SupportsCudaStream | None
 fast_paths: bool
 fast_paths_state: Literal["process", "thread"] | None
 gil_fast_paths: bool  # the older name of fast_paths
+field_getattro: bool  # views read their member fields through a tp_getattro of their own
 
 # One item of a basic index, and what ``view[...]`` accepts.
 _IndexItem: TypeAlias = SupportsIndex | slice | EllipsisType | None
