@@ -757,6 +757,11 @@ def test_quickstart_sample_is_this_machines_report():
         # The sample is of the usual build; CI's build without a C++ compiler differs in its
         # build line alone (which test_build_facts_match_the_module checks there).
         report["environment"]["build"] = "with the C++ exception guard"
+    if _view.fast_paths_state != "process":
+        # The sample is of a GIL build with the fast paths; a build without them (or a
+        # free-threaded one) differs in that line alone, which test_build_facts_match_the_module
+        # checks there.
+        report["environment"]["fast paths"] = "yes (their state per process)"
     expected = _comparable(sample)
     assert _comparable(_report.format_report(report) + "\n") == expected
 
