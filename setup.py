@@ -40,6 +40,7 @@ class BuildExt(build_ext):
     STRIDEDVIEW_NO_GIL_FAST_PATHS=1 compiles the GIL fast paths out."""
 
     def build_extensions(self):
+        no_fast_paths = any(NO_GIL_FAST_PATHS in e.define_macros for e in self.extensions)
         if self.compiler.compiler_type == "unix":
             # The hot path is a chain of small C functions that only -O3 inlines
             # into each other; interpreters disagree on the level they pass
@@ -49,7 +50,11 @@ class BuildExt(build_ext):
             # so it wins).  MSVC's /O2 is already its highest level.
             for extension in self.extensions:
                 extension.extra_compile_args.append("-O3")
-            if _per_thread_state_build() and self._compiler_accepts("-mtls-dialect=gnu2"):
+            if (
+                not no_fast_paths
+                and _free_threaded_x86_64()
+                and self._compiler_accepts("-mtls-dialect=gnu2")
+            ):
                 # A free-threaded build reaches the fast paths' per-thread state
                 # through a thread-local variable (_thread_state.pxi) several times per
                 # view.  x86-64's default TLS model for a shared object calls
@@ -59,7 +64,7 @@ class BuildExt(build_ext):
                 # launch of three arrays 300 instructions fewer on 3.13t.
                 for extension in self.extensions:
                     extension.extra_compile_args.append("-mtls-dialect=gnu2")
-        if any(NO_GIL_FAST_PATHS in extension.define_macros for extension in self.extensions):
+        if no_fast_paths:
             # One line (pip shows it with -v): a build that is not what users get.
             print(
                 "stridedview: STRIDEDVIEW_NO_GIL_FAST_PATHS=1: built with -DSV_NO_GIL_FAST_PATHS "
@@ -97,13 +102,11 @@ class BuildExt(build_ext):
         return True
 
 
-def _per_thread_state_build():
-    """Whether this build keeps the fast paths' state per thread: a free-threaded
-    interpreter on x86-64 (where the TLS dialect matters), the fast paths compiled in."""
-    return (
-        bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-        and platform.machine().lower() in ("x86_64", "amd64")
-        and os.environ.get("STRIDEDVIEW_NO_GIL_FAST_PATHS", "") != "1"
+def _free_threaded_x86_64():
+    """Whether this is a free-threaded interpreter on x86-64, where the fast paths keep
+    their state in a thread-local variable and the TLS dialect matters."""
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED")) and platform.machine().lower() in (
+        "x86_64", "amd64",
     )
 
 

@@ -44,8 +44,13 @@ def _launch_loop(arrays, calls):
         _launch(a, b, c)
 
 
+def _arrays():
+    """One thread's (or process's) three arrays of its own."""
+    return tuple(np.zeros((16, 16), dtype=np.float32) for _ in range(3))
+
+
 def measure(loop, threads, calls):
-    inputs = [tuple(np.zeros((16, 16), dtype=np.float32) for _ in range(3)) for _ in range(threads)]
+    inputs = [_arrays() for _ in range(threads)]
     loop(inputs[0], 1000)  # warm up
     barrier = threading.Barrier(threads + 1)
     spans = []
@@ -72,7 +77,7 @@ LOOPS = {"view": _view_loop, "launch of 3": _launch_loop}
 
 def _child(name, calls):
     """One process of measure_processes: warm up, say so, wait for the go, run, report."""
-    arrays = tuple(np.zeros((16, 16), dtype=np.float32) for _ in range(3))
+    arrays = _arrays()
     LOOPS[name](arrays, 1000)
     print("ready", flush=True)
     sys.stdin.readline()

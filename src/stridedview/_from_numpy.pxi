@@ -62,20 +62,6 @@ cdef PyObject *_ndarray_type = NULL
 # on the first numpy view each look both up and store the same answers.
 cdef int _numpy_export_kind = 0
 
-cdef extern from *:
-    """
-    #ifdef Py_GIL_DISABLED
-    #define sv_load_int_acquire(p) _Py_atomic_load_int_acquire(p)
-    #define sv_store_int_release(p, v) _Py_atomic_store_int_release((p), (v))
-    #else
-    #define sv_load_int_acquire(p) (*(p))
-    #define sv_store_int_release(p, v) (*(p) = (v))
-    #endif
-    """
-    int _load_int_acquire "sv_load_int_acquire"(int *) noexcept
-    void _store_int_release "sv_store_int_release"(int *, int) noexcept
-
-
 cdef int _look_up_numpy() except -1:
     """Publish numpy.ndarray and numpy's export kind (the first numpy view's work)."""
     numpy = _sys.modules["numpy"]

@@ -290,19 +290,26 @@ cdef extern from *:
     PyObject *_thread_state_key "sv_thread_state_key"
 
 
-# Tables built on first use and then only read (_export.pxi's dtype codes, _view.pyx's
-# DLPack types by name): a plain global assignment would let two threads that both
-# built one each replace the other's and drop it while a third still reads it.  The
-# slot is a C pointer, NULL until published; the first table published wins, for
-# good (its reference is the slot's, never dropped), and a loser's is dropped
+# Objects looked up or built on first use and then only read (the dtype tables of
+# _export.pxi and _view.pyx, numpy.ndarray in _from_numpy.pxi, torch.Tensor and its
+# is_neg in _torch_bits.pxi): a plain global assignment would let two threads that
+# both made one each replace the other's and drop it while a third still reads it.
+# The slot is a C pointer, NULL until published; the first object published wins,
+# for good (its reference is the slot's, never dropped), and a loser's is dropped
 # unseen.  Without the GIL the publication is a compare-and-exchange with release
-# ordering and the read an acquire load: a reader sees the table complete.
+# ordering and the read an acquire load: a reader sees the object complete.  A C
+# int set after such objects (numpy's export kind) is stored with release and
+# loaded with acquire ordering, so a reader that sees it set sees them too.
 cdef extern from *:
     """
     #ifdef Py_GIL_DISABLED
     #define sv_load_published(slot) ((PyObject *)_Py_atomic_load_ptr_acquire(slot))
+    #define sv_load_int_acquire(p) _Py_atomic_load_int_acquire(p)
+    #define sv_store_int_release(p, v) _Py_atomic_store_int_release((p), (v))
     #else
     #define sv_load_published(slot) (*(slot))
+    #define sv_load_int_acquire(p) (*(p))
+    #define sv_store_int_release(p, v) (*(p) = (v))
     #endif
     /* Publish `table` in *slot unless a table is there: the one published, borrowed. */
     static PyObject *sv_publish_once(PyObject **slot, PyObject *table) {
@@ -324,6 +331,8 @@ cdef extern from *:
     """
     PyObject *_load_published "sv_load_published"(PyObject **) noexcept
     PyObject *_publish_once "sv_publish_once"(PyObject **, object) noexcept
+    int _load_int_acquire "sv_load_int_acquire"(int *) noexcept
+    void _store_int_release "sv_store_int_release"(int *, int) noexcept
 
 
 if SV_PER_THREAD_STATE:

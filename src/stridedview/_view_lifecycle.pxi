@@ -168,16 +168,16 @@ cdef extern from *:
         }
         return PyObject_GenericGetAttr(self, name);
     }
-    static int sv_install_field_getattro(PyTypeObject *tp, const Py_ssize_t *offsets) {
-        static const char *const names[5] = {"ptr", "shape", "strides", "dtype", "exporting_obj"};
+    /* `members`: the five member definitions _expose_as_members filled (names, offsets). */
+    static int sv_install_field_getattro(PyTypeObject *tp, const PyMemberDef *members) {
         int i;
         if (sv_view_type != NULL || tp->tp_getattro != PyObject_GenericGetAttr)
             return 0;  /* installed already, or a getattro not ours to wrap */
         for (i = 0; i < 5; i++) {
-            sv_field_names[i] = PyUnicode_InternFromString(names[i]);  /* kept */
+            sv_field_names[i] = PyUnicode_InternFromString(members[i].name);  /* kept */
             if (sv_field_names[i] == NULL)
                 return -1;
-            sv_field_offsets[i] = offsets[i];
+            sv_field_offsets[i] = members[i].offset;
         }
         sv_view_type = tp;
         tp->tp_getattro = sv_view_getattro;
@@ -186,23 +186,17 @@ cdef extern from *:
     }
     #define sv_field_getattro_installed() (sv_view_type != NULL)
     #else
-    #define sv_install_field_getattro(tp, offsets) 0
+    #define sv_install_field_getattro(tp, members) 0
     #define sv_field_getattro_installed() 0
     #endif
     """
     bint _field_getattro_installed "sv_field_getattro_installed"() noexcept
     int _install_field_getattro "sv_install_field_getattro"(
-        PyTypeObject_dict *, const Py_ssize_t *
+        PyTypeObject_dict *, const PyMemberDef *
     ) except -1
 
 
-cdef Py_ssize_t[5] _field_offsets
-_field_offsets[0] = _OFFSET_PTR
-_field_offsets[1] = _OFFSET_SHAPE
-_field_offsets[2] = _OFFSET_STRIDES
-_field_offsets[3] = _OFFSET_DTYPE
-_field_offsets[4] = _OFFSET_EXPORTING_OBJ
-_install_field_getattro(<PyTypeObject_dict *>StridedMemoryView, _field_offsets)
+_install_field_getattro(<PyTypeObject_dict *>StridedMemoryView, _member_defs)
 field_getattro = bool(_field_getattro_installed())  # whether views read their fields through it
 
 
