@@ -276,6 +276,48 @@ def test_completed_holds_are_released_by_later_hand_overs(fake_streams):
     assert producers.deleter_calls(first) == 1 and producers.deleter_calls(second) == 0
 
 
+def test_many_pending_holds_are_released_oldest_first_and_once(fake_streams):
+    """With hundreds pending, the checks on view creation release the finished ones oldest
+    first, stop at the first still running and keep it first; release_pending releases any
+    finished one out of order; every hold goes exactly once, none before its stream is done
+    (the registry's claimed slots are cut off as the count falls)."""
+    fake = fake_streams
+    count = 300
+    streams = [fake.new_stream() for _ in range(count)]
+    devices = [Device() for _ in range(count)]
+    gone = [weakref.ref(device) for device in devices]
+    for stream, device in zip(streams, devices):
+        fake.enqueue(stream)
+        handed(device, stream)
+    del devices, device
+    assert pending() == (count, count)
+    host = np.zeros(3)
+
+    def alive():
+        return [i for i in range(count) if gone[i]() is not None]
+
+    def create_views(number):
+        for _ in range(number):
+            StridedMemoryView(host)
+
+    for stream in streams[:100]:
+        fake.finish(stream)
+    create_views(32 * 20)  # 20 checks of the 8 oldest: past the first 100, which stay first
+    assert alive() == list(range(100, count)) and pending() == (200, 200)
+    for stream in streams[150:]:
+        fake.finish(stream)
+    create_views(32 * 4)  # the oldest (100) still runs: the checks release nothing
+    assert alive() == list(range(100, count))
+    assert release_pending() == 150  # every finished one, out of order
+    assert alive() == list(range(100, 150)) and pending() == (50, 50)
+    for stream in streams[100:110]:
+        fake.finish(stream)
+    create_views(32 * 3)
+    assert alive() == list(range(110, 150))
+    fake.finish()
+    assert release_pending() == 40 and alive() == [] and pending() == (0, 0)
+
+
 def test_derived_views_keep_the_root_until_the_stream_is_done(fake_streams):
     """A slice recorded on a stream keeps its root view, and so the capsule, past the root's
     and the slice's release."""

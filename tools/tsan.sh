@@ -6,7 +6,7 @@
 # lists every report with a frame in stridedview's code (there must be none: the
 # suppressions name only CPython's and numpy's functions, tools/tsan-suppressions.txt).
 #
-#   tools/tsan.sh                      # tests/test_free_threading.py and tests/test_threads.py
+#   tools/tsan.sh                      # tests/test_free_threading.py, test_threads.py, test_record_stream.py
 #   tools/tsan.sh tests/test_launch_reuse.py -k thread   # other tests (pytest arguments)
 #
 # The interpreter and its environment are cached under ~/.cache/stridedview (building the
@@ -42,7 +42,7 @@ for flag in -fsanitize=thread -DNDEBUG -O3; do
 done
 echo "tsan: _view.c compiled with$(grep -oE -- ' -(O[^ ]*|DNDEBUG|fsanitize=[^ ]*)' <<< "$line" | tr -d '\n')"
 
-[ $# -gt 0 ] || set -- tests/test_free_threading.py tests/test_threads.py
+[ $# -gt 0 ] || set -- tests/test_free_threading.py tests/test_threads.py tests/test_record_stream.py
 export TSAN_OPTIONS="suppressions=$repo/tools/tsan-suppressions.txt halt_on_error=0 history_size=4 second_deadlock_stack=1 log_path=$work/reports/tsan"
 status=0
 PYTHON_GIL=0 PYTHONPATH="$work/tree/src" STRIDEDVIEW_STRESS_ROUNDS="${STRIDEDVIEW_STRESS_ROUNDS:-2}" \

@@ -148,7 +148,8 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     # numpy reports the device of memory it imported through DLPack (the capsule
     # at the end of the base chain): only the general path asks it.
     cdef PyObject *base = PyArray_BASE(array)
-    while base != NULL and PyObject_TypeCheck(<object>base, <type>_ndarray_type):
+    cdef PyObject *ndarray_type = _load_published(&_ndarray_type)
+    while base != NULL and PyObject_TypeCheck(<object>base, <type>ndarray_type):
         base = PyArray_BASE(<PyArrayObject *>base)
     if base != NULL and PyCapsule_CheckExact_ptr(base):
         return False

@@ -24,7 +24,10 @@
 #   pool per (context, thread); a launch's group records one per stream for all
 #   its views when the launch ends (views released before then join its holds;
 #   one released after it hands over on its own, on the group's streams).
-# - The registry (_pending_entries, a list of sealed _Handovers, oldest first)
+# - The registry (_pending_entries, a list of sealed _Handovers, oldest first
+#   from index _pending_head: the slots before it hold None, left by claims, and
+#   are cut off once they are half the list, so that a claim, a hand-back and an
+#   append cost the same with 1 or 4,096 entries pending)
 #   is changed only between SV_HANDOVER_LOCK and SV_HANDOVER_UNLOCK, with no
 #   Python code run in between (list appends, pops and slice assignments that
 #   drop no last reference).  With the GIL that alone makes each change atomic
@@ -65,12 +68,14 @@ cdef extern from *:
     #define SV_PENDING_LOAD(x) _Py_atomic_load_ssize_relaxed(&(x))
     #define SV_PENDING_ADD(x, d) ((void)_Py_atomic_add_ssize(&(x), (d)))
     #define SV_COUNTDOWN(x) (_Py_atomic_add_int(&(x), -1) - 1)
+    #define SV_COUNTDOWN_RESET(x, v) _Py_atomic_store_int_relaxed(&(x), (v))
     #else
     #define SV_HANDOVER_LOCK() ((void)0)
     #define SV_HANDOVER_UNLOCK() ((void)0)
     #define SV_PENDING_LOAD(x) (x)
     #define SV_PENDING_ADD(x, d) ((void)((x) += (d)))
     #define SV_COUNTDOWN(x) (--(x))
+    #define SV_COUNTDOWN_RESET(x, v) ((void)((x) = (v)))
     #endif
     /* Sealed hand-overs in the registry or being checked by a thread. */
     static Py_ssize_t sv_pending_entries = 0;
@@ -88,6 +93,7 @@ cdef extern from *:
     Py_ssize_t SV_PENDING_LOAD(Py_ssize_t) noexcept nogil
     void SV_PENDING_ADD(Py_ssize_t, Py_ssize_t) noexcept nogil
     int SV_COUNTDOWN(int) noexcept nogil
+    void SV_COUNTDOWN_RESET(int, int) noexcept nogil
     void sv_write_unraisable(object, object) noexcept
 
 cdef enum:
@@ -99,6 +105,7 @@ cdef enum:
 # The bound on pending hand-overs (entries: one per hand-over, one per launch).
 cdef Py_ssize_t _pending_limit = 4096
 cdef list _pending_entries = []
+cdef Py_ssize_t _pending_head = 0  # the oldest pending entry's index (slots before: None)
 # Hand-overs to a stream that was capturing a graph: kept until exit.
 cdef list _captured_entries = []
 cdef bint _exit_registered = False
@@ -413,20 +420,41 @@ cdef void _seal_and_register(_Handover entry) noexcept:
 
 
 cdef _Handover _claim_oldest():
-    """The oldest pending entry, taken out of the registry (None: none)."""
+    """The oldest pending entry, taken out of the registry (None: none).
+
+    Its slot is set to None and the head moves past it; once the claimed slots are
+    half the list they are cut off (amortised: a claim costs the same whatever the
+    count).  No Python code runs: the entry is referenced here before its slot lets
+    go, and the slots cut off hold None.
+    """
+    global _pending_head
     cdef _Handover entry = None
     SV_HANDOVER_LOCK()
-    if _pending_entries:
-        entry = _pending_entries.pop(0)
+    if _pending_head < len(_pending_entries):
+        entry = <_Handover>_pending_entries[_pending_head]
+        _pending_entries[_pending_head] = None
+        _pending_head += 1
+        if _pending_head == len(_pending_entries):
+            del _pending_entries[:]
+            _pending_head = 0
+        elif _pending_head >= 64 and 2 * _pending_head >= len(_pending_entries):
+            del _pending_entries[:_pending_head]
+            _pending_head = 0
     SV_HANDOVER_UNLOCK()
     return entry
 
 
 cdef void _unclaim(_Handover entry) noexcept:
-    """Put an entry still pending back in front of the registry."""
+    """Put an entry still pending back in front of the registry (into the slot its
+    claim left, when no cut came in between: the usual case, no copy)."""
+    global _pending_head
     SV_HANDOVER_LOCK()
     try:
-        _pending_entries.insert(0, entry)
+        if _pending_head > 0:
+            _pending_head -= 1
+            _pending_entries[_pending_head] = entry  # the slot held None
+        else:
+            _pending_entries.insert(0, entry)
     except BaseException:
         pass  # (insert only fails for want of memory; the entry is then waited for below)
     SV_HANDOVER_UNLOCK()
@@ -459,10 +487,9 @@ cdef Py_ssize_t _check_oldest(int limit) noexcept:
 cdef void _poll_on_creation() noexcept:
     """Called by _new_view while hand-overs are pending: every _POLL_EVERY calls, the
     oldest entries are checked."""
-    global sv_poll_countdown
     if SV_COUNTDOWN(sv_poll_countdown) > 0:
         return
-    sv_poll_countdown = _POLL_EVERY
+    SV_COUNTDOWN_RESET(sv_poll_countdown, _POLL_EVERY)  # (other threads count down atomically)
     _check_oldest(_POLL_ENTRIES)
 
 
@@ -488,16 +515,20 @@ cdef void _make_room() noexcept:
 
 cdef Py_ssize_t _release_pending(bint wait) except -1:
     """release_pending()'s work: every entry in the registry checked (or waited for)."""
-    global _pending_entries
+    global _pending_entries, _pending_head
     cdef list fresh = []
     cdef list claimed
     cdef list kept = []
-    cdef Py_ssize_t released = 0, done = 0
+    cdef Py_ssize_t released = 0, done = 0, head
     cdef _Handover entry
     SV_HANDOVER_LOCK()
     claimed = _pending_entries
+    head = _pending_head
     _pending_entries = fresh
+    _pending_head = 0
     SV_HANDOVER_UNLOCK()
+    if head:
+        del claimed[:head]  # the claimed slots (None)
     if not claimed:
         return 0
     driver = _driver_module()
@@ -515,7 +546,7 @@ cdef Py_ssize_t _release_pending(bint wait) except -1:
         kept.extend(claimed[done:])
         if kept:
             SV_HANDOVER_LOCK()
-            _pending_entries[0:0] = kept
+            _pending_entries[_pending_head:_pending_head] = kept
             SV_HANDOVER_UNLOCK()
     return released
 
@@ -548,7 +579,7 @@ def _release_at_exit():
     global _exiting
     _exiting = True
     for _ in range(8):  # releases may hand more over (a root view's own record)
-        if _drain_pending() == 0 and not _pending_entries:
+        if _drain_pending() == 0 and _pending_head == len(_pending_entries):
             break
 
 
@@ -573,7 +604,7 @@ def release_pending(wait=False):
 def _pending_holds():
     """``(entries, holds, captured holds)`` pending now, for tests."""
     SV_HANDOVER_LOCK()
-    entries = list(_pending_entries)
+    entries = _pending_entries[_pending_head:]
     captured = list(_captured_entries)
     SV_HANDOVER_UNLOCK()
     return (

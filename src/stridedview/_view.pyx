@@ -107,7 +107,8 @@ cdef bint _BIG_ENDIAN_HOST = sys.byteorder == "big"
 cdef enum:
     _DEVICE_ID_UNKNOWN = -2
 
-cdef object _driver = None
+# stridedview._driver, published once on first need (_driver_module).
+cdef PyObject *_driver = NULL
 
 
 cdef object _copy_module():
@@ -123,12 +124,16 @@ cdef object _tensor_map_module():
 
 
 cdef object _driver_module():
-    """stridedview._driver, imported on first need (it is the only door to CUDA)."""
-    global _driver
-    if _driver is None:
-        from stridedview import _driver as module
-        _driver = module
-    return _driver
+    """stridedview._driver, imported on first need (it is the only door to CUDA).
+
+    Published once (_thread_state.pxi's _publish_once): threads racing on the first
+    need each import it (the same module) and read the slot with an acquire load.
+    """
+    cdef PyObject *module = _load_published(&_driver)
+    if module == NULL:
+        from stridedview import _driver as imported
+        module = _publish_once(&_driver, imported)
+    return <object>module
 
 
 class _ConstructorSignature:
