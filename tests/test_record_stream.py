@@ -841,6 +841,172 @@ def test_a_launch_that_raises_still_hands_over(fake_streams):
     assert producers.deleter_calls(producer) == 1
 
 
+def run_with_fake_driver(tmp_path, body):
+    """Run ``body`` in a fresh interpreter with the fake driver installed as ``fake`` (a crash
+    fails the calling test instead of ending pytest); its stdout lines, once it exits cleanly
+    with no host-blocking or cross-thread driver use."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        textwrap.dedent(f"""
+            import sys
+            sys.path.insert(0, {HERE!r})
+            from fake_driver import HOST_BLOCKING_CALLS, FakeDriver
+            from stridedview import _driver
+
+            fake = FakeDriver()
+            _driver.use_api(fake)
+        """)
+        + textwrap.dedent(body)
+        + textwrap.dedent("""
+            assert fake.violations == [], fake.violations
+            assert not set(fake.names()) & set(HOST_BLOCKING_CALLS), fake.names()
+        """)
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"exit status {result.returncode}: {result.stderr}"
+    assert result.stderr == ""
+    return result.stdout.splitlines()
+
+
+@pytest.mark.slow
+def test_decorator_argument_viewed_by_another_thread_as_the_launch_ends(tmp_path):
+    """2,000 launches hand their argument to a worker thread that views it on a stream while the
+    launch returns: no crash, and once the stream is done every producer has been released."""
+    lines = run_with_fake_driver(tmp_path, """
+        import queue
+        import threading
+        import weakref
+        from stridedview import _view, args_viewable_as_strided_memory, release_pending
+
+        sys.setswitchinterval(1e-5)
+        stream = fake.new_stream()
+
+        class Device:
+            @property
+            def __cuda_array_interface__(self):  # Python code, run while the view is made
+                return {
+                    "version": 3, "shape": (64,), "typestr": "|u1",
+                    "data": (0x7F0000A00000, False), "strides": None, "stream": None,
+                }
+
+        work = queue.Queue()
+        viewing = threading.Semaphore(0)
+
+        def worker():
+            while (proxy := work.get()) is not None:
+                viewing.release()
+                view = proxy.view(stream_ptr=stream)
+                fake.enqueue(stream)
+                del view, proxy
+
+        @args_viewable_as_strided_memory((0,), record_stream=True)
+        def launch(a):
+            work.put(a)
+            viewing.acquire()  # the worker is calling view() as the launch returns
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        released = []
+        for i in range(2000):
+            device = Device()
+            weakref.finalize(device, released.append, i)
+            launch(device)
+            del device
+        work.put(None)
+        thread.join()
+        fake.finish()
+        release_pending()
+        assert sorted(released) == list(range(2000))
+        assert _view._pending_holds() == (0, 0, 0)
+        print("done")
+    """)
+    assert lines == ["done"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["cai", "dlpack"])
+def test_decorator_view_made_after_the_launch_ended_hands_over_on_its_own(tmp_path, kind):
+    """A view another thread was making while the launch ended (its producer's code ran) does
+    not join the launch's sealed group: it hands over on its own stream, with one event there,
+    and its memory is released once, when that stream is done."""
+    lines = run_with_fake_driver(tmp_path, f"""
+        import functools
+        import threading
+        import weakref
+
+        import producers
+        from stridedview import _view, args_viewable_as_strided_memory, release_pending
+
+        first, second = fake.new_stream(), fake.new_stream()
+        asked, ended = threading.Event(), threading.Event()
+
+        def let_the_launch_end():
+            # Python code the view runs: on the worker, it waits for the launch to end.
+            if threading.current_thread() is not threading.main_thread():
+                asked.set()
+                assert ended.wait(30)
+
+        class LateCAI:
+            @property
+            def __cuda_array_interface__(self):
+                let_the_launch_end()
+                return {{
+                    "version": 3, "shape": (16,), "typestr": "|u1",
+                    "data": (0x7F0000A00000, False), "strides": None, "stream": None,
+                }}
+
+        class LateDLPack(producers.DLPackProducer):
+            def __dlpack__(self, **kwargs):
+                let_the_launch_end()
+                return super().__dlpack__(**kwargs)
+
+        if {kind!r} == "cai":
+            late = LateCAI()  # released: its last reference dropped
+            released = []
+            weakref.finalize(late, released.append, "late")
+            late_releases = released.__len__
+        else:
+            late = LateDLPack("versioned", device=(2, 0), shape=(16,), dtype="uint8")
+            late_releases = functools.partial(producers.deleter_calls, late)  # its capsules'
+        other = producers.make_producer(device=(2, 0), shape=(16,), dtype="uint8")
+
+        def worker(proxy):
+            view = proxy.view(stream_ptr=second)
+            fake.enqueue(second)
+            del view
+
+        @args_viewable_as_strided_memory((0, 1), record_stream=True)
+        def launch(a, b):
+            a.view(first)
+            fake.enqueue(first)
+            thread = threading.Thread(target=worker, args=(b,))
+            thread.start()
+            assert asked.wait(30)
+            return thread
+
+        thread = launch(other, late)
+        records = len([name for name in fake.names() if name == "cuEventRecord"])
+        ended.set()
+        thread.join()
+        del late
+        recorded = [
+            int(args[1]) for name, args in fake.calls if name == "cuEventRecord"
+        ][records:]
+        assert recorded == [second], (recorded, first, second)
+        assert late_releases() == 0 and producers.deleter_calls(other) == 0
+        assert _view._pending_holds() == (2, 2, 0)
+        fake.finish(second)
+        assert release_pending() == 1
+        assert late_releases() == 1 and producers.deleter_calls(other) == 0
+        fake.finish(first)
+        assert release_pending() == 1
+        assert late_releases() == 1 and producers.deleter_calls(other) == 1
+        assert _view._pending_holds() == (0, 0, 0)
+        print("done")
+    """)
+    assert lines == ["done"]
+
+
 def test_use_api_releases_pending_holds_first():
     """Replacing the driver (the test seam) releases every pending hand-over, its events being
     the old driver's."""

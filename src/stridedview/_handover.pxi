@@ -24,11 +24,21 @@
 #   pool per (context, thread); a launch's group records one per stream for all
 #   its views when the launch ends (views released before then join its holds;
 #   one released after it hands over on its own, on the group's streams).
+# - A group is sealed when its launch ends, and a seal is never undone: a view
+#   joins it (_join_group) only while it is not sealed, decided under the lock,
+#   so a sealed group's streams never change.  A view made on a stream after the
+#   seal (by a thread the launch function handed its argument to, the launch
+#   ending while the producer's code ran) hands over on its own, on its stream,
+#   as record_stream makes it.  A view's group is the one its proxy had when
+#   view() began, taken as a strong reference (_launcher.pxi's _proxy_group),
+#   never read from the proxy again.
 # - The registry (_pending_entries, a list of sealed _Handovers, oldest first
 #   from index _pending_head: the slots before it hold None, left by claims, and
 #   are cut off once they are half the list, so that a claim, a hand-back and an
 #   append cost the same with 1 or 4,096 entries pending)
-#   is changed only between SV_HANDOVER_LOCK and SV_HANDOVER_UNLOCK, with no
+#   and, while a launch runs, its group's ``streams``, ``holds`` and ``sealed``
+#   and its proxies' ``_group`` (once the function has them) are changed only
+#   between SV_HANDOVER_LOCK and SV_HANDOVER_UNLOCK, with no
 #   Python code run in between (list appends, pops and slice assignments that
 #   drop no last reference).  With the GIL that alone makes each change atomic
 #   and the lock is compiled out; a free-threaded build takes a PyMutex.  An
@@ -55,7 +65,8 @@
 #   through sys.unraisablehook otherwise.
 #
 # Proven by tests/test_record_stream.py (host: arguments, host views, the fake
-# driver's failures) and tests/test_gpu_record_stream.py (the simulated device:
+# driver's failures, a launch's argument viewed by another thread as the launch
+# ends) and tests/test_gpu_record_stream.py (the simulated device:
 # stale reads prevented and their control, deleters counted across threads and
 # collections, events counted, the decorator's one event per launch).
 
@@ -215,8 +226,13 @@ cdef int _record_stream(StridedMemoryView view, object stream) except -1:
     if not view.is_device_accessible:
         return 0  # host memory: nothing a stream runs reads it behind the host's back
     _driver_module().check_stream(handle)
-    place = _stream_place(view, handle)
-    cdef _Handover fresh = _new_handover([place], False)
+    return _hand_to_stream(view, _stream_place(view, handle))
+
+
+cdef int _hand_to_stream(StridedMemoryView view, tuple place) except -1:
+    """``view`` hands over on its own on ``place``'s stream: a hand-over of its own
+    made, or the stream added to the one it has."""
+    cdef _Handover fresh = _new_handover([place], False)  # made before the lock
     cdef _Handover record
     SV_HANDOVER_LOCK()
     if view._handover == NULL:
@@ -224,7 +240,7 @@ cdef int _record_stream(StridedMemoryView view, object stream) except -1:
         view._handover = <void *>fresh
     else:
         record = <_Handover>view._handover
-        if not _has_stream(record.streams, handle):
+        if not _has_stream(record.streams, <object>PyTuple_GET_ITEM(place, 0)):
             record.streams.append(place)  # appends drop no reference: no Python code
     SV_HANDOVER_UNLOCK()
     return 0
@@ -232,7 +248,14 @@ cdef int _record_stream(StridedMemoryView view, object stream) except -1:
 
 cdef int _join_group(StridedMemoryView view, _Handover group, object stream_ptr) except -1:
     """A launch's view, made with ``stream_ptr``, joins the launch's hand-over (a
-    launcher decorated with record_stream=True); host memory, no stream and -1 do not."""
+    launcher decorated with record_stream=True); host memory, no stream and -1 do not.
+
+    A group already sealed (the launch ended while the view was made: the producer's
+    code ran, and another thread made the view) has recorded its events on the
+    streams it had: the view hands over on its own instead, on its stream, as
+    ``record_stream`` makes it.  Which of the two is decided under the lock (a seal
+    is never undone), so no stream is added to a group after it is sealed."""
+    cdef bint joined = False
     if stream_ptr is None:
         return 0
     stream = _normalize_stream(stream_ptr)
@@ -240,13 +263,17 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream_ptr)
         return 0
     place = _stream_place(view, stream)
     SV_HANDOVER_LOCK()
-    if view._handover == NULL:
-        Py_INCREF(group)
-        view._handover = <void *>group
-    if not _has_stream(group.streams, stream):
-        group.streams.append(place)
+    if not group.sealed:
+        joined = True
+        if view._handover == NULL:
+            Py_INCREF(group)
+            view._handover = <void *>group
+        if not _has_stream(group.streams, stream):
+            group.streams.append(place)
     SV_HANDOVER_UNLOCK()
-    return 0
+    if joined:
+        return 0
+    return _hand_to_stream(view, place)
 
 
 cdef _Hold _take_hold(StridedMemoryView view):
@@ -390,7 +417,8 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         SV_HANDOVER_UNLOCK()
         return
     entry.events = events
-    entry.sealed = True
+    if not entry.sealed:  # (a group's was set under the lock, and is read under it)
+        entry.sealed = True
     if _exiting:
         driver.wait_handover(events)
         SV_PENDING_ADD(sv_pending_entries, 1)

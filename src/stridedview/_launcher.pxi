@@ -30,14 +30,16 @@
 #   A view anyone else holds (the function's return value, a traceback, the
 #   collector's caller, another thread) is let go instead, and a proxy the
 #   function keeps drops its kept view, so nothing of a launch's views outlives
-#   the launch.  Without a GIL, a proxy's fields other than ``obj`` (its kept
-#   view, whether it is emptied, its cached type description) are read and
-#   written only by the thread that owns the proxy (_owned_here; the launching
-#   thread), and by the launcher's own thread when it parks or drops it: a
-#   function may hand a proxy to other threads, whose view() then makes a new
-#   view, looks the type up afresh, and writes nothing to the proxy.  ``obj`` is
+#   the launch.  Without a GIL, a proxy's fields other than ``obj`` and
+#   ``_group`` (its kept view, whether it is emptied, its cached type
+#   description) are read and written only by the thread that owns the proxy
+#   (_owned_here; the launching thread), and by the launcher's own thread when
+#   it parks or drops it: a function may hand a proxy to other threads, whose
+#   view() then makes a new view, looks the type up afresh, and writes nothing
+#   to the proxy (_proxy_view and _proxy_view_joining alike).  ``obj`` is
 #   written only while the proxy is unshared (filled before the function gets
-#   it, emptied when parked).
+#   it, emptied when parked); ``_group`` is set while it is unshared and
+#   cleared under the hand-over lock (record_stream=True, below).
 #   An emptied view can still be reached (gc.get_objects(), a __del__ run by the
 #   release of its old fields), so nothing may fill it but its proxy: it is
 #   marked ``_parked`` as it is emptied, and StridedMemoryView.__init__ refuses a
@@ -51,7 +53,15 @@
 #   a spare's emptied kept view is let go when such a launch takes it
 #   (_enter_group), and every proxy leaves the group when the launch ends, before
 #   it is parked.  A launcher without the option runs _launch_with with no group,
-#   which the compiler folds away: one flag test per launch.
+#   which the compiler folds away: one flag test per launch.  A function may hand
+#   its proxy to another thread, whose view() runs while the launch ends: so
+#   view() reads ``_group`` once (_proxy_group: a strong reference, taken under
+#   the hand-over lock, as _leave_group clears it under that lock; the unlocked
+#   test before it is an atomic load without a GIL) and never again once the
+#   producer's code may have run; _join_group then joins the group only if it is
+#   not sealed yet, else the view hands over on its own, on its stream.  With
+#   the GIL the lock is compiled out and the test is a plain load: a proxy of a
+#   launcher without the option pays one pointer test, as before.
 # - Only launchers fill their proxies: ViewableArgument.__init__ refuses a proxy
 #   that has an object or belongs to a launcher (``_name`` set, parked ones
 #   included), so a proxy found through the collector cannot be made to view,
@@ -138,8 +148,10 @@ cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_
         # of a recording launch has no kept view: _enter_group let it go.)
         proxy._kept_view_empty = False
         view = proxy._kept_view
-    elif proxy._group is not None:
-        return _proxy_view_joining(proxy, stream_ptr)
+    elif SV_PROXY_IN_GROUP(<PyObject *>proxy):
+        # A recording launch's proxy: its group taken once, a strong reference (the
+        # producer's code run while the view is made may let the launch end).
+        return _proxy_view_joining(proxy, _proxy_group(proxy), stream_ptr)
     else:
         view = _new_view()
         if SV_FAST_PATHS and own and proxy._name is not None:  # a launcher's proxy
@@ -160,20 +172,44 @@ cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_
     return view
 
 
-cdef StridedMemoryView _proxy_view_joining(ViewableArgument proxy, object stream_ptr):
+cdef StridedMemoryView _proxy_view_joining(
+    ViewableArgument proxy, _Handover group, object stream_ptr
+):
     """``proxy.view(stream_ptr)`` in a recording launch: a new view (never kept: it
-    hands over when released), which joins the launch's group."""
+    hands over when released) that joins ``group``, the launch's group as
+    _proxy_group took it before any Python code ran (None: the launch has ended
+    since, and the view is one of its own, as after the launch).  Never read again
+    here: the producer's code, run while the view is made, may let the launch end;
+    _join_group decides under the lock whether the group still takes the view."""
     cdef StridedMemoryView view = _new_view()
-    info = proxy._info
+    cdef _ProducerType info = None
+    # Without a GIL, only the thread that owns the proxy uses and sets its cached
+    # type (as in _proxy_view): another thread looks it up and writes nothing.
+    cdef bint own = _owned_here(<PyObject *>proxy)
+    if own:
+        info = proxy._info
     if info is None or not _describes(info, type(proxy.obj)):
         info = _producer_type(proxy.obj)
-        proxy._info = info
+        if own:
+            proxy._info = info
     if stream_ptr is None:
         _proxy_view_without_stream(view, proxy, info)
     else:
         _view_from_any(view, proxy.obj, stream_ptr, info)
-        _join_group(view, proxy._group, stream_ptr)
+        if group is not None:
+            _join_group(view, group, stream_ptr)
     return view
+
+
+cdef inline _Handover _proxy_group(ViewableArgument proxy):
+    """``proxy``'s group now, a strong reference (None: its launch has ended).  Taken
+    under the hand-over lock, as _leave_group clears it: without a GIL the launching
+    thread may end the launch, and drop the group, between a read and its reference."""
+    cdef _Handover group
+    SV_HANDOVER_LOCK()
+    group = proxy._group  # a reference taken, none dropped: no Python code
+    SV_HANDOVER_UNLOCK()
+    return group
 
 
 cdef int _proxy_view_without_stream(
@@ -317,8 +353,30 @@ cdef extern from *:
         Py_DECREF(sv_old_obj); \
         Py_DECREF(sv_old_info); \
     } while (0)
+    /* Whether a proxy serves a recording launch now (_group set): a plain load with
+       the GIL; without it an atomic one, as is _leave_group's store, which the
+       launching thread may make meanwhile (_proxy_group then finds None). */
+    #ifdef Py_GIL_DISABLED
+    #define SV_PROXY_IN_GROUP(p) \
+        (_Py_atomic_load_ptr_relaxed(&((SV_PROXY_STRUCT *)(p))->_group) != (void *)Py_None)
+    #define SV_PROXY_STORE_GROUP(p, v) _Py_atomic_store_ptr_release(&(p)->_group, (v))
+    #else
+    #define SV_PROXY_IN_GROUP(p) ((void *)((SV_PROXY_STRUCT *)(p))->_group != (void *)Py_None)
+    #define SV_PROXY_STORE_GROUP(p, v) ((p)->_group = (v))
+    #endif
+    /* A proxy's group set to None (the caller holds the hand-over lock); the old
+       reference dropped, never the last: the launch holds its group until sealed. */
+    #define sv_proxy_leave_group(p) do { \
+        SV_PROXY_STRUCT *sv_leaving = (SV_PROXY_STRUCT *)(p); \
+        PyObject *sv_old_group = (PyObject *)sv_leaving->_group; \
+        Py_INCREF(Py_None); \
+        SV_PROXY_STORE_GROUP(sv_leaving, (void *)Py_None); \
+        Py_DECREF(sv_old_group); \
+    } while (0)
     """
     void sv_proxy_fill(PyObject *, PyObject *, PyObject *, PyObject *) noexcept
+    bint SV_PROXY_IN_GROUP(PyObject *) noexcept
+    void sv_proxy_leave_group(PyObject *) noexcept
 
 
 cdef inline PyObject *_viewable(PyObject *value, PyObject *name) except NULL:
@@ -651,13 +709,16 @@ cdef void _enter_group(ViewableArgument proxy, _Handover group) noexcept:
 
 cdef void _leave_group(PyObject **items, Py_ssize_t filled, _Handover group) noexcept:
     """The launch is over: its proxies no longer add views to ``group`` (a proxy the
-    function kept makes views of its own from now on)."""
+    function kept makes views of its own from now on).  Under the hand-over lock:
+    _proxy_group reads ``_group`` on any thread the function handed a proxy to."""
     cdef Py_ssize_t i
+    SV_HANDOVER_LOCK()
     for i in range(filled):
         if Py_TYPE_ptr(items[i]) == <void *>ViewableArgument and (
             (<ViewableArgument>items[i])._group is group
         ):
-            (<ViewableArgument>items[i])._group = None
+            sv_proxy_leave_group(items[i])  # no Python code: no last reference dropped
+    SV_HANDOVER_UNLOCK()
 
 
 cdef void _seal_group(_Handover group) noexcept:
