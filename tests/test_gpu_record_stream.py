@@ -689,6 +689,11 @@ def test_a_capturing_stream_keeps_the_hold_and_its_capture(gpu, simulator):
 # --- where a stream is: decided at record_stream, kept until the record ----------------------
 
 
+#: The delay of each stream operation below: the work on the view (one copy) runs this long
+#: after it is queued, longer than anything the test does meanwhile on a busy machine.
+LATE_US = 50_000
+
+
 class Default:
     """A default-stream handle (1: the legacy stream, 2: the calling thread's per-thread stream)
     where Marking.mark wants a stream object."""
@@ -706,7 +711,7 @@ def test_a_stream_destroyed_before_the_view_is_released_is_waited_for(gpu, simul
 
     marking = Marking(gpu, 10)
     stream = Stream(0)
-    simulator.set_delay_us(20 * DELETER_DELAY_US)
+    simulator.set_delay_us(LATE_US)
     producer = marking.producer()
     view = StridedMemoryView(producer, stream_ptr=stream.ptr)
     marking.mark(producer.last, stream)
@@ -736,7 +741,7 @@ def test_the_legacy_stream_beside_a_capture_keeps_the_hold_until_it_can_be_recor
     marking = Marking(gpu, 10)
     capturing = gpu.stream(flags=0)  # a blocking stream
     legacy = Default(1)
-    simulator.set_delay_us(20 * DELETER_DELAY_US)
+    simulator.set_delay_us(LATE_US)
     producer = marking.producer()
     view = StridedMemoryView(producer, stream_ptr=-1)
     marking.mark(producer.last, legacy)
@@ -763,7 +768,7 @@ def test_a_stream_whose_capture_was_invalidated_keeps_the_hold_until_it_ends(gpu
 
     marking = Marking(gpu, 10)
     stream = gpu.stream()
-    simulator.set_delay_us(20 * DELETER_DELAY_US)
+    simulator.set_delay_us(LATE_US)
     producer = marking.producer()
     view = StridedMemoryView(producer, stream_ptr=-1)
     marking.mark(producer.last, stream)
@@ -794,7 +799,7 @@ def test_a_per_thread_stream_handed_to_another_thread_is_waited_for(gpu, simulat
     the legacy stream of A's context, which waits for A's per-thread stream; with A ended, its
     context is waited for), never on the main thread's own per-thread stream."""
     marking = Marking(gpu, 10)
-    simulator.set_delay_us(20 * DELETER_DELAY_US)
+    simulator.set_delay_us(LATE_US)
     box = []
     recorded, finish = threading.Event(), threading.Event()
 
@@ -835,7 +840,7 @@ def test_a_legacy_stream_is_its_recording_contexts_wherever_the_view_is_released
     from driver_support import make_current
 
     marking = Marking(gpu, 10)
-    simulator.set_delay_us(20 * DELETER_DELAY_US)
+    simulator.set_delay_us(LATE_US)
     producer = marking.producer()
     view = StridedMemoryView(producer, stream_ptr=-1)
     marking.mark(producer.last, Default(1))
@@ -868,7 +873,7 @@ release_pending(wait=True)  # its event is back in this thread's pool
 ok(drv.cuDevicePrimaryCtxReset(ok(drv.cuDeviceGet(0))))  # the pooled event dies
 make_current(0)
 marking = t.Marking(Resources(), 10)
-sim.set_delay_us(20000)
+sim.set_delay_us(t.LATE_US)
 producer = marking.producer()
 view = StridedMemoryView(producer, stream_ptr=-1)
 marking.mark(producer.last, t.Default(1))
@@ -886,8 +891,30 @@ def test_a_default_stream_hand_over_after_a_context_reset_takes_a_fresh_event(gp
     work, its deleter once (in a child process: the reset takes every test's memory)."""
     from simgpu.simgpu_support import run_python
 
+    import stridedview
+
     tests = os.path.dirname(os.path.abspath(__file__))
-    src = os.path.join(os.path.dirname(tests), "src")
+    src = os.path.dirname(os.path.dirname(os.path.abspath(stridedview.__file__)))  # this run's
     result = run_python("import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + RESET_DEFAULT_SCRIPT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "{} 1 {1: 1} []", result.stdout
+
+
+def test_a_context_destroyed_before_the_view_is_released_releases_it_at_once(gpu, simulator):
+    """A view recorded on a stream of a created context, the context destroyed before the view is
+    released (its work discarded): the hold goes at once, without a host wait, its deleter once."""
+    from driver_support import drv, ok
+
+    marking = Marking(gpu, 10)
+    context = ok(drv.cuCtxCreate(None, 0, ok(drv.cuDeviceGet(0))))
+    stream = ok(drv.cuStreamCreate(1))
+    ok(drv.cuCtxPopCurrent())
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    view.record_stream(int(stream))
+    ok(drv.cuCtxDestroy(context))
+    waits = simulator.calls("cuCtxSynchronize")
+    del view
+    assert marking.calls == {1: 1}
+    assert simulator.calls("cuCtxSynchronize") == waits
+    assert _view._pending_holds() == (0, 0, 0)
