@@ -735,7 +735,8 @@ def test_the_legacy_stream_beside_a_capture_keeps_the_hold_until_it_can_be_recor
     """Recorded on the legacy stream, released while a blocking stream of its context captures a
     graph (the legacy stream then answers STREAM_CAPTURE_IMPLICIT, a temporary state): the hold
     is kept unrecorded, nothing invalidates the capture, and once the capture ends the hold is
-    recorded and released after the legacy stream's work."""
+    recorded (by the checks that later view creations make) and released after the legacy
+    stream's work."""
     from driver_support import drv, ok
 
     marking = Marking(gpu, 10)
@@ -754,6 +755,10 @@ def test_the_legacy_stream_beside_a_capture_keeps_the_hold_until_it_can_be_recor
     finally:
         graph = ok(drv.cuStreamEndCapture(capturing.handle))  # fails if the capture was invalidated
         ok(drv.cuGraphDestroy(graph))
+    for _ in range(64):  # view creations check the pending hand-overs: the record is made now
+        StridedMemoryView(np.zeros(1), stream_ptr=-1)
+    assert _view._deferred_holds() == 0 and _view._pending_holds() == (1, 1, 0)
+    assert marking.calls == {}  # (the legacy stream's work is still running)
     simulator.set_delay_us(0)
     assert release_pending(wait=True) == 1
     assert marking.calls == {1: 1} and marking.early == []
