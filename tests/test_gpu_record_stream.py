@@ -684,3 +684,242 @@ def test_a_capturing_stream_keeps_the_hold_and_its_capture(gpu, simulator):
     assert marking.calls == {}
     assert _view._drain_pending() == 1  # what use_api and interpreter exit do
     assert marking.calls == {1: 1}
+
+
+# --- where a stream is: decided at record_stream, kept until the record ----------------------
+
+
+#: The delay of each stream operation below: the work on the view (one copy) runs this long
+#: after it is queued, longer than anything the test does meanwhile on a busy machine.
+LATE_US = 50_000
+
+
+class Default:
+    """A default-stream handle (1: the legacy stream, 2: the calling thread's per-thread stream)
+    where Marking.mark wants a stream object."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.ptr = handle
+
+
+def test_a_stream_destroyed_before_the_view_is_released_is_waited_for(gpu, simulator):
+    """A view recorded on S, S destroyed with its work still queued (the driver lets it run),
+    then the view released: the hold goes only once S's work has run (the host waits for S's
+    context), its deleter once, with nothing left pending."""
+    from driver_support import Stream, drv, ok
+
+    marking = Marking(gpu, 10)
+    stream = Stream(0)
+    simulator.set_delay_us(LATE_US)
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=stream.ptr)
+    marking.mark(producer.last, stream)
+    view.record_stream(stream)
+    ok(drv.cuStreamDestroy(stream.handle))
+    stream.handle = None
+    del view
+    simulator.set_delay_us(0)
+    release_pending(wait=True)
+    assert marking.calls == {1: 1} and marking.early == []
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+def begin_capture(stream):
+    from driver_support import drv, ok
+
+    ok(drv.cuStreamBeginCapture(stream.handle, drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+
+
+def test_the_legacy_stream_beside_a_capture_keeps_the_hold_until_it_can_be_recorded(gpu, simulator):
+    """Recorded on the legacy stream, released while a blocking stream of its context captures a
+    graph (the legacy stream then answers STREAM_CAPTURE_IMPLICIT, a temporary state): the hold
+    is kept unrecorded, nothing invalidates the capture, and once the capture ends the hold is
+    recorded (by the checks that later view creations make) and released after the legacy
+    stream's work."""
+    from driver_support import drv, ok
+
+    marking = Marking(gpu, 10)
+    capturing = gpu.stream(flags=0)  # a blocking stream
+    legacy = Default(1)
+    simulator.set_delay_us(LATE_US)
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    marking.mark(producer.last, legacy)
+    view.record_stream(1)
+    begin_capture(capturing)
+    try:
+        del view
+        assert marking.calls == {} and _view._deferred_holds() == 1
+        assert release_pending() == 0 and _view._pending_holds() == (1, 1, 0)
+    finally:
+        graph = ok(drv.cuStreamEndCapture(capturing.handle))  # fails if the capture was invalidated
+        ok(drv.cuGraphDestroy(graph))
+    for _ in range(64):  # view creations check the pending hand-overs: the record is made now
+        StridedMemoryView(np.zeros(1), stream_ptr=-1)
+    assert _view._deferred_holds() == 0 and _view._pending_holds() == (1, 1, 0)
+    assert marking.calls == {}  # (the legacy stream's work is still running)
+    simulator.set_delay_us(0)
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {1: 1} and marking.early == []
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+def test_a_stream_whose_capture_was_invalidated_keeps_the_hold_until_it_ends(gpu, simulator):
+    """Recorded on S, released while S's capture is invalidated (S takes no record until the
+    capture is ended): the hold is kept unrecorded, then recorded once the capture has ended and
+    released after S's work, never at once."""
+    from driver_support import drv, ok
+
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+    simulator.set_delay_us(LATE_US)
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    marking.mark(producer.last, stream)
+    view.record_stream(stream)
+    begin_capture(stream)
+    # A query of a capturing stream is not allowed: it invalidates the capture.
+    assert drv.cuStreamQuery(stream.handle)[0] != drv.CUresult.CUDA_SUCCESS
+    status = ok(drv.cuStreamIsCapturing(stream.handle))
+    assert status == drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED
+    try:
+        del view
+        assert marking.calls == {} and _view._deferred_holds() == 1
+        assert release_pending() == 0
+    finally:
+        result = drv.cuStreamEndCapture(stream.handle)
+    assert result[0] == drv.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    assert marking.calls == {}
+    simulator.set_delay_us(0)
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {1: 1} and marking.early == []
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+@pytest.mark.parametrize("recorder", ["alive", "ended"])
+def test_a_per_thread_stream_handed_to_another_thread_is_waited_for(gpu, simulator, recorder):
+    """Thread A records a view on its per-thread default stream (2), with work queued there; the
+    view is released by the main thread: the hold goes only after A's work has run (recorded on
+    the legacy stream of A's context, which waits for A's per-thread stream; with A ended, its
+    context is waited for), never on the main thread's own per-thread stream."""
+    marking = Marking(gpu, 10)
+    simulator.set_delay_us(LATE_US)
+    box = []
+    recorded, finish = threading.Event(), threading.Event()
+
+    def record():
+        from driver_support import make_current
+
+        make_current(0)
+        producer = marking.producer()
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        marking.mark(producer.last, Default(2))
+        view.record_stream(2)
+        box.append(view)
+        del view
+        recorded.set()
+        finish.wait(60)
+
+    thread = threading.Thread(target=record)
+    thread.start()
+    try:
+        recorded.wait(60)
+        if recorder == "ended":
+            finish.set()
+            thread.join(60)
+        del box[:]  # the main thread releases the view
+        simulator.set_delay_us(0)
+        release_pending(wait=True)
+    finally:
+        finish.set()
+        thread.join(60)
+    assert marking.calls == {1: 1} and marking.early == []
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+def test_a_legacy_stream_is_its_recording_contexts_wherever_the_view_is_released(gpu, simulator):
+    """A view of device 0's memory recorded on the legacy stream (1) with device 0 current, then
+    released with device 1 current: the hold goes only after device 0's legacy stream has run
+    the work queued there, never after device 1's."""
+    from driver_support import make_current
+
+    marking = Marking(gpu, 10)
+    simulator.set_delay_us(LATE_US)
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    marking.mark(producer.last, Default(1))
+    view.record_stream(1)
+    make_current(1)
+    try:
+        del view
+        simulator.set_delay_us(0)
+        release_pending(wait=True)
+    finally:
+        make_current(0)
+    assert marking.calls == {1: 1} and marking.early == []
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+RESET_DEFAULT_SCRIPT = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+from driver_support import Resources, drv, make_current, ok, simulator
+import test_gpu_record_stream as t
+from stridedview import StridedMemoryView, release_pending
+
+sim = simulator()
+make_current(0)
+first = t.Marking(Resources(), 10, pinned=False)
+view = StridedMemoryView(first.producer(), stream_ptr=-1)
+view.record_stream(1)
+del view
+release_pending(wait=True)  # its event is back in this thread's pool
+ok(drv.cuDevicePrimaryCtxReset(ok(drv.cuDeviceGet(0))))  # the pooled event dies
+make_current(0)
+marking = t.Marking(Resources(), 10)
+sim.set_delay_us(t.LATE_US)
+producer = marking.producer()
+view = StridedMemoryView(producer, stream_ptr=-1)
+marking.mark(producer.last, t.Default(1))
+view.record_stream(1)
+del view
+held = dict(marking.calls)
+released = release_pending(wait=True)
+print(held, released, marking.calls, marking.early)
+"""
+
+
+def test_a_default_stream_hand_over_after_a_context_reset_takes_a_fresh_event(gpu):
+    """After a primary context reset (which kills the pooled events), a hand-over on the legacy
+    stream records a fresh event rather than releasing at once: the hold goes after the stream's
+    work, its deleter once (in a child process: the reset takes every test's memory)."""
+    from simgpu.simgpu_support import run_python
+
+    import stridedview
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.dirname(os.path.dirname(os.path.abspath(stridedview.__file__)))  # this run's
+    result = run_python("import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + RESET_DEFAULT_SCRIPT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "{} 1 {1: 1} []", result.stdout
+
+
+def test_a_context_destroyed_before_the_view_is_released_releases_it_at_once(gpu, simulator):
+    """A view recorded on a stream of a created context, the context destroyed before the view is
+    released (its work discarded): the hold goes at once, without a host wait, its deleter once."""
+    from driver_support import drv, ok
+
+    marking = Marking(gpu, 10)
+    context = ok(drv.cuCtxCreate(None, 0, ok(drv.cuDeviceGet(0))))
+    stream = ok(drv.cuStreamCreate(1))
+    ok(drv.cuCtxPopCurrent())
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    view.record_stream(int(stream))
+    ok(drv.cuCtxDestroy(context))
+    waits = simulator.calls("cuCtxSynchronize")
+    del view
+    assert marking.calls == {1: 1}
+    assert simulator.calls("cuCtxSynchronize") == waits
+    assert _view._pending_holds() == (0, 0, 0)

@@ -435,9 +435,12 @@ def test_default_stream_with_no_current_context_is_the_data_devices(fake_streams
 # --- streams and contexts that go away ---------------------------------------------------------
 
 
-def test_stream_destroyed_before_the_release_releases_at_once(fake_streams, monkeypatch):
-    """A stream destroyed before the view is released cannot be recorded on: the hold goes at
-    once, with nothing reported (the driver has finished or discarded its work)."""
+def test_stream_destroyed_before_the_release_waits_for_its_context_then_releases(
+    fake_streams, monkeypatch
+):
+    """A stream destroyed before the view is released cannot be recorded on, and its queued
+    work may still run: the host waits for its context (cuCtxSynchronize, with the context
+    the stream had pushed), then the hold goes, with nothing reported."""
     fake = fake_streams
     reported = []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
@@ -446,9 +449,16 @@ def test_stream_destroyed_before_the_release_releases_at_once(fake_streams, monk
     view = StridedMemoryView(producer, stream_ptr=-1)
     view.record_stream(stream)
     fake.destroy_stream(stream)
+    fake.set_current(None)  # released with no context current: the stream's is pushed
+    before = len(fake.calls)
     del view
     assert producers.deleter_calls(producer) == 1 and pending() == (0, 0)
     assert reported == []
+    names = fake.names(fake.calls[before:])
+    assert "cuCtxSynchronize" in names and names.index("cuCtxPushCurrent") < names.index("cuCtxSynchronize")
+    assert fake.violations == [("cuCtxSynchronize", ())]
+    fake.violations.clear()  # the one host wait this case calls for
+    fake.clear_calls()
 
 
 def test_context_reset_under_a_pending_hold_releases_it(fake_streams):

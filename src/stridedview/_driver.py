@@ -41,15 +41,32 @@ event's context pushed); ``use_api`` destroys every thread's events and releases
 the retained primary contexts.  Nothing is destroyed at interpreter exit: the
 process's driver resources go with it.
 
-Hand-overs (``record_handover``, ``handover_done``, ``wait_handover``,
-``give_back_events``): when a view recorded on streams lets go of its memory, one
-event is recorded on each stream, taken from a pool of events per (context,
-thread): an event in flight belongs to its hand-over alone, and goes back to the
+Hand-overs (``check_stream``, ``record_handover``, ``handover_done``,
+``wait_handover``, ``give_back_events``): where a stream is, is decided when the
+view is recorded on it (``check_stream``: an ordinary handle's context; for 0, 1
+and 2 the context current then, else the data device's primary context, and for 2
+the recording thread), and that *place* is what the hand-over records on, with its
+context pushed, wherever and whenever the view is released.  When a view recorded
+on streams lets go of its memory, one event is recorded on each stream, taken from
+a pool of events per (context, thread): an event in flight belongs to its hand-over alone, and goes back to the
 pool of whichever thread releases the hand-over (at most ``_POOL_LIMIT`` per
 context, the rest destroyed), so a steady stream of hand-overs creates no events.
 Completion is asked with ``cuEventQuery`` (never a host wait, but at the pending
 bound and at interpreter exit, ``wait_handover``).  An event whose query fails
-other than "not ready" (its context was reset) counts as done and is dropped.
+other than "not ready" (its context was reset) counts as done and is dropped.  A
+hold is never released while a stream it was handed to may still run work; where
+no event can be recorded to say when:
+
+- a per-thread stream (2) released by another thread is recorded on its context's
+  legacy stream, which waits for every blocking stream of the context, per-thread
+  ones included; with the recording thread ended, the host waits for the context;
+- a stream destroyed before the release (``CUDA_ERROR_INVALID_HANDLE``) may still
+  run its queued work: the host waits for its context (``cuCtxSynchronize``), rare
+  enough to afford; a context that is gone discarded its work (the record fails);
+- a capture elsewhere (the legacy stream beside a capturing blocking stream:
+  ``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT``; a stream whose capture was invalidated)
+  forbids both the record and a host wait: the record fails with a name in
+  ``LATER`` and the compiled core tries it again later.
 
 After warm-up, ordering after an ordinary producer stream costs two driver calls
 (record, wait); after a producer's default stream, four (push, record, pop,
@@ -57,7 +74,8 @@ wait).  Should a remembered context or event be stale (a stream destroyed and it
 handle reused elsewhere, a primary context reset by ``cudaDeviceReset``, which
 keeps the context's handle but destroys its events), the record fails with
 CUDA_ERROR_INVALID_HANDLE or CUDA_ERROR_INVALID_CONTEXT; the stale entries are
-then dropped and the record tried once more with a fresh lookup and a fresh event.
+then dropped and the record tried once more with a fresh lookup and a fresh event
+(for a hand-over, on an ordinary or a default stream alike: its pool is dropped).
 """
 
 from __future__ import annotations
@@ -495,43 +513,89 @@ def device_count() -> int:
 _POOL_LIMIT = 1024
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY: what cuEventQuery answers for work still queued
 _CAPTURE_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+_CAPTURE_INVALIDATED = 2  # CU_STREAM_CAPTURE_STATUS_INVALIDATED
+_CAPTURE_WAS_INVALIDATED = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
+_STREAM_GONE = "CUDA_ERROR_INVALID_HANDLE"
+# Record failures that mean "not now": a capture elsewhere in the stream's context (what
+# the legacy stream answers beside a capturing blocking stream), or a capture invalidated
+# and not yet ended.  The compiled core keeps such a hand-over and tries it again later.
+# (A host synchronization refused beside a capture answers UNSUPPORTED.)
+LATER = (
+    "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", _CAPTURE_WAS_INVALIDATED,
+    "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+)
 
 
-def check_stream(stream: int) -> None:
-    """Check that the driver is usable and, for an ordinary handle, that ``stream``
-    names a stream (its context is then remembered for this thread); CUDAError if not.
+def check_stream(stream: int, device: int | None = None, ptr: int = 0) -> tuple:
+    """Where ``stream`` is now, as the hand-over's *place* ``(handle, context key, thread
+    key, context, thread)``; CUDAError if the driver is unusable or an ordinary handle
+    names no stream.
 
-    ``view.record_stream`` calls it, so that a bad handle fails there rather than
-    when the view is released.  The default-stream handles 0, 1 and 2 need only the
-    driver: which stream they name is decided when the view is released.
+    ``view.record_stream`` (and a view joining a recording launch) calls it, so that a bad
+    handle fails there and a default-stream handle means the stream it means there:
+
+    - an ordinary handle: its context (``cuStreamGetCtx``, remembered for this thread);
+    - 0 and 1: the legacy stream of the calling thread's current context, or, with none
+      current, of the data device's primary context (``device``, or the device owning
+      ``ptr``);
+    - 2: the same context's per-thread default stream of the calling thread, whose
+      ``threading.get_ident()`` is the thread key and whose ``_ThreadEvents``, weakly
+      referenced, is ``thread`` (dead once the thread has ended).
+
+    The keys are ints (the context's handle; the thread's identity, 0 for handles other
+    than 2): two places are the same stream when handle and keys are equal.
     """
     api = _driver()
-    if stream in _DEFAULT_STREAMS:
-        return
     state = _thread_state(api)
-    if stream not in state.context_of_stream:
-        state.context_of_stream[stream] = _call(api, "cuStreamGetCtx", stream)
+    if stream in _DEFAULT_STREAMS:
+        context = _call(api, "cuCtxGetCurrent")
+        if int(context) == 0:
+            if device is None:
+                device = _pointer_device(api, ptr, NO_DRIVER_HINT)
+            context = _primary_context(api, device)
+        if stream == CU_STREAM_PER_THREAD:
+            return (stream, int(context), threading.get_ident(), context, weakref.ref(state))
+        return (stream, int(context), 0, context, None)
+    context = state.context_of_stream.get(stream)
+    if context is None:
+        context = state.context_of_stream[stream] = _call(api, "cuStreamGetCtx", stream)
+    return (stream, int(context), 0, context, None)
 
 
 def record_handover(streams: list) -> list | None:
     """Record one event on each of ``streams``; the ``[context, event]`` pairs, or None
     when a stream is capturing a CUDA graph (nothing is recorded then).
 
-    ``streams`` holds ``(handle, device, ptr)`` triples: ``device`` (an ordinal or
-    None) and ``ptr`` say which device's primary context a default-stream handle
-    (0, 1, 2) means when the calling thread has no current context, as for a
-    consumer's stream in ``order_after``.  Each event comes from this thread's pool
-    for the stream's context (created there when the pool is empty).  A cached
-    context or pooled event found stale (a reset context) is replaced and the record
-    tried once more; CUDAError when it still fails.  The events recorded before a
-    failure go back to the pool.
+    ``streams`` holds the places ``check_stream`` made when the view was recorded: each
+    record is made in the context remembered there (pushed when not current).  Each event
+    comes from this thread's pool for that context (created there when the pool is
+    empty); a pooled event found dead (a reset context) is replaced, its pool dropped, and
+    the record tried once more.  Where the stream cannot be recorded on but its work may
+    still run, the host waits for it instead (the pair's event is then None: nothing to
+    query):
+
+    - a per-thread default stream (2) released on another thread is recorded on the
+      legacy stream (1) of its context, which waits for every blocking stream of that
+      context, the recording thread's per-thread stream included; if the recording thread
+      has ended (its per-thread stream went with it, its work maybe still queued), the
+      context is synchronized;
+    - an ordinary stream that is gone (``CUDA_ERROR_INVALID_HANDLE``: destroyed after the
+      view was recorded, its queued work still running) while its context lives: the
+      context is synchronized (``cuCtxSynchronize``, with it pushed).  A context that is
+      gone itself fails (its work was discarded).
+
+    CUDAError when a record fails: named ``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`` or
+    ``..._INVALIDATED`` (``LATER``) when it cannot be made now because of a capture (the
+    legacy stream beside a capturing blocking stream, a stream whose capture was
+    invalidated): the caller tries again later.  The events recorded before a failure go
+    back to the pool.
     """
     api = _driver()
     state = _thread_state(api)
     recorded: list = []
     try:
-        for handle, device, ptr in streams:
-            pair = _record_pooled(api, state, handle, device, ptr)
+        for place in streams:
+            pair = _record_place(api, state, place)
             if pair is None:
                 give_back_events(recorded)
                 return None
@@ -542,31 +606,82 @@ def record_handover(streams: list) -> list | None:
     return recorded
 
 
-def _record_pooled(api, state, handle, device, ptr):
-    """``[context, event]`` with a pooled event recorded on ``handle``, or None if the
-    stream is capturing."""
+def _in_place(api, context, action):
+    """``action()`` with ``context`` current: pushed around it when it is not."""
+    if int(_call(api, "cuCtxGetCurrent")) == int(context):
+        return action()
+    return _in_context(api, context, action)
+
+
+def _record_place(api, state, place):
+    """``[context, event]`` with a pooled event recorded on the stream of ``place``; None if
+    it is capturing; ``[context, None]`` when its context was synchronized instead."""
+    handle, _, _, context, thread = place
     if handle in _DEFAULT_STREAMS:
-        current = _call(api, "cuCtxGetCurrent")
-        if int(current) != 0:
-            return _record_pooled_in(api, state, current, handle)
-        if device is None:
-            device = _pointer_device(api, ptr, NO_DRIVER_HINT)
-        primary = _primary_context(api, device)
-        return _in_context(api, primary, lambda: _record_pooled_in(api, state, primary, handle))
-    context = state.context_of_stream.get(handle)
-    if context is None:
-        context = state.context_of_stream[handle] = _call(api, "cuStreamGetCtx", handle)
+        if thread is not None:
+            recorder = thread()
+            if recorder is None:  # the recording thread has ended
+                _settle_context(api, context)
+                return [context, None]
+            if recorder is not state:
+                handle = CU_STREAM_LEGACY  # waits for the recorder's per-thread stream
+        return _in_place(api, context, lambda: _record_default(api, state, context, handle))
+    return _record_ordinary(api, state, handle, context)
+
+
+def _record_default(api, state, context, handle):
+    """Record on the default stream ``handle`` of ``context``, the current context; a dead
+    pooled event (the context was reset) is replaced and the record tried once more."""
     try:
         return _record_pooled_in(api, state, context, handle)
     except CUDAError as exc:
         if exc.name not in _STALE:
             raise
-    # A stale context (the handle reused) or a dead pool (the context reset): look up
-    # again (CUDAError if the stream is gone) and take a fresh event.
+    return _record_pooled_in(api, state, context, handle)  # the dead pool was dropped
+
+
+def _record_ordinary(api, state, handle, context):
+    """Record on the ordinary stream ``handle`` of ``context``; a gone stream's context is
+    synchronized instead."""
+    try:
+        return _record_pooled_in(api, state, context, handle)
+    except CUDAError as exc:
+        if exc.name not in _STALE:
+            raise
     state.context_of_stream.pop(handle, None)
-    fresh = _call(api, "cuStreamGetCtx", handle)
-    state.context_of_stream[handle] = fresh
-    return _record_pooled_in(api, state, fresh, handle)
+    try:
+        now = _call(api, "cuStreamGetCtx", handle)
+    except CUDAError as exc:
+        if exc.name != _STREAM_GONE:
+            raise
+        now = None
+    if now is not None and int(now) == int(context):
+        # The stream is there and the pooled event was dead (a reset context, whose pool
+        # was dropped): once more, with a fresh event.
+        return _record_pooled_in(api, state, context, handle)
+    # The stream recorded on is gone (destroyed, maybe its handle reused since): the work
+    # queued on it may still run, and only its context can say when it is done.
+    _settle_context(api, context)
+    if now is None:
+        return [context, None]
+    state.context_of_stream[handle] = now  # (or the remembered context was stale)
+    return _record_pooled_in(api, state, now, handle)
+
+
+def _settle_context(api, context) -> None:
+    """Wait on the host for every stream of ``context`` (``cuCtxSynchronize``, with it
+    pushed); CUDAError if the context is gone, and ``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT``
+    without waiting when a blocking stream of it is capturing (a host synchronization
+    would invalidate that capture)."""
+
+    def settle():
+        result = api.cuStreamIsCapturing(CU_STREAM_LEGACY)
+        if int(result[0]) != _CUDA_SUCCESS:
+            error = _failure(api, "cuStreamIsCapturing", result[0])
+            raise error
+        _call(api, "cuCtxSynchronize")
+
+    _in_place(api, context, settle)
 
 
 def _record_pooled_in(api, state, context, handle):
@@ -578,8 +693,15 @@ def _record_pooled_in(api, state, context, handle):
         # a message it must find in docs/errors.md (the "failed" row covers _failure's).
         error = _failure(api, "cuStreamIsCapturing", result[0])
         raise error
-    if int(result[1]) == _CAPTURE_ACTIVE:
+    status = int(result[1])
+    if status == _CAPTURE_ACTIVE:
         return None
+    if status == _CAPTURE_INVALIDATED:  # until cuStreamEndCapture ends it
+        raise CUDAError(
+            "cuStreamIsCapturing: the stream's capture was invalidated, and it takes no record "
+            "until the capture is ended",
+            _CAPTURE_WAS_INVALIDATED,
+        )
     event = _pool_take(api, state, context)
     code = api.cuEventRecord(event, handle)[0]
     if int(code) == _CUDA_SUCCESS:

@@ -332,8 +332,9 @@ class StridedMemoryView:
         is not blocked (see ``stridedview.release_pending``).
 
         ``stream`` is a stream handle (an int >= 0: 0, 1 and 2 name the default
-        streams of the context current where the view is released, else the data
-        device's) or an object with ``__cuda_stream__``: TypeError for anything
+        streams of the context current where ``record_stream`` is called, else the
+        data device's primary context's; 2 the calling thread's own) or an object
+        with ``__cuda_stream__``: TypeError for anything
         else, ValueError for a negative handle (-1 names no stream); CUDAError when
         the driver cannot be used or the handle names no stream.  A view of
         host-only memory (``is_device_accessible`` False) records nothing: no stream
@@ -512,8 +513,10 @@ class _ViewableLauncher:
 # Hand-overs (record_stream): release the holds whose streams are done; how many.
 def release_pending(wait: bool = False) -> int: ...
 
-# For tests: (entries, holds, holds handed to capturing streams) pending; the bound on
+# For tests: (entries, holds, holds handed to capturing streams) pending, deferred ones
+# included; the holds deferred (not yet recorded: a capture elsewhere); the bound on
 # pending hand-overs (returns the previous one); everything released, waiting (use_api's).
 def _pending_holds() -> tuple[int, int, int]: ...
+def _deferred_holds() -> int: ...
 def _set_pending_limit(limit: int) -> int: ...
 def _drain_pending() -> int: ...

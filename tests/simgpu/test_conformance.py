@@ -297,6 +297,33 @@ def test_stream_destroy_after_work(sim, res):
         assert drv.cuStreamDestroy(drv.CUstream(1))[0] == E.CUDA_ERROR_INVALID_HANDLE
 
 
+def test_context_synchronize_waits_for_a_destroyed_streams_work(primary, res):
+    """cuCtxSynchronize waits for work still queued on a stream destroyed before the call (a
+    destroyed stream's queued work still runs, in its context)."""
+    stream = ok(drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING))
+    gate = Gate().enqueue(stream)
+    event = res.event()
+    ok(drv.cuEventRecord(event, stream))
+    ok(drv.cuStreamDestroy(stream))
+    synchronized = threading.Event()
+
+    def synchronize():
+        ok(drv.cuCtxSetCurrent(primary[0]))
+        ok(drv.cuCtxSynchronize())
+        synchronized.set()
+
+    thread = threading.Thread(target=synchronize)
+    thread.start()
+    try:
+        time.sleep(0.05)
+        assert not synchronized.is_set(), "cuCtxSynchronize returned before the destroyed stream's work"
+    finally:
+        gate.open()
+        thread.join(30)
+    assert synchronized.is_set()
+    assert drv.cuEventQuery(event)[0] == SUCCESS
+
+
 def test_stream_runs_its_work_in_order(sim, res):
     """Operations of one stream complete in the order they were enqueued, asynchronously."""
     if sim is not None:

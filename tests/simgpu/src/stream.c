@@ -489,19 +489,34 @@ typedef struct {
     int n, cap;
 } idle_snapshot;
 
-static void snapshot_ctx(sg_ctx *c, idle_snapshot *snap) {
-    for (int i = 0; i < c->nstreams; i++) {
-        if (snap->n == snap->cap) {
-            int cap = snap->cap ? snap->cap * 2 : 16;
-            sg_dep *grown = realloc(snap->points, (size_t)cap * sizeof *grown);
-            if (grown == NULL) return;
-            snap->points = grown;
-            snap->cap = cap;
-        }
-        snap->points[snap->n].stream = c->streams[i]->o.h;
-        snap->points[snap->n].seq = c->streams[i]->submitted;
-        snap->n++;
+static void snapshot_stream(sg_stream *s, idle_snapshot *snap) {
+    if (snap->n == snap->cap) {
+        int cap = snap->cap ? snap->cap * 2 : 16;
+        sg_dep *grown = realloc(snap->points, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return;
+        snap->points = grown;
+        snap->cap = cap;
     }
+    snap->points[snap->n].stream = s->o.h;
+    snap->points[snap->n].seq = s->submitted;
+    snap->n++;
+}
+
+/* A destroyed stream still running its queued work (its worker drops the handle once
+ * drained): that work is the context's too, and a context synchronisation waits for it. */
+static void snapshot_draining(void *obj, void *arg) {
+    sg_stream *s = obj;
+    idle_snapshot *snap = arg;
+    if (s->destroyed && s->ctx == snap->ctx && s->submitted > s->completed)
+        snapshot_stream(s, snap);
+}
+
+static void snapshot_ctx(sg_ctx *c, idle_snapshot *snap) {
+    for (int i = 0; i < c->nstreams; i++) snapshot_stream(c->streams[i], snap);
+    sg_ctx *saved = snap->ctx;
+    snap->ctx = c;
+    sg_handle_each(K_STREAM, snapshot_draining, snap);
+    snap->ctx = saved;
 }
 
 static void snapshot_each(void *obj, void *arg) {
