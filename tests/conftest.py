@@ -403,19 +403,22 @@ def fake(request):
 def gpu():
     """A ``gpu`` test's driver state: stridedview on the real cuda.bindings.driver (whatever an
     earlier test installed), device 0's primary context current on this thread, the simulator's
-    delay at 0; yields a ``driver_support.Resources`` whose streams and memory are released after
+    delay at 0 and no injected failure (``Simulator.fail``, cleared again after the test); yields a ``driver_support.Resources`` whose streams and memory are released after
     the test, its queued work finished first."""
     import driver_support
     from stridedview import _driver
 
+    simulator = driver_support.simulator()
+    if simulator is not None:
+        simulator.fail_clear()
     _driver.use_api(None)
     driver_support.make_current(0)
-    simulator = driver_support.simulator()
     if simulator is not None:
         simulator.set_delay_us(0)
     resources = driver_support.Resources()
     yield resources
     if simulator is not None:
+        simulator.fail_clear()
         simulator.set_delay_us(0)
     driver_support.make_current(0)
     # Holds handed to this test's streams may keep its memory (or call deleters that read

@@ -97,8 +97,9 @@ def two_devices(device_count):
 
 @pytest.fixture(autouse=True)
 def _main_thread_context(request):
-    """Each test starts with device 0's primary context current on the main thread, and no
-    operation delay; whatever it leaves queued is finished before the next test starts."""
+    """Each test starts with device 0's primary context current on the main thread, no
+    operation delay and no injected failure (``Simulator.fail``); whatever it leaves queued
+    is finished before the next test starts."""
     if "driver" not in request.fixturenames and "primary" not in request.fixturenames:
         yield
         return
@@ -106,11 +107,14 @@ def _main_thread_context(request):
 
     primary = request.getfixturevalue("primary")
     sim = request.getfixturevalue("sim")
+    if sim is not None:
+        sim.fail_clear()
     ok(drv.cuCtxSetCurrent(primary[0]))
     if sim is not None:
         sim.set_delay_us(0)
     yield
     if sim is not None:
+        sim.fail_clear()
         sim.set_delay_us(0)
     if threading.current_thread() is threading.main_thread():
         for ctx in primary:

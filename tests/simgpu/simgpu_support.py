@@ -85,6 +85,12 @@ class Simulator:
         lib.simgpu_set_kernel_params.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
         lib.simgpu_calls_report.restype = ctypes.c_size_t
         lib.simgpu_calls_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        lib.simgpu_calls_reset.restype = None
+        lib.simgpu_fail.restype = ctypes.c_int
+        lib.simgpu_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.simgpu_fail_clear.restype = None
+        lib.simgpu_fail_fired.restype = ctypes.c_longlong
+        lib.simgpu_fail_fired.argtypes = [ctypes.c_char_p]
 
     def counter(self, name: str) -> int:
         return self.lib.simgpu_counter(name.encode())
@@ -97,6 +103,32 @@ class Simulator:
         buffer = ctypes.create_string_buffer(size + 1)
         self.lib.simgpu_calls_report(buffer, size + 1)
         return {name: int(n) for name, n in (line.split() for line in buffer.value.decode().splitlines())}
+
+    def calls_reset(self) -> None:
+        """Sets every entry point's call count (``calls``, ``calls_report``) back to 0."""
+        self.lib.simgpu_calls_reset()
+
+    def fail(self, entry_point: str, code, count: int = 1, skip: int = 0) -> None:
+        """Injects failures: the next ``skip`` calls of ``entry_point`` run as usual, then the
+        following ``count`` calls (-1: every call until cleared) return ``code`` (a CUresult or
+        an int) and do nothing else.
+
+        ``"cuFoo"`` also names the versioned variants the bindings call (``cuFoo_v2``, ...), and
+        the per-thread-default-stream variants run their base entry point, so every route to
+        the entry point meets the failure.  A call answered with a failure is still counted by
+        ``calls``.  Process-wide: calls from every thread count.  Replaces an earlier rule for
+        the same name; ``count=0`` removes it.
+        """
+        if self.lib.simgpu_fail(entry_point.encode(), int(code), int(count), int(skip)) != 0:
+            raise ValueError(f"simgpu_fail({entry_point!r}, {code!r}, {count}, {skip}) refused")
+
+    def fail_clear(self) -> None:
+        """Removes every injected failure (``fail``)."""
+        self.lib.simgpu_fail_clear()
+
+    def fail_fired(self, entry_point: str) -> int:
+        """How many failures the rule set by ``fail(entry_point, ...)`` has injected (-1: none set)."""
+        return self.lib.simgpu_fail_fired(entry_point.encode())
 
     def set_delay_us(self, microseconds: int) -> None:
         self.lib.simgpu_set_delay_us(microseconds)

@@ -69,9 +69,115 @@ int sg_api_index(const char *name) {
     return found < 0 ? MAX_APIS - 1 : found;
 }
 
-void sg_api_enter(int index) {
+/* Injected failures (simgpu_fail): process-wide rules, one per entry-point name.  A rule
+ * lets its entry point's next `skip` calls run, then answers the following `count` calls
+ * (count < 0: every call until cleared) with `code` without running them.  A rule named
+ * "cuFoo" applies to cuFoo and to its versioned variants (cuFoo_v2, cuFoo_v3, ...); the
+ * per-thread-default-stream variants (_ptsz, _ptds) run their base entry point, so every
+ * route to an entry point (the exported symbol, any pointer cuGetProcAddress hands out)
+ * meets the same rule.  Rules are checked where calls are counted (sg_api_enter), so an
+ * injected failure is counted as a call, and traced. */
+#define MAX_FAULTS 32
+typedef struct {
+    char name[128];
+    int active;
+    CUresult code;
+    long long skip;   /* calls still to let through */
+    long long count;  /* failures still to inject; < 0: until cleared */
+    long long fired;  /* failures injected so far */
+} fault_rule;
+static fault_rule faults[MAX_FAULTS];
+static atomic_int faults_active; /* rules set: the fast path checks only this */
+static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* "cuFoo" names cuFoo and cuFoo_v<digits>. */
+static int fault_matches(const char *rule, const char *entry) {
+    size_t n = strlen(rule);
+    if (strncmp(rule, entry, n) != 0) return 0;
+    const char *rest = entry + n;
+    if (*rest == '\0') return 1;
+    if (rest[0] != '_' || rest[1] != 'v' || rest[2] == '\0') return 0;
+    for (rest += 2; *rest; rest++)
+        if (*rest < '0' || *rest > '9') return 0;
+    return 1;
+}
+
+int sg_api_enter(int index, CUresult *fault) {
     sg_load_config();
     atomic_fetch_add(&api_calls[index], 1);
+    if (atomic_load(&faults_active) == 0 || api_names[index] == NULL) return 0;
+    int hit = 0;
+    pthread_mutex_lock(&fault_lock);
+    for (int i = 0; i < MAX_FAULTS; i++) {
+        fault_rule *f = &faults[i];
+        if (!f->active || !fault_matches(f->name, api_names[index])) continue;
+        if (f->skip > 0) {
+            f->skip--;
+        } else if (f->count != 0) {
+            if (f->count > 0) f->count--;
+            f->fired++;
+            *fault = f->code;
+            hit = 1;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&fault_lock);
+    return hit;
+}
+
+/* Exported for tests: the next `skip` calls of `entry_point` (and of its _vN variants)
+ * run as usual, then the following `count` calls return `result_code` without doing
+ * anything (count -1: every call until cleared; count 0: removes the rule).  Replaces an
+ * earlier rule for the same name.  Process-wide: calls from every thread count.
+ * Returns 0, or -1 when the name is empty or too long or the rule table is full. */
+SG_API int simgpu_fail(const char *entry_point, int result_code, int count, int skip) {
+    if (entry_point == NULL || *entry_point == '\0' || strlen(entry_point) >= sizeof faults[0].name ||
+        skip < 0)
+        return -1;
+    int rc = -1, live = 0;
+    pthread_mutex_lock(&fault_lock);
+    fault_rule *slot = NULL;
+    for (int i = 0; i < MAX_FAULTS && slot == NULL; i++)
+        if (faults[i].active && strcmp(faults[i].name, entry_point) == 0) slot = &faults[i];
+    for (int i = 0; i < MAX_FAULTS && slot == NULL; i++)
+        if (!faults[i].active) slot = &faults[i];
+    if (slot != NULL) {
+        if (count == 0) {
+            slot->active = 0;
+        } else {
+            strcpy(slot->name, entry_point);
+            slot->code = result_code;
+            slot->skip = skip;
+            slot->count = count < 0 ? -1 : count;
+            slot->fired = 0;
+            slot->active = 1;
+        }
+        rc = 0;
+    }
+    for (int i = 0; i < MAX_FAULTS; i++) live += faults[i].active;
+    atomic_store(&faults_active, live);
+    pthread_mutex_unlock(&fault_lock);
+    return rc;
+}
+
+/* Exported for tests: removes every injected-failure rule. */
+SG_API void simgpu_fail_clear(void) {
+    pthread_mutex_lock(&fault_lock);
+    memset(faults, 0, sizeof faults);
+    atomic_store(&faults_active, 0);
+    pthread_mutex_unlock(&fault_lock);
+}
+
+/* Exported for tests: how many failures the rule named `entry_point` has injected since
+ * it was set (-1: no such rule). */
+SG_API long long simgpu_fail_fired(const char *entry_point) {
+    long long fired = -1;
+    if (entry_point == NULL) return -1;
+    pthread_mutex_lock(&fault_lock);
+    for (int i = 0; i < MAX_FAULTS; i++)
+        if (faults[i].active && strcmp(faults[i].name, entry_point) == 0) fired = faults[i].fired;
+    pthread_mutex_unlock(&fault_lock);
+    return fired;
 }
 
 SG_API CUresult cuGetErrorName(CUresult error, const char **name);
@@ -118,6 +224,13 @@ SG_API long long simgpu_call_count(const char *name) {
         if (strcmp(api_names[i], name) == 0) total += atomic_load(&api_calls[i]);
     pthread_mutex_unlock(&api_lock);
     return total;
+}
+
+/* Exported for tests: sets every entry point's call count back to 0. */
+SG_API void simgpu_calls_reset(void) {
+    pthread_mutex_lock(&api_lock);
+    for (int i = 0; i < api_count; i++) atomic_store(&api_calls[i], 0);
+    pthread_mutex_unlock(&api_lock);
 }
 
 /* Exported for tests: a named counter (events_created, events_destroyed, events_live,

@@ -189,14 +189,20 @@ extern int sg_initialized;
 void sg_load_config(void);
 double sg_now_ms(void);
 
-/* ---- tracing and per-entry-point call counters ---------------------------------- */
+/* ---- tracing, per-entry-point call counters, injected failures ------------------- */
 int sg_api_index(const char *name);
-void sg_api_enter(int index);
+/* Counts a call; returns nonzero with *fault set when an injected failure (simgpu_fail)
+ * answers this call instead of the entry point. */
+int sg_api_enter(int index, CUresult *fault);
 CUresult sg_api_leave(int index, CUresult result);
-#define API_BEGIN(name)                              \
-    static int api_index_ = -1;                      \
-    if (api_index_ < 0) api_index_ = sg_api_index(name); \
-    sg_api_enter(api_index_)
+#define API_BEGIN(name)                                      \
+    static int api_index_ = -1;                              \
+    if (api_index_ < 0) api_index_ = sg_api_index(name);     \
+    do {                                                     \
+        CUresult fault_;                                     \
+        if (sg_api_enter(api_index_, &fault_))               \
+            return sg_api_leave(api_index_, fault_);         \
+    } while (0)
 #define API_RETURN(expr) return sg_api_leave(api_index_, (expr))
 /* The thread is a stream worker running a host function (which may make no CUDA call). */
 extern __thread int sg_in_host_fn;
