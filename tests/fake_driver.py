@@ -1,18 +1,45 @@
 """A fake of ``cuda.bindings.driver`` that models what the CUDA driver promises.
 
-What it is kept for, now that the gpu tests run through the real bindings on the simulated
-device (tests/simgpu, docs/simulated-gpu.md): what the simulator cannot do.  ``fail(name,
-code)`` makes any call fail with any code (a failing pop after a failing create, a record
-that fails twice, ``cuInit`` failing once); ``reuse_stream_handle`` gives a destroyed
-stream's handle to another context (the simulator never reuses a handle); ``hooks`` stop a
-thread inside a call so that two threads interleave exactly; every call is kept with its
-arguments, so a test can hold the library to an exact call sequence; and its visibility
-model is exact and deterministic, which the random interleavings of test_driver_model.py
-need.  Device memory, copies and tensor maps are no longer modelled here: those tests run on
-the simulated device.
+Kept where nothing else can serve (issue 36: the device paths run on the simulated device,
+tests/simgpu, whose C entry points can now be made to fail: ``Simulator.fail``):
 
-Install it with ``stridedview._driver.use_api(FakeDriver())`` (and ``use_api(None)``
-afterwards).  It does not only record calls: it keeps the state the real driver
+- no driver call at all on host paths: ``ForbiddenDriver`` (the ``forbidden_driver``
+  fixture) fails a test at the first call, in the host suite, which never loads a driver;
+- an exact call sequence with its arguments (the ``names(state_calls(fake)) == [...]`` tests of
+  test_stream_ordering.py, record_stream's ``cuCtxPushCurrent`` before ``cuCtxSynchronize``):
+  the simulator counts calls but keeps neither their order nor their arguments;
+- a stream handle reused by another context (``reuse_stream_handle``: the stale lookup of
+  test_stale_context_retried_after_invalid_handle; the simulator never reuses a handle);
+- a made-up handle (test_invalid_handle_on_fresh_lookup_is_not_retried,
+  test_record_stream_with_an_unknown_handle_is_a_cuda_error): not safe on a real driver;
+- ``hooks`` that stop a thread inside a call so that two threads interleave exactly
+  (test_interleaved_threads_each_wait_for_their_own_producer);
+- the exact, deterministic visibility model the random interleavings of test_driver_model.py
+  need;
+- a Python-level driver that raises instead of returning a code (test_cai.py's
+  ``Unloadable``, test_stream_ordering.py's ``RaisingDriver``), and no cuda-bindings at all
+  (test_missing_cuda_bindings_is_cuda_error_no_driver blocks the import);
+- the host-only tests of the error contract (test_errors_contract.py) and of the views'
+  fields (test_cai.py, test_export.py, ...), which must run without a device.
+
+Duplicated on the simulated device, with real data read back (tests/test_gpu_driver_faults.py;
+the lead decides whether these fake tests go): from test_stream_ordering.py,
+test_record_failing_twice_raises, test_failing_call_raises_cuda_error_with_its_name (all eight
+calls), test_ordering_works_after_a_failure (all five),
+test_event_create_failure_in_other_context_pops (but its exact last two calls),
+test_cuinit_retried_after_failure,
+test_failing_pop_does_not_hide_the_first_error, test_no_event_leaks_when_pop_fails_after_create,
+and the retry rule (not the handle reuse) of test_stale_context_retried_after_invalid_handle and
+test_invalid_handle_on_fresh_lookup_is_not_retried; from test_record_stream.py,
+test_a_failed_record_releases_at_once_and_is_reported; test_errors_contract.py's
+"driver-call-failed" message.  A process with no ``libcuda.so.1`` at all is a child process
+(test_cai.py's test_process_with_no_libcuda_is_cuda_error_no_driver), not a fake.
+test_ordering_calls_accepted_by_real_bindings (the fake's calls replayed on the real bindings)
+is made redundant by every gpu test, which calls the real bindings.
+
+Device memory, copies and tensor maps are no longer modelled here: those tests run on the
+simulated device.  Install it with ``stridedview._driver.use_api(FakeDriver())`` (and
+``use_api(None)`` afterwards).  It does not only record calls: it keeps the state the real driver
 keeps, and refuses what the real driver refuses (the CUDA driver API reference):
 
 - ``cuInit(0)`` must come first; any other call before it is

@@ -12,6 +12,7 @@ import ctypes
 import gc
 import itertools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -844,15 +845,16 @@ def test_no_driver_call_without_ordering(forbidden_driver, keys, stream_ptr):
     assert forbidden_driver.used == []
 
 
-def _run_python(code, timeout=120):
-    """Run ``code`` in a fresh interpreter (tests/ on sys.path); return its last stdout line as JSON."""
+def _run_python(code, timeout=120, env=None):
+    """Run ``code`` in a fresh interpreter (tests/ on sys.path, ``env`` its environment when
+    given); return its last stdout line as JSON."""
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=None,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -967,6 +969,51 @@ print(json.dumps({"mode": mode, "ordered": ordered, "again": again, "device": de
     assert result["device"]["type"] == "CUDAError"
     assert result["device"]["name"] == "CUDA_ERROR_NO_DRIVER"
     assert "device_id=?" in result["repr"]
+
+
+NO_LIBCUDA_SKIP_REASON = (
+    "a libcuda.so.1 is found on the system search path (ld.so.cache) even with LD_LIBRARY_PATH "
+    "empty: no process without a driver can be made on this machine"
+)
+
+
+def test_process_with_no_libcuda_is_cuda_error_no_driver(tmp_path):
+    """In a process whose library path holds no libcuda.so.1, the real bindings' ordering raises
+    CUDAError CUDA_ERROR_NO_DRIVER naming stream_ptr=-1, and views that need no driver work."""
+    empty = tmp_path / "no-driver"
+    empty.mkdir()
+    env = {key: value for key, value in os.environ.items() if key not in ("LD_PRELOAD", "SIMGPU_LIB_DIR")}
+    env["LD_LIBRARY_PATH"] = str(empty)  # the simulator's folder, if any, no longer searched
+    result = _run_python(_SUBPROCESS_PRELUDE + """
+if libcuda_loadable():
+    print(json.dumps({"loadable": True}))
+    raise SystemExit
+from stridedview import StridedMemoryView, _driver
+ordered = attempt(lambda: StridedMemoryView(CAI(stream=0x5000), stream_ptr=0x7000))
+again = attempt(lambda: StridedMemoryView(CAI(stream=0x5000), stream_ptr=0x7000))
+producer = CAI(stream=0x5000)
+opted_out = StridedMemoryView(producer, stream_ptr=-1)
+device = attempt(lambda: opted_out.device_id)
+host = StridedMemoryView(np.arange(6, dtype=np.float32).reshape(2, 3))
+print(json.dumps({
+    "loadable": False, "ordered": ordered, "again": again, "device": device,
+    "bindings": "cuda.bindings.driver" in sys.modules,
+    "opted_out": [list(opted_out.shape), opted_out.ready_stream,
+                  opted_out.ptr == producer.array.ctypes.data],
+    "host": [list(host.shape), host.is_device_accessible, host.device_id],
+}))
+""", env=env)
+    if result["loadable"]:
+        pytest.skip(NO_LIBCUDA_SKIP_REASON)
+    assert result["bindings"] is True  # the real bindings were loaded and found no driver
+    for outcome in (result["ordered"], result["again"]):
+        assert outcome["type"] == "CUDAError", outcome
+        assert outcome["name"] == "CUDA_ERROR_NO_DRIVER"
+        assert outcome["runtime_error"] is True
+        assert "stream_ptr=-1" in outcome["message"]
+    assert result["device"]["name"] == "CUDA_ERROR_NO_DRIVER"
+    assert result["opted_out"] == [[2, 3], 0x5000, True]
+    assert result["host"] == [[2, 3], False, -1]
 
 
 def test_no_driver_error_from_a_bindings_module_that_raises():

@@ -6,7 +6,7 @@ Each test writes late on a producer stream (the simulator delays every operation
 stream into pinned memory: the read must see the write.  These were the "what the consumer
 sees" tests of tests/test_stream_ordering.py, checked there in the fake driver's model; here
 the driver is the real cuda-bindings on the simulator, and the data are real.  The fake keeps
-the exact call sequences and the injected failures.
+the exact call sequences; injected failures are in tests/test_gpu_driver_faults.py.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ The fake (fake_driver.py) keeps contexts, streams as lists of operations, and
 events that capture a point of a stream; these tests hold the library to the exact
 call sequence of docs/concepts.md ("Streams") and docs/threads.md ("Events") and to what it does when
 a call fails (failures injected into any call, a stream handle reused by another
-context: what the simulated device cannot produce).  What the consumer then sees is
-raced with real data on the simulated device: tests/test_gpu_streams.py and
-tests/test_gpu_ordering.py.  The last section runs real producers on a GPU (marked ``gpu``,
+context).  What the consumer then sees is raced with real data on the simulated device:
+tests/test_gpu_streams.py and tests/test_gpu_ordering.py; the failures are injected into the
+simulated device's entry points too, in tests/test_gpu_driver_faults.py (the list of what is
+duplicated there, and what only the fake can do, opens fake_driver.py).  The last section runs real producers on a GPU (marked ``gpu``,
 skipped here by conftest).
 """
 
