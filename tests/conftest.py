@@ -74,8 +74,14 @@ REAL_GPU_SKIP_REASON = (
     "do not run on the simulated device"
 )
 SIMULATOR_SKIP_REASON = "needs the simulated device's test hooks (tests/simgpu), not a real GPU"
+# A machine with a driver installed system-wide (ld.so.cache) cannot run a process without one.
+NO_LIBCUDA_SKIP_REASON = (
+    "a libcuda.so.1 is found on the system search path (ld.so.cache) even with LD_LIBRARY_PATH "
+    "empty: no process without a driver can be made on this machine"
+)
 HARDWARE_SKIP_REASONS = (
-    GPU_SKIP_REASON, TWO_GPUS_SKIP_REASON, REAL_GPU_SKIP_REASON, SIMULATOR_SKIP_REASON
+    GPU_SKIP_REASON, TWO_GPUS_SKIP_REASON, REAL_GPU_SKIP_REASON, SIMULATOR_SKIP_REASON,
+    NO_LIBCUDA_SKIP_REASON,
 )
 REQUIRE_INTEROP_ENV = "STRIDEDVIEW_REQUIRE_INTEROP"
 # CI's wheel stage runs the suite with no compiler on PATH, on purpose (a user's machine

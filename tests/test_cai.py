@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import stridedview
+from conftest import NO_LIBCUDA_SKIP_REASON
 from fake_driver import FakeDriver
 from producers import assert_view, make_producer
 from stridedview import CUDAError, StridedMemoryView
@@ -969,12 +970,6 @@ print(json.dumps({"mode": mode, "ordered": ordered, "again": again, "device": de
     assert result["device"]["type"] == "CUDAError"
     assert result["device"]["name"] == "CUDA_ERROR_NO_DRIVER"
     assert "device_id=?" in result["repr"]
-
-
-NO_LIBCUDA_SKIP_REASON = (
-    "a libcuda.so.1 is found on the system search path (ld.so.cache) even with LD_LIBRARY_PATH "
-    "empty: no process without a driver can be made on this machine"
-)
 
 
 def test_process_with_no_libcuda_is_cuda_error_no_driver(tmp_path):
