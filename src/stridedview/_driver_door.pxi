@@ -45,10 +45,14 @@
 #   event, CU_EVENT_DISABLE_TIMING, created in that context) (SV_DOOR_EVENTS
 #   entries; a thread using more contexts than that takes the Python path for the
 #   others).  One event per (context, thread), reused: see CUDA_SEMANTICS.md.
-#   Each struct is on a list (sv_door_threads, under sv_door_lock) for the reset,
-#   and under a pthread key whose destructor, when the thread ends, destroys its
-#   events (each with its context pushed, through the function pointers: no
-#   Python there) and frees it.  Nothing is destroyed at process exit (the main
+#   Each struct is on a list (sv_door_threads, under sv_door_lock) for the reset.
+#   Its events are destroyed (each with its context pushed, through the function
+#   pointers: no Python there) when the thread ends: by a capsule in the thread
+#   state's dict, released by PyThreadState_Clear before a join on the thread
+#   returns (the struct is then closed: code run later in that thread takes the
+#   Python path), and by a pthread key's destructor at the OS thread's end, which
+#   also frees the struct (so a struct is freed only by its own thread, and never
+#   while its ``__thread`` pointer can still be used).  Nothing is destroyed at process exit (the main
 #   thread's events go with the process), as in _driver.py.
 # - Stale entries: a record failing with CUDA_ERROR_INVALID_HANDLE or
 #   CUDA_ERROR_INVALID_CONTEXT (a stream destroyed and its handle reused in
@@ -127,6 +131,7 @@ cdef extern from *:
         void *event[SV_DOOR_EVENTS];
         unsigned long long ordered;      /* orderings done here */
         unsigned long long events_made;  /* events this thread's door created */
+        int closed;  /* its thread state cleared: not used again */
         struct sv_door_thread *prev, *next;
     } sv_door_thread;
 
@@ -165,7 +170,28 @@ cdef extern from *:
         }
     }
 
-    /* The pthread key's destructor: the thread ends. */
+    /* The thread's Python thread state is cleared (PyThreadState_Clear, as the
+       thread ends, before a join returns): its events destroyed, the struct closed
+       (no longer used; freed by the key's destructor below). */
+    static void sv_door_thread_close(PyObject *capsule) {
+        sv_door_thread *t = (sv_door_thread *)PyCapsule_GetPointer(capsule, "stridedview._driver_door");
+        int finalizing;
+        if (t == NULL) { PyErr_Clear(); return; }
+    #if PY_VERSION_HEX >= 0x030D0000
+        finalizing = Py_IsFinalizing();
+    #else
+        finalizing = _Py_IsFinalizing();
+    #endif
+        pthread_mutex_lock(&sv_door_lock);
+        /* At interpreter exit nothing is destroyed (the driver may be shutting down;
+           the process's resources go with it), as in _driver.py. */
+        sv_door_clear_locked(t, !finalizing && __atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) == 1);
+        t->closed = 1;
+        pthread_mutex_unlock(&sv_door_lock);
+    }
+
+    /* The pthread key's destructor: the OS thread ends.  Its events destroyed (if
+       its thread state did not already), the struct freed. */
     static void sv_door_thread_end(void *p) {
         sv_door_thread *t = (sv_door_thread *)p;
         pthread_mutex_lock(&sv_door_lock);
@@ -177,7 +203,10 @@ cdef extern from *:
         free(t);
     }
 
+    /* This thread's struct, made on first use (the GIL held, or the thread state
+       attached); NULL if none can be had. */
     static sv_door_thread *sv_door_thread_new(void) {
+        PyObject *dict, *capsule;
         sv_door_thread *t = (sv_door_thread *)calloc(1, sizeof(sv_door_thread));
         if (t == NULL) return NULL;
         if (pthread_setspecific(sv_door_key, t) != 0) { free(t); return NULL; }
@@ -187,12 +216,23 @@ cdef extern from *:
         sv_door_threads = t;
         pthread_mutex_unlock(&sv_door_lock);
         sv_door_tls = t;
+        /* Closed with the thread state, so that its events are gone when a join on
+           the thread returns (the key's destructor runs later, at the OS thread's
+           end).  Without a thread-state dict (the thread ending): the key alone. */
+        dict = PyThreadState_GetDict();
+        if (dict != NULL) {
+            capsule = PyCapsule_New(t, "stridedview._driver_door", sv_door_thread_close);
+            if (capsule == NULL || PyDict_SetItemString(dict, "stridedview._driver_door", capsule) < 0)
+                PyErr_Clear();
+            Py_XDECREF(capsule);
+        }
         return t;
     }
 
     static inline sv_door_thread *sv_door_thread_get(void) {
         sv_door_thread *t = sv_door_tls;
-        return t != NULL ? t : sv_door_thread_new();
+        if (t == NULL) return sv_door_thread_new();
+        return t->closed ? NULL : t;  /* closed: code run as its thread ends */
     }
 
     /* Resolve every entry point through the loaded driver's cuGetProcAddress_v2.
