@@ -26,8 +26,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.simgpu]
 #: The driver calls an ordering may make; a warm one through the door makes one record and
 #: one wait, nothing else.
 COUNTED = (
-    "cuEventRecord", "cuStreamWaitEvent", "cuStreamGetCtx", "cuEventCreate", "cuEventDestroy",
-    "cuCtxGetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent",
+    "cuEventRecord", "cuStreamWaitEvent", "cuStreamGetCtx", "cuEventCreate", "cuEventDestroy_v2",
+    "cuCtxGetCurrent", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuPointerGetAttribute",
+    "cuDevicePrimaryCtxRetain",
 )
 
 
@@ -93,9 +94,48 @@ def test_warm_ordering_is_one_record_and_one_wait_in_c(door, simulator, monkeypa
     before, ordered = counts(simulator), info()["ordered"]
     for _ in range(10):
         order()
-    assert delta(simulator, before) == {"cuEventRecord": 10, "cuStreamWaitEvent": 10}
+    expected = {"cuEventRecord": 10, "cuStreamWaitEvent": 10}
+    if site == "export":
+        expected["cuPointerGetAttribute"] = 10  # the export's device (a CAI view's device_id)
+    assert delta(simulator, before) == expected
     assert info()["ordered"] - ordered == 10
     assert info()["thread_events"] == 1  # one context: one event, reused
+
+
+@pytest.mark.parametrize("producer", ["cai-1", "cai-2", "exchange-0"])
+def test_warm_default_producer_stream_is_ordered_in_c(door, simulator, monkeypatch, producer):
+    """A producer's default stream (CAI 1 or 2: the device of the pointer; the exchange API's
+    NULL: the tensor's device) is resolved in that device's primary context by the door: push,
+    record, pop, wait (and, for the CAI, the pointer's device asked), late writes seen."""
+    from test_gpu_streams import exchange_view
+
+    spot = Spot(door)
+    consumer = door.stream()
+    handle = int(producer[-1])
+
+    def order():
+        if producer.startswith("cai"):
+            StridedMemoryView(spot.array(handle), stream_ptr=consumer.ptr)
+        else:
+            exchange_view(spot.memory.ptr, 0, 0, consumer.ptr)
+
+    order()
+    refuse_python_path(monkeypatch)
+    before, ordered = counts(simulator), info()["ordered"]
+    for _ in range(5):
+        order()
+    expected = {
+        "cuCtxPushCurrent_v2": 5, "cuEventRecord": 5, "cuCtxPopCurrent_v2": 5, "cuStreamWaitEvent": 5
+    }
+    if producer.startswith("cai"):
+        expected["cuPointerGetAttribute"] = 5
+    assert delta(simulator, before) == expected
+    assert info()["ordered"] - ordered == 5
+    simulator.set_delay_us(DELAY_US)
+    for i in range(5):
+        spot.write(handle, i + 1)
+        order()
+        assert spot.read(consumer.handle), i
 
 
 def test_door_orders_for_real(door, simulator, monkeypatch):

@@ -91,6 +91,8 @@ cdef extern from *:
     #define SV_CU_EVENT_DISABLE_TIMING 2
     #define SV_DOOR_STREAMS 16
     #define SV_DOOR_EVENTS 8
+    #define SV_DOOR_DEVICES 64
+    #define SV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
 
     typedef int sv_CUresult;
 
@@ -104,6 +106,10 @@ cdef extern from *:
         sv_CUresult (*cuEventDestroy)(void *);
         sv_CUresult (*cuEventRecord)(void *, void *);
         sv_CUresult (*cuStreamWaitEvent)(void *, void *, unsigned int);
+        sv_CUresult (*cuDeviceGet)(int *, int);
+        sv_CUresult (*cuDevicePrimaryCtxRetain)(void **, int);
+        sv_CUresult (*cuDevicePrimaryCtxRelease)(int);
+        sv_CUresult (*cuPointerGetAttribute)(void *, int, unsigned long long);
         /* For the hand-over code (not used by the ordering itself). */
         sv_CUresult (*cuStreamIsCapturing)(void *, int *);
         sv_CUresult (*cuEventQuery)(void *);
@@ -141,6 +147,10 @@ cdef extern from *:
     static sv_door_thread *sv_door_threads = NULL;
     static __thread sv_door_thread *sv_door_tls = NULL;
     static long long sv_door_events_live = 0;  /* under sv_door_lock */
+    /* Each device's primary context, retained once (NULL: not yet), and its CUdevice;
+       written under sv_door_lock, read with acquire ordering; released by the reset. */
+    static void *sv_door_primary[SV_DOOR_DEVICES];
+    static int sv_door_primary_device[SV_DOOR_DEVICES];
 
     /* Destroy event ``event`` of ``context`` with its context pushed; errors ignored
        (a reset context's events are already gone). */
@@ -273,6 +283,10 @@ cdef extern from *:
         SV_DOOR_RESOLVE(cuEventDestroy);
         SV_DOOR_RESOLVE(cuEventRecord);
         SV_DOOR_RESOLVE(cuStreamWaitEvent);
+        SV_DOOR_RESOLVE(cuDeviceGet);
+        SV_DOOR_RESOLVE(cuDevicePrimaryCtxRetain);
+        SV_DOOR_RESOLVE(cuDevicePrimaryCtxRelease);
+        SV_DOOR_RESOLVE(cuPointerGetAttribute);
         SV_DOOR_RESOLVE(cuStreamIsCapturing);
         SV_DOOR_RESOLVE(cuEventQuery);
     #undef SV_DOOR_RESOLVE
@@ -299,8 +313,13 @@ cdef extern from *:
     static void sv_door_reset(void) {
         sv_door_thread *t;
         pthread_mutex_lock(&sv_door_lock);
-        int on = sv_door_state == 1;
+        int on = sv_door_state == 1, i;
         for (t = sv_door_threads; t != NULL; t = t->next) sv_door_clear_locked(t, on);
+        for (i = 0; i < SV_DOOR_DEVICES; i++) {
+            if (sv_door_primary[i] != NULL && on)
+                sv_door_fn.cuDevicePrimaryCtxRelease(sv_door_primary_device[i]);
+            __atomic_store_n(&sv_door_primary[i], NULL, __ATOMIC_RELEASE);
+        }
         __atomic_store_n(&sv_door_state, 0, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&sv_door_lock);
     }
@@ -438,6 +457,117 @@ cdef extern from *:
         return SV_CUDA_SUCCESS;
     }
 
+    /* The primary context of device ``ordinal``, retained once. */
+    static sv_CUresult sv_door_primary_context(int ordinal, void **context, const char **call) {
+        void *found;
+        int device;
+        sv_CUresult r = SV_CUDA_SUCCESS;
+        if (ordinal < 0 || ordinal >= SV_DOOR_DEVICES) return SV_DOOR_NOT_HANDLED;
+        found = __atomic_load_n(&sv_door_primary[ordinal], __ATOMIC_ACQUIRE);
+        if (found != NULL) { *context = found; return SV_CUDA_SUCCESS; }
+        pthread_mutex_lock(&sv_door_lock);
+        found = sv_door_primary[ordinal];
+        if (found == NULL) {
+            r = sv_door_fn.cuDeviceGet(&device, ordinal);
+            if (r != SV_CUDA_SUCCESS) *call = "cuDeviceGet";
+            else {
+                r = sv_door_fn.cuDevicePrimaryCtxRetain(&found, device);
+                if (r != SV_CUDA_SUCCESS) *call = "cuDevicePrimaryCtxRetain";
+                else {
+                    sv_door_primary_device[ordinal] = device;
+                    __atomic_store_n(&sv_door_primary[ordinal], found, __ATOMIC_RELEASE);
+                }
+            }
+        }
+        pthread_mutex_unlock(&sv_door_lock);
+        *context = found;
+        return r;
+    }
+
+    static sv_CUresult sv_door_create_current(sv_door_thread *t, void *context, void **event,
+                                              const char **call) {
+        sv_CUresult r;
+        if (t->n_events == SV_DOOR_EVENTS) return SV_DOOR_NOT_HANDLED;
+        r = sv_door_fn.cuEventCreate(event, SV_CU_EVENT_DISABLE_TIMING);
+        if (r != SV_CUDA_SUCCESS) { *call = "cuEventCreate"; return r; }
+        pthread_mutex_lock(&sv_door_lock);
+        t->event_context[t->n_events] = context;
+        t->event[t->n_events] = *event;
+        t->n_events++;
+        sv_door_events_live++;
+        pthread_mutex_unlock(&sv_door_lock);
+        t->events_made++;
+        return SV_CUDA_SUCCESS;
+    }
+
+    /* Record this thread's event of ``context``, the current context, on ``stream``;
+       a dead event (its context reset) replaced and the record tried once more. */
+    static sv_CUresult sv_door_record_in_current(sv_door_thread *t, void *context, uintptr_t stream,
+                                                 void **event, const char **call) {
+        sv_CUresult r;
+        int i = sv_door_find_event(t, context);
+        if (i >= 0) {
+            *event = t->event[i];
+            r = sv_door_fn.cuEventRecord(*event, (void *)stream);
+            if (r == SV_CUDA_SUCCESS) return r;
+            if (!sv_door_stale(r)) { *call = "cuEventRecord"; return r; }
+            sv_door_drop_event(t, context);
+        }
+        r = sv_door_create_current(t, context, event, call);
+        if (r != SV_CUDA_SUCCESS) return r;
+        r = sv_door_fn.cuEventRecord(*event, (void *)stream);
+        if (r != SV_CUDA_SUCCESS) *call = "cuEventRecord";
+        return r;
+    }
+
+    static inline int sv_door_same_default(uintptr_t a, uintptr_t b) {
+        return (a == 2) == (b == 2);
+    }
+
+    /* ``consumer`` waits for the default stream ``producer`` (0, 1, 2) of device
+       ``ordinal``'s primary context (_driver.py's _order_after_default). */
+    static sv_CUresult sv_door_order_default(uintptr_t producer, uintptr_t consumer, int ordinal,
+                                             const char **call) {
+        sv_door_thread *t = sv_door_thread_get();
+        void *primary, *current = NULL, *event = NULL, *popped;
+        int wait_inside = 0;
+        sv_CUresult r, r_pop;
+        if (t == NULL) return SV_DOOR_NOT_HANDLED;
+        r = sv_door_primary_context(ordinal, &primary, call);
+        if (r != SV_CUDA_SUCCESS) return r;
+        if (consumer <= 2) {
+            r = sv_door_fn.cuCtxGetCurrent(&current);
+            if (r != SV_CUDA_SUCCESS) { *call = "cuCtxGetCurrent"; return r; }
+            wait_inside = current == NULL;  /* no current context: the consumer's is the primary */
+            if ((current == NULL || current == primary) && sv_door_same_default(producer, consumer))
+                return SV_CUDA_SUCCESS;  /* one stream */
+        }
+        r = sv_door_fn.cuCtxPushCurrent(primary);
+        if (r != SV_CUDA_SUCCESS) { *call = "cuCtxPushCurrent"; return r; }
+        r = sv_door_record_in_current(t, primary, producer, &event, call);
+        if (r == SV_CUDA_SUCCESS && wait_inside) {
+            r = sv_door_fn.cuStreamWaitEvent((void *)consumer, event, 0);
+            if (r != SV_CUDA_SUCCESS) *call = "cuStreamWaitEvent";
+        }
+        r_pop = sv_door_fn.cuCtxPopCurrent(&popped);
+        if (r != SV_CUDA_SUCCESS) return r;  /* the first error explains what went wrong */
+        if (r_pop != SV_CUDA_SUCCESS) { *call = "cuCtxPopCurrent"; return r_pop; }
+        if (!wait_inside) {
+            r = sv_door_fn.cuStreamWaitEvent((void *)consumer, event, 0);
+            if (r != SV_CUDA_SUCCESS) { *call = "cuStreamWaitEvent"; return r; }
+        }
+        t->ordered++;
+        return SV_CUDA_SUCCESS;
+    }
+
+    /* The device ordinal of the memory at ``ptr``. */
+    static sv_CUresult sv_door_pointer_device(uintptr_t ptr, int *ordinal, const char **call) {
+        sv_CUresult r = sv_door_fn.cuPointerGetAttribute(
+            ordinal, SV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (unsigned long long)ptr);
+        if (r != SV_CUDA_SUCCESS) *call = "cuPointerGetAttribute";
+        return r;
+    }
+
     static unsigned long long sv_door_thread_ordered(void) {
         return sv_door_tls ? sv_door_tls->ordered : 0;
     }
@@ -459,6 +589,15 @@ cdef extern from *:
     static void sv_door_reset(void) {}
     static sv_CUresult sv_door_order(uintptr_t producer, uintptr_t consumer, const char **call) {
         (void)producer; (void)consumer; (void)call;
+        return SV_DOOR_NOT_HANDLED;
+    }
+    static sv_CUresult sv_door_order_default(uintptr_t producer, uintptr_t consumer, int ordinal,
+                                             const char **call) {
+        (void)producer; (void)consumer; (void)ordinal; (void)call;
+        return SV_DOOR_NOT_HANDLED;
+    }
+    static sv_CUresult sv_door_pointer_device(uintptr_t ptr, int *ordinal, const char **call) {
+        (void)ptr; (void)ordinal; (void)call;
         return SV_DOOR_NOT_HANDLED;
     }
     static unsigned long long sv_door_thread_ordered(void) { return 0; }
@@ -484,6 +623,8 @@ cdef extern from *:
     void sv_door_close() nogil
     void sv_door_reset() nogil
     sv_CUresult sv_door_order(uintptr_t producer, uintptr_t consumer, const char **call) nogil
+    sv_CUresult sv_door_order_default(uintptr_t producer, uintptr_t consumer, int ordinal, const char **call) nogil
+    sv_CUresult sv_door_pointer_device(uintptr_t ptr, int *ordinal, const char **call) nogil
     unsigned long long sv_door_thread_ordered() nogil
     int sv_door_thread_events() nogil
     long long sv_door_live_events() nogil
@@ -522,12 +663,13 @@ cdef int _door_raise(sv_CUresult code, const char *call) except -1:
     raise CUDAError(f"{call.decode()} failed: {name}", name)
 
 
-cdef int _door_order(object producer, object consumer) except -1:
-    """``order_after(producer, consumer)`` in C: 1 when done, 0 when the caller must
-    call ``_driver_module().order_after`` (the door off or undecided, a default
-    producer stream, a case left to the Python path); CUDAError as order_after."""
+cdef int _door_order(object producer, object consumer, object device, object ptr) except -1:
+    """``order_after(producer, consumer, device, ptr)`` in C: 1 when done, 0 when the
+    caller must call ``_driver_module().order_after`` (the door off or undecided, a
+    case left to the Python path); CUDAError as order_after."""
     cdef int state = sv_door_state_load()
-    cdef uintptr_t p, c
+    cdef uintptr_t p, c, address = 0
+    cdef int ordinal = -1
     cdef const char *call = NULL
     cdef sv_CUresult r
     if state == -1:
@@ -539,15 +681,31 @@ cdef int _door_order(object producer, object consumer) except -1:
         c = consumer
     except OverflowError:  # not a handle (negative, too large): the Python path says so
         return 0
-    if p <= 2:
-        return 0  # a producer's default stream: the data device's, decided in Python
-    if p == c:
+    if p == c and p > 2:
         return 1  # one stream: nothing to order, no driver loaded (as order_after)
+    if p <= 2:
+        # A producer's default stream is the data device's: known, or that of the
+        # memory at ptr; with neither, the current context's (the Python path).
+        if device is not None:
+            if type(device) is not int or not 0 <= device < 64:
+                return 0
+            ordinal = device
+        elif type(ptr) is not int or ptr == 0 or ptr < 0 or ptr >= _UINTPTR_LIMIT:
+            return 0
+        else:
+            address = ptr
     if state != 1:
         _door_decide()
         if sv_door_state_load() != 1:
             return 0
-    r = sv_door_order(p, c, &call)
+    if p > 2:
+        r = sv_door_order(p, c, &call)
+    else:
+        r = SV_CUDA_SUCCESS
+        if ordinal < 0:
+            r = sv_door_pointer_device(address, &ordinal, &call)
+        if r == SV_CUDA_SUCCESS:
+            r = sv_door_order_default(p, c, ordinal, &call)
     if r == SV_CUDA_SUCCESS:
         return 1
     if r == SV_DOOR_NOT_HANDLED:
@@ -559,7 +717,7 @@ cdef int _door_order(object producer, object consumer) except -1:
 cdef inline int _order_after(object producer, object consumer, object device=None, object ptr=0) except -1:
     """``_driver.order_after(producer, consumer, device, ptr)``, through the C door
     when it handles the call."""
-    if _door_order(producer, consumer) == 0:
+    if _door_order(producer, consumer, device, ptr) == 0:
         _driver_module().order_after(producer, consumer, device, ptr)
     return 0
 
