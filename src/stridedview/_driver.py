@@ -55,16 +55,19 @@ After warm-up, ordering after an ordinary producer stream costs two driver calls
 (record, wait); after a producer's default stream, four (push, record, pop,
 wait).
 
-The C door (``_driver_door.pxi`` in the compiled core) does the ordinary-producer
-case of ``order_after`` without Python, with the same two calls through function
-pointers that the driver's own ``cuGetProcAddress`` resolved, and its own per-thread
-caches and events (the same rules as here: one event per (context, thread), stale
-entries retried once, events destroyed when their thread ends and by ``use_api``).
+The C door (``_driver_door.pxi`` in the compiled core) does ``order_after`` without
+Python for an ordinary producer stream, and for a producer's default stream whose
+data device is known, with the same calls through function pointers that the
+driver's own ``cuGetProcAddress`` resolved, and its own per-thread caches and events
+(the same rules as here: one event per (context, thread), stale entries retried
+once, events destroyed when their thread ends and by ``use_api``; primary contexts
+retained once, released by ``use_api``).
 It is on only while ``_api`` is the real ``cuda.bindings.driver`` (loaded and
 initialised here first: the door never loads a driver) and ``_c_door`` is true
 (``STRIDEDVIEW_NO_C_DRIVER=1`` makes it false; a change takes effect at the next
-``use_api``); whatever it does not handle (first use, a producer's default stream,
-a default consumer stream with no current context, a fake driver) comes here.  Should a remembered context or event be stale (a stream destroyed and its
+``use_api``); whatever it does not handle (a default producer stream with no data
+device, a default consumer stream with no current context after an ordinary producer,
+a thread using more than 8 contexts, a fake driver) comes here.  Should a remembered context or event be stale (a stream destroyed and its
 handle reused elsewhere, a primary context reset by ``cudaDeviceReset``, which
 keeps the context's handle but destroys its events), the record fails with
 CUDA_ERROR_INVALID_HANDLE or CUDA_ERROR_INVALID_CONTEXT; the stale entries are

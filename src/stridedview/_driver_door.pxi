@@ -1,7 +1,9 @@
 # The driver door in C: ``order_after`` for the common warm cases, without
 # Python.  _driver.py stays the general path (and the only one that loads a
 # driver); this file is a shortcut in front of it for the calls that dominate a
-# launch: an ORDINARY producer stream (a handle > 2) and any consumer stream.
+# launch: an ordinary producer stream (a handle > 2), or a producer's default
+# stream (0, 1, 2) whose data device is known (``device``, or the device of the
+# memory at ``ptr``), and any consumer stream.
 #
 # What it does: ``_door_order(producer, consumer)`` answers 1 ("done": the
 # consumer now waits for the producer's work so far) or 0 ("not handled": the
@@ -10,7 +12,9 @@
 # (``CUDAError(f"{name} failed: {error_name}", error_name)``, the name from the
 # driver's cuGetErrorName).  Warm, one ordering is two driver calls through
 # function pointers (cuEventRecord, cuStreamWaitEvent), the same two the Python
-# path makes, with the same semantics (_driver.py's docstring).
+# path makes, with the same semantics (_driver.py's docstring); after a
+# producer's default stream, the same four (push the device's primary context,
+# record, pop, wait; plus cuPointerGetAttribute when only ``ptr`` is known).
 #
 # Invariants:
 #
@@ -49,10 +53,12 @@
 #   Its events are destroyed (each with its context pushed, through the function
 #   pointers: no Python there) when the thread ends: by a capsule in the thread
 #   state's dict, released by PyThreadState_Clear before a join on the thread
-#   returns (the struct is then closed: code run later in that thread takes the
-#   Python path), and by a pthread key's destructor at the OS thread's end, which
-#   also frees the struct (so a struct is freed only by its own thread, and never
-#   while its ``__thread`` pointer can still be used).  Nothing is destroyed at process exit (the main
+#   returns (the struct is then closed for that thread state: code it runs later
+#   takes the Python path; a new thread state on the same OS thread opens it
+#   again), and by a pthread key's destructor at the OS thread's end.  The struct
+#   is freed by whichever of the two comes last (both under sv_door_lock), so
+#   neither ever reaches freed memory, and the ``__thread`` pointer is cleared
+#   when the OS thread ends.  After a fork the lock is made anew in the child.  Nothing is destroyed at process exit (the main
 #   thread's events go with the process), as in _driver.py.
 # - Stale entries: a record failing with CUDA_ERROR_INVALID_HANDLE or
 #   CUDA_ERROR_INVALID_CONTEXT (a stream destroyed and its handle reused in
@@ -64,8 +70,15 @@
 #   context; with none current the wait answers CUDA_ERROR_INVALID_CONTEXT and
 #   the call is left to the Python path (which waits in the data device's
 #   primary context; its own record again is harmless: the wait uses the newest
-#   record).  Default-stream producers (0, 1, 2) are always the Python path's
-#   (they need the data device's primary context).
+#   record).
+# - A producer's default stream (0, 1, 2) is that of the data device's primary
+#   context (retained once per device, in sv_door_primary, released by the
+#   reset; the Python path retains its own), pushed around the record whatever
+#   the calling thread has current, never cached by handle; a default consumer
+#   with no current context waits inside it, and a default consumer naming the
+#   same stream of the same context is a no-op (_driver.py's
+#   _order_after_default, exactly).  With no device and no pointer (a view's
+#   ready stream 1 or 2) both are the current context's: the Python path.
 # - Not built on Windows or without gcc/clang builtins (SV_DOOR_AVAILABLE 0): the
 #   door then stays off and everything takes the Python path.
 #
@@ -137,7 +150,10 @@ cdef extern from *:
         void *event[SV_DOOR_EVENTS];
         unsigned long long ordered;      /* orderings done here */
         unsigned long long events_made;  /* events this thread's door created */
-        int closed;  /* its thread state cleared: not used again */
+        int closed;          /* its thread state cleared: not used by that one again */
+        int capsule_live;    /* a thread state's capsule names it */
+        int thread_gone;     /* its OS thread ended first: the capsule frees it */
+        uint64_t capsule_tstate_id, closed_tstate_id;
         struct sv_door_thread *prev, *next;
     } sv_door_thread;
 
@@ -180,9 +196,16 @@ cdef extern from *:
         }
     }
 
-    /* The thread's Python thread state is cleared (PyThreadState_Clear, as the
-       thread ends, before a join returns): its events destroyed, the struct closed
-       (no longer used; freed by the key's destructor below). */
+    static void sv_door_unlink_locked(sv_door_thread *t) {
+        if (t->prev) t->prev->next = t->next; else sv_door_threads = t->next;
+        if (t->next) t->next->prev = t->prev;
+    }
+
+    /* The capsule's destructor: the Python thread state holding it is cleared
+       (PyThreadState_Clear, as the thread ends, before a join on it returns; at
+       interpreter exit for threads still alive).  Its events destroyed, the struct
+       closed (not used again for that thread state), and freed if its OS thread
+       has already ended. */
     static void sv_door_thread_close(PyObject *capsule) {
         sv_door_thread *t = (sv_door_thread *)PyCapsule_GetPointer(capsule, "stridedview._driver_door");
         int finalizing;
@@ -197,26 +220,59 @@ cdef extern from *:
            the process's resources go with it), as in _driver.py. */
         sv_door_clear_locked(t, !finalizing && __atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) == 1);
         t->closed = 1;
+        t->closed_tstate_id = t->capsule_tstate_id;
+        t->capsule_live = 0;
+        if (t->thread_gone) {
+            sv_door_unlink_locked(t);
+            pthread_mutex_unlock(&sv_door_lock);
+            free(t);
+            return;
+        }
         pthread_mutex_unlock(&sv_door_lock);
     }
 
     /* The pthread key's destructor: the OS thread ends.  Its events destroyed (if
-       its thread state did not already), the struct freed. */
+       its thread state did not already); the struct freed, unless a capsule still
+       names it (a thread state outliving its OS thread): the capsule frees it. */
     static void sv_door_thread_end(void *p) {
         sv_door_thread *t = (sv_door_thread *)p;
+        int keep;
         pthread_mutex_lock(&sv_door_lock);
         sv_door_clear_locked(t, __atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) == 1);
-        if (t->prev) t->prev->next = t->next; else sv_door_threads = t->next;
-        if (t->next) t->next->prev = t->prev;
+        keep = t->capsule_live;
+        if (keep) t->thread_gone = 1;
+        else sv_door_unlink_locked(t);
         pthread_mutex_unlock(&sv_door_lock);
         if (sv_door_tls == t) sv_door_tls = NULL;
-        free(t);
+        if (!keep) free(t);
+    }
+
+    /* Tie ``t`` to the current thread state: a capsule in its dict, released when
+       the thread state is cleared.  0 if there is none to tie it to. */
+    static int sv_door_thread_register(sv_door_thread *t) {
+        PyThreadState *ts = PyThreadState_Get();
+        PyObject *dict, *capsule;
+        uint64_t id = PyThreadState_GetID(ts);
+        if (t->closed && id == t->closed_tstate_id) return 0;  /* code run as it ends */
+        dict = PyThreadState_GetDict();
+        if (dict == NULL) return 0;
+        capsule = PyCapsule_New(t, "stridedview._driver_door", sv_door_thread_close);
+        if (capsule == NULL) { PyErr_Clear(); return 0; }
+        pthread_mutex_lock(&sv_door_lock);
+        t->capsule_live = 1;
+        t->capsule_tstate_id = id;
+        t->closed = 0;
+        pthread_mutex_unlock(&sv_door_lock);
+        if (PyDict_SetItemString(dict, "stridedview._driver_door", capsule) < 0) {
+            PyErr_Clear();  /* the capsule's release below closes the struct */
+        }
+        Py_DECREF(capsule);
+        return !t->closed;
     }
 
     /* This thread's struct, made on first use (the GIL held, or the thread state
        attached); NULL if none can be had. */
     static sv_door_thread *sv_door_thread_new(void) {
-        PyObject *dict, *capsule;
         sv_door_thread *t = (sv_door_thread *)calloc(1, sizeof(sv_door_thread));
         if (t == NULL) return NULL;
         if (pthread_setspecific(sv_door_key, t) != 0) { free(t); return NULL; }
@@ -228,21 +284,24 @@ cdef extern from *:
         sv_door_tls = t;
         /* Closed with the thread state, so that its events are gone when a join on
            the thread returns (the key's destructor runs later, at the OS thread's
-           end).  Without a thread-state dict (the thread ending): the key alone. */
-        dict = PyThreadState_GetDict();
-        if (dict != NULL) {
-            capsule = PyCapsule_New(t, "stridedview._driver_door", sv_door_thread_close);
-            if (capsule == NULL || PyDict_SetItemString(dict, "stridedview._driver_door", capsule) < 0)
-                PyErr_Clear();
-            Py_XDECREF(capsule);
-        }
+           end).  Without a thread-state dict: the key alone. */
+        sv_door_thread_register(t);
         return t;
     }
 
     static inline sv_door_thread *sv_door_thread_get(void) {
         sv_door_thread *t = sv_door_tls;
         if (t == NULL) return sv_door_thread_new();
-        return t->closed ? NULL : t;  /* closed: code run as its thread ends */
+        if (!t->closed) return t;
+        /* Closed: its thread state was cleared.  A new thread state on the same OS
+           thread (PyGILState_Ensure from a C thread) opens it again; code run by the
+           cleared one as it ends takes the Python path. */
+        return sv_door_thread_register(t) ? t : NULL;
+    }
+
+    static void sv_door_atfork_child(void) {
+        pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+        sv_door_lock = fresh;  /* another thread may have held it at the fork */
     }
 
     /* Resolve every entry point through the loaded driver's cuGetProcAddress_v2.
@@ -261,6 +320,7 @@ cdef extern from *:
         if (!sv_door_key_made) {
             if (pthread_key_create(&sv_door_key, sv_door_thread_end) != 0) goto off;
             sv_door_key_made = 1;
+            pthread_atfork(NULL, NULL, sv_door_atfork_child);
         }
         /* Only the library cuda-bindings already loaded: never load a driver here. */
         lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
