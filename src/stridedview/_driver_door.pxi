@@ -82,6 +82,11 @@
 # - Not built on Windows or without gcc/clang builtins (SV_DOOR_AVAILABLE 0): the
 #   door then stays off and everything takes the Python path.
 #
+# For the hand-over code (_handover.pxi, _driver.py's hand-overs, another
+# module's business): sv_door_stream_is_capturing, sv_door_event_record and
+# sv_door_event_query call the driver through the same pointers, for use only
+# while the door is on; _door_raise raises their failures as _driver.py would.
+#
 # Tests: tests/test_gpu_driver_door.py (the C path taken, its call counts, its
 # events destroyed at thread end and at use_api, stale events and contexts), and
 # the gpu suite run with STRIDEDVIEW_NO_C_DRIVER=1 and without.
@@ -666,6 +671,33 @@ cdef extern from *:
 
     #endif
 
+    /* For the hand-over code (a small C API; the ordering does not use these): the
+       driver's own calls through the door's pointers, with handles as integers.
+       Valid only while sv_door_state_load() == 1 (the pointers are then the real
+       driver's, the one _driver._api names); each returns the call's CUresult
+       (SV_DOOR_NOT_HANDLED where the door is not built). */
+    static inline sv_CUresult sv_door_stream_is_capturing(uintptr_t stream, int *status) {
+    #if SV_DOOR_AVAILABLE
+        return sv_door_fn.cuStreamIsCapturing((void *)stream, status);
+    #else
+        (void)stream; (void)status; return SV_DOOR_NOT_HANDLED;
+    #endif
+    }
+    static inline sv_CUresult sv_door_event_record(uintptr_t event, uintptr_t stream) {
+    #if SV_DOOR_AVAILABLE
+        return sv_door_fn.cuEventRecord((void *)event, (void *)stream);
+    #else
+        (void)event; (void)stream; return SV_DOOR_NOT_HANDLED;
+    #endif
+    }
+    static inline sv_CUresult sv_door_event_query(uintptr_t event) {
+    #if SV_DOOR_AVAILABLE
+        return sv_door_fn.cuEventQuery((void *)event);
+    #else
+        (void)event; return SV_DOOR_NOT_HANDLED;
+    #endif
+    }
+
     /* The driver's name of ``code`` (what _driver.py's _error_name gives). */
     static const char *sv_door_error_name(sv_CUresult code) {
         const char *name = NULL;
@@ -689,6 +721,11 @@ cdef extern from *:
     int sv_door_thread_events() nogil
     long long sv_door_live_events() nogil
     const char *sv_door_error_name(sv_CUresult code) nogil
+    # The hand-over code's C API (see the C comment above): only while
+    # sv_door_state_load() == 1; a failure raised with _door_raise(code, b"name").
+    sv_CUresult sv_door_stream_is_capturing(uintptr_t stream, int *status) nogil
+    sv_CUresult sv_door_event_record(uintptr_t event, uintptr_t stream) nogil
+    sv_CUresult sv_door_event_query(uintptr_t event) nogil
 
 
 cdef int _door_decide() except -1:
@@ -716,6 +753,7 @@ cdef int _door_decide() except -1:
 
 
 cdef int _door_raise(sv_CUresult code, const char *call) except -1:
+    """Raise the CUDAError _driver.py raises for ``call`` failing with ``code``."""
     from stridedview._errors import CUDAError
 
     cdef const char *found = sv_door_error_name(code)
