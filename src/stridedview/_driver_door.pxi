@@ -5,7 +5,7 @@
 # stream (0, 1, 2) whose data device is known (``device``, or the device of the
 # memory at ``ptr``), and any consumer stream.
 #
-# What it does: ``_door_order(producer, consumer)`` answers 1 ("done": the
+# What it does: ``_door_order(producer, consumer, device, ptr)`` answers 1 ("done": the
 # consumer now waits for the producer's work so far) or 0 ("not handled": the
 # caller calls ``_driver_module().order_after`` exactly as before), or raises
 # the CUDAError the Python path would raise for the same failing call
