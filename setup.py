@@ -133,6 +133,9 @@ extensions = [
         # against numpy 2's headers, it runs with numpy 1.x and 2.x alike.
         include_dirs=["src/stridedview/include", numpy.get_include()],
         define_macros=_define_macros(),
+        # The C driver door (_driver_door.pxi): dlopen and pthread keys, in libc from
+        # glibc 2.34, in libdl and libpthread before it.
+        libraries=["dl", "pthread"] if sys.platform.startswith("linux") else [],
     ),
 ]
 

@@ -70,7 +70,21 @@ no event can be recorded to say when:
 
 After warm-up, ordering after an ordinary producer stream costs two driver calls
 (record, wait); after a producer's default stream, four (push, record, pop,
-wait).  Should a remembered context or event be stale (a stream destroyed and its
+wait).
+
+The C door (``_driver_door.pxi`` in the compiled core) does ``order_after`` without
+Python for an ordinary producer stream, and for a producer's default stream whose
+data device is known, with the same calls through function pointers that the
+driver's own ``cuGetProcAddress`` resolved, and its own per-thread caches and events
+(the same rules as here: one event per (context, thread), stale entries retried
+once, events destroyed when their thread ends and by ``use_api``; primary contexts
+retained once, released by ``use_api``).
+It is on only while ``_api`` is the real ``cuda.bindings.driver`` (loaded and
+initialised here first: the door never loads a driver) and ``_c_door`` is true
+(``STRIDEDVIEW_NO_C_DRIVER=1`` makes it false; a change takes effect at the next
+``use_api``); whatever it does not handle (a default producer stream with no data
+device, a default consumer stream with no current context after an ordinary producer,
+a thread using more than 8 contexts, a fake driver) comes here.  Should a remembered context or event be stale (a stream destroyed and its
 handle reused elsewhere, a primary context reset by ``cudaDeviceReset``, which
 keeps the context's handle but destroys its events), the record fails with
 CUDA_ERROR_INVALID_HANDLE or CUDA_ERROR_INVALID_CONTEXT; the stale entries are
@@ -80,6 +94,7 @@ then dropped and the record tried once more with a fresh lookup and a fresh even
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 
@@ -119,19 +134,28 @@ _thread_events: weakref.WeakSet[_ThreadEvents] = weakref.WeakSet()
 # Called by use_api before the driver changes: releases the pending hand-overs
 # (set by the compiled core when it first hands one over).
 _drain_hook = None
+# Whether the compiled core's C door may do orderings (see the docstring); read by
+# the core when it decides, i.e. after each use_api.
+_c_door = os.environ.get("STRIDEDVIEW_NO_C_DRIVER", "") in ("", "0")
+# Called by use_api before the driver changes: destroys the C door's events and
+# empties its caches (set by the compiled core when it first orders streams).
+_door_reset_hook = None
 
 
 def use_api(api) -> None:
     """Make ``api`` (an object with cuda.bindings.driver's calls) the driver; None resets.
 
     First releases every pending hand-over (``stridedview.release_pending(wait=True)``:
-    their events belong to the driver being replaced).  Destroys every thread's cached events and releases the retained primary
+    their events belong to the driver being replaced) and resets the C door (its
+    events destroyed; it is switched on again only for the real bindings).  Destroys every thread's cached events and releases the retained primary
     contexts in the driver being replaced, and forgets every cached context: tests
     call it to install a fake.  No other thread may be ordering streams meanwhile.
     """
     global _api, _initialized, _per_thread, _primary_contexts
     if _drain_hook is not None and _api is not None:
         _drain_hook()  # pending hand-overs hold events of the driver being replaced
+    if _door_reset_hook is not None:
+        _door_reset_hook()  # the C door's events too; it decides again on next use
     with _init_lock:
         for holder in list(_thread_events):
             holder.close()

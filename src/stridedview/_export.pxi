@@ -209,7 +209,7 @@ cdef int _order_export(StridedMemoryView view, object stream) except -1:
             )
     ready = view.ready_stream
     if ready is not None and not _same_stream(ready, consumer):
-        _driver_module().order_after(ready, consumer)
+        _order_after(ready, consumer)
     return 0
 
 

@@ -118,7 +118,7 @@ cdef int _view_from_cai(
         if producer_stream is not None and (
             producer_stream <= 2 or producer_stream != stream
         ):
-            _driver_module().order_after(producer_stream, stream, None, ptr)
+            _order_after(producer_stream, stream, None, ptr)
         view.ready_stream = stream
 
     view._ptr = ptr

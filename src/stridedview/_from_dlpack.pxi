@@ -130,7 +130,7 @@ cdef int _view_from_view(StridedMemoryView view, StridedMemoryView base, object 
     ready = base.ready_stream
     if dl_stream is not None and dl_stream != -1:
         if ready is not None and not _same_stream(ready, stream):
-            _driver_module().order_after(ready, stream)
+            _order_after(ready, stream)
         ready = stream
     _derive_into(view, base)
     view.ready_stream = ready
@@ -224,7 +224,7 @@ cdef int _order_exchange_view(
     # whatever context is current: the driver resolves it there, and decides
     # whether it is the consumer's stream.
     if producer <= 2 or producer != stream:
-        _driver_module().order_after(producer, stream, view._device_id)
+        _order_after(producer, stream, view._device_id)
     view.exporting_obj = obj
     view.ready_stream = stream
     return 0

@@ -1010,6 +1010,7 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 
 
 include "_intern.pxi"
+include "_driver_door.pxi"
 include "_handover.pxi"
 include "_view_lifecycle.pxi"
 include "_attributes.pxi"

@@ -1,0 +1,838 @@
+# The driver door in C: ``order_after`` for the common warm cases, without
+# Python.  _driver.py stays the general path (and the only one that loads a
+# driver); this file is a shortcut in front of it for the calls that dominate a
+# launch: an ordinary producer stream (a handle > 2), or a producer's default
+# stream (0, 1, 2) whose data device is known (``device``, or the device of the
+# memory at ``ptr``), and any consumer stream.
+#
+# What it does: ``_door_order(producer, consumer, device, ptr)`` answers 1 ("done": the
+# consumer now waits for the producer's work so far) or 0 ("not handled": the
+# caller calls ``_driver_module().order_after`` exactly as before), or raises
+# the CUDAError the Python path would raise for the same failing call
+# (``CUDAError(f"{name} failed: {error_name}", error_name)``, the name from the
+# driver's cuGetErrorName).  Warm, one ordering is two driver calls through
+# function pointers (cuEventRecord, cuStreamWaitEvent), the same two the Python
+# path makes, with the same semantics (_driver.py's docstring); after a
+# producer's default stream, the same four (push the device's primary context,
+# record, pop, wait; plus cuPointerGetAttribute when only ``ptr`` is known).
+#
+# Invariants:
+#
+# - The door is on only when the driver in use is the real cuda-bindings
+#   (``_driver._api is cuda.bindings.driver``, cuInit done by _driver.py,
+#   ``_driver._c_door`` true: STRIDEDVIEW_NO_C_DRIVER=1 sets it false, and the
+#   per-thread-default-stream mode of cuda-bindings
+#   (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM) keeps it off too, so that
+#   handle 0 means what the bindings make it mean).  It never loads a driver: the
+#   library is found with dlopen("libcuda.so.1", RTLD_NOLOAD), i.e. only the one
+#   cuda-bindings already loaded, and each entry point is resolved once through
+#   that library's cuGetProcAddress_v2 (CUDA version 12000, default stream
+#   semantics, symbolStatus checked), so the prototypes below are those of CUDA
+#   12.0 (CUresult int, handles void *) and nothing of cuda-bindings is needed at
+#   build time (one wheel works with cuda-bindings 12 and 13).  A fake installed
+#   through ``_driver.use_api`` turns the door off: every call then takes the
+#   Python path, unchanged.
+# - State: sv_door_state is 0 (not decided yet: decided by the next ordering the
+#   door could do, in Python, after _driver._driver() has loaded the bindings and
+#   called cuInit, as order_after would at that point), 1 (on:
+#   the function pointers are set) or -1 (off).  It is published with release
+#   ordering after the pointers and read with acquire ordering, and decided under
+#   sv_door_lock, so threads racing to decide it agree.  ``use_api`` calls
+#   ``_driver._door_reset_hook`` (this file's _driver_door_reset) before the
+#   driver changes: every thread's C events are destroyed, every cache emptied and
+#   the state goes back to 0.  Like use_api itself, that requires that no other
+#   thread be ordering streams meanwhile.
+# - Per-thread caches, one sv_door_thread per OS thread (a ``__thread`` pointer:
+#   per thread on free-threaded builds by construction; no Python object in it,
+#   so no GIL is needed to touch it): (ordinary stream handle -> its context)
+#   (SV_DOOR_STREAMS entries, replaced round-robin) and (context -> this thread's
+#   event, CU_EVENT_DISABLE_TIMING, created in that context) (SV_DOOR_EVENTS
+#   entries; a thread using more contexts than that takes the Python path for the
+#   others).  One event per (context, thread), reused: see CUDA_SEMANTICS.md.
+#   Each struct is on a list (sv_door_threads, under sv_door_lock) for the reset.
+#   Its events are destroyed (each with its context pushed, through the function
+#   pointers: no Python there) when the thread ends: by a capsule in the thread
+#   state's dict, released by PyThreadState_Clear before a join on the thread
+#   returns (the struct is then closed for that thread state: code it runs later
+#   takes the Python path; a new thread state on the same OS thread opens it
+#   again), and by a pthread key's destructor at the OS thread's end.  The struct
+#   is freed by whichever of the two comes last (both under sv_door_lock), so
+#   neither ever reaches freed memory, and the ``__thread`` pointer is cleared
+#   when the OS thread ends.  After a fork the lock is made anew in the child.  Nothing is destroyed at process exit (the main
+#   thread's events go with the process), as in _driver.py.
+# - Stale entries: a record failing with CUDA_ERROR_INVALID_HANDLE or
+#   CUDA_ERROR_INVALID_CONTEXT (a stream destroyed and its handle reused in
+#   another context, a primary context reset, which keeps its handle and kills
+#   its events) unless both the context and the event were fresh: the stream's
+#   context is looked up afresh, the dead event of an unchanged context destroyed
+#   and replaced, and the record tried once more; a second failure raises.
+# - A default-stream consumer (0, 1, 2) waits in the calling thread's current
+#   context; with none current the wait answers CUDA_ERROR_INVALID_CONTEXT and
+#   the call is left to the Python path (which waits in the data device's
+#   primary context; its own record again is harmless: the wait uses the newest
+#   record).
+# - A producer's default stream (0, 1, 2) is that of the data device's primary
+#   context (retained once per device, in sv_door_primary, released by the
+#   reset; the Python path retains its own), pushed around the record whatever
+#   the calling thread has current, never cached by handle; a default consumer
+#   with no current context waits inside it, and a default consumer naming the
+#   same stream of the same context is a no-op (_driver.py's
+#   _order_after_default, exactly).  With no device and no pointer (a view's
+#   ready stream 1 or 2) both are the current context's: the Python path.
+# - Not built on Windows or without gcc/clang builtins (SV_DOOR_AVAILABLE 0): the
+#   door then stays off and everything takes the Python path.
+#
+# For the hand-over code (_handover.pxi, _driver.py's hand-overs, another
+# module's business): sv_door_stream_is_capturing, sv_door_event_record and
+# sv_door_event_query call the driver through the same pointers, for use only
+# while the door is on; _door_raise raises their failures as _driver.py would.
+#
+# Tests: tests/test_gpu_driver_door.py (the C path taken, its call counts, its
+# events destroyed at thread end and at use_api, stale events and contexts), and
+# the gpu suite run with STRIDEDVIEW_NO_C_DRIVER=1 and without.
+
+cdef extern from *:
+    """
+    #if !defined(_WIN32) && (defined(__GNUC__) || defined(__clang__))
+    #define SV_DOOR_AVAILABLE 1
+    #include <dlfcn.h>
+    #include <pthread.h>
+    #include <stdlib.h>
+    #else
+    #define SV_DOOR_AVAILABLE 0
+    #endif
+
+    #define SV_DOOR_NOT_HANDLED (-1)
+    #define SV_CUDA_SUCCESS 0
+    #define SV_CUDA_ERROR_INVALID_CONTEXT 201
+    #define SV_CUDA_ERROR_INVALID_HANDLE 400
+    #define SV_CU_EVENT_DISABLE_TIMING 2
+    #define SV_DOOR_STREAMS 16
+    #define SV_DOOR_EVENTS 8
+    #define SV_DOOR_DEVICES 64
+    #define SV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+
+    typedef int sv_CUresult;
+
+    typedef struct sv_door_api {
+        sv_CUresult (*cuGetErrorName)(sv_CUresult, const char **);
+        sv_CUresult (*cuCtxGetCurrent)(void **);
+        sv_CUresult (*cuCtxPushCurrent)(void *);
+        sv_CUresult (*cuCtxPopCurrent)(void **);
+        sv_CUresult (*cuStreamGetCtx)(void *, void **);
+        sv_CUresult (*cuEventCreate)(void **, unsigned int);
+        sv_CUresult (*cuEventDestroy)(void *);
+        sv_CUresult (*cuEventRecord)(void *, void *);
+        sv_CUresult (*cuStreamWaitEvent)(void *, void *, unsigned int);
+        sv_CUresult (*cuDeviceGet)(int *, int);
+        sv_CUresult (*cuDevicePrimaryCtxRetain)(void **, int);
+        sv_CUresult (*cuDevicePrimaryCtxRelease)(int);
+        sv_CUresult (*cuPointerGetAttribute)(void *, int, unsigned long long);
+        /* For the hand-over code (not used by the ordering itself). */
+        sv_CUresult (*cuStreamIsCapturing)(void *, int *);
+        sv_CUresult (*cuEventQuery)(void *);
+    } sv_door_api;
+
+    static sv_door_api sv_door_fn;
+    static int sv_door_state = 0;  /* 0 undecided, 1 on, -1 off */
+
+    static inline int sv_door_state_load(void) {
+    #if SV_DOOR_AVAILABLE
+        return __atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE);
+    #else
+        return -1;
+    #endif
+    }
+
+    #if SV_DOOR_AVAILABLE
+
+    typedef struct sv_door_thread {
+        uintptr_t stream_handle[SV_DOOR_STREAMS];  /* 0: empty */
+        void *stream_context[SV_DOOR_STREAMS];
+        unsigned stream_victim;
+        int n_events;
+        void *event_context[SV_DOOR_EVENTS];
+        void *event[SV_DOOR_EVENTS];
+        unsigned long long ordered;      /* orderings done here */
+        unsigned long long events_made;  /* events this thread's door created */
+        int closed;          /* its thread state cleared: not used by that one again */
+        int capsule_live;    /* a thread state's capsule names it */
+        int thread_gone;     /* its OS thread ended first: the capsule frees it */
+        uint64_t capsule_tstate_id, closed_tstate_id;
+        struct sv_door_thread *prev, *next;
+    } sv_door_thread;
+
+    static pthread_mutex_t sv_door_lock = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_key_t sv_door_key;
+    static int sv_door_key_made = 0;
+    static sv_door_thread *sv_door_threads = NULL;
+    static __thread sv_door_thread *sv_door_tls = NULL;
+    static long long sv_door_events_live = 0;  /* under sv_door_lock */
+    /* Each device's primary context, retained once (NULL: not yet), and its CUdevice;
+       written under sv_door_lock, read with acquire ordering; released by the reset. */
+    static void *sv_door_primary[SV_DOOR_DEVICES];
+    static int sv_door_primary_device[SV_DOOR_DEVICES];
+
+    /* Destroy event ``event`` of ``context`` with its context pushed; errors ignored
+       (a reset context's events are already gone). */
+    static void sv_door_destroy_event(void *context, void *event) {
+        void *popped;
+        if (sv_door_fn.cuCtxPushCurrent(context) == SV_CUDA_SUCCESS) {
+            sv_door_fn.cuEventDestroy(event);
+            sv_door_fn.cuCtxPopCurrent(&popped);
+        } else {
+            sv_door_fn.cuEventDestroy(event);
+        }
+    }
+
+    /* Every event of ``t`` destroyed, its caches emptied; sv_door_lock held. */
+    static void sv_door_clear_locked(sv_door_thread *t, int destroy) {
+        int i;
+        for (i = 0; i < t->n_events; i++) {
+            if (destroy) sv_door_destroy_event(t->event_context[i], t->event[i]);
+            sv_door_events_live--;
+            t->event[i] = NULL;
+            t->event_context[i] = NULL;
+        }
+        t->n_events = 0;
+        for (i = 0; i < SV_DOOR_STREAMS; i++) {
+            t->stream_handle[i] = 0;
+            t->stream_context[i] = NULL;
+        }
+    }
+
+    static void sv_door_unlink_locked(sv_door_thread *t) {
+        if (t->prev) t->prev->next = t->next; else sv_door_threads = t->next;
+        if (t->next) t->next->prev = t->prev;
+    }
+
+    /* The capsule's destructor: the Python thread state holding it is cleared
+       (PyThreadState_Clear, as the thread ends, before a join on it returns; at
+       interpreter exit for threads still alive).  Its events destroyed, the struct
+       closed (not used again for that thread state), and freed if its OS thread
+       has already ended. */
+    static void sv_door_thread_close(PyObject *capsule) {
+        sv_door_thread *t = (sv_door_thread *)PyCapsule_GetPointer(capsule, "stridedview._driver_door");
+        int finalizing;
+        if (t == NULL) { PyErr_Clear(); return; }
+    #if PY_VERSION_HEX >= 0x030D0000
+        finalizing = Py_IsFinalizing();
+    #else
+        finalizing = _Py_IsFinalizing();
+    #endif
+        pthread_mutex_lock(&sv_door_lock);
+        /* At interpreter exit nothing is destroyed (the driver may be shutting down;
+           the process's resources go with it), as in _driver.py. */
+        sv_door_clear_locked(t, !finalizing && __atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) == 1);
+        t->closed = 1;
+        t->closed_tstate_id = t->capsule_tstate_id;
+        t->capsule_live = 0;
+        if (t->thread_gone) {
+            sv_door_unlink_locked(t);
+            pthread_mutex_unlock(&sv_door_lock);
+            free(t);
+            return;
+        }
+        pthread_mutex_unlock(&sv_door_lock);
+    }
+
+    /* The pthread key's destructor: the OS thread ends.  Its events destroyed (if
+       its thread state did not already); the struct freed, unless a capsule still
+       names it (a thread state outliving its OS thread): the capsule frees it. */
+    static void sv_door_thread_end(void *p) {
+        sv_door_thread *t = (sv_door_thread *)p;
+        int keep;
+        pthread_mutex_lock(&sv_door_lock);
+        sv_door_clear_locked(t, __atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) == 1);
+        keep = t->capsule_live;
+        if (keep) t->thread_gone = 1;
+        else sv_door_unlink_locked(t);
+        pthread_mutex_unlock(&sv_door_lock);
+        if (sv_door_tls == t) sv_door_tls = NULL;
+        if (!keep) free(t);
+    }
+
+    /* Tie ``t`` to the current thread state: a capsule in its dict, released when
+       the thread state is cleared.  0 if there is none to tie it to. */
+    static int sv_door_thread_register(sv_door_thread *t) {
+        PyThreadState *ts = PyThreadState_Get();
+        PyObject *dict, *capsule;
+        uint64_t id = PyThreadState_GetID(ts);
+        if (t->closed && id == t->closed_tstate_id) return 0;  /* code run as it ends */
+        dict = PyThreadState_GetDict();
+        if (dict == NULL) return 0;
+        capsule = PyCapsule_New(t, "stridedview._driver_door", sv_door_thread_close);
+        if (capsule == NULL) { PyErr_Clear(); return 0; }
+        pthread_mutex_lock(&sv_door_lock);
+        t->capsule_live = 1;
+        t->capsule_tstate_id = id;
+        t->closed = 0;
+        pthread_mutex_unlock(&sv_door_lock);
+        if (PyDict_SetItemString(dict, "stridedview._driver_door", capsule) < 0) {
+            PyErr_Clear();  /* the capsule's release below closes the struct */
+        }
+        Py_DECREF(capsule);
+        return !t->closed;
+    }
+
+    /* This thread's struct, made on first use (the GIL held, or the thread state
+       attached); NULL if none can be had. */
+    static sv_door_thread *sv_door_thread_new(void) {
+        sv_door_thread *t = (sv_door_thread *)calloc(1, sizeof(sv_door_thread));
+        if (t == NULL) return NULL;
+        if (pthread_setspecific(sv_door_key, t) != 0) { free(t); return NULL; }
+        pthread_mutex_lock(&sv_door_lock);
+        t->next = sv_door_threads;
+        if (sv_door_threads) sv_door_threads->prev = t;
+        sv_door_threads = t;
+        pthread_mutex_unlock(&sv_door_lock);
+        sv_door_tls = t;
+        /* Closed with the thread state, so that its events are gone when a join on
+           the thread returns (the key's destructor runs later, at the OS thread's
+           end).  Without a thread-state dict: the key alone. */
+        sv_door_thread_register(t);
+        return t;
+    }
+
+    static inline sv_door_thread *sv_door_thread_get(void) {
+        sv_door_thread *t = sv_door_tls;
+        if (t == NULL) return sv_door_thread_new();
+        if (!t->closed) return t;
+        /* Closed: its thread state was cleared.  A new thread state on the same OS
+           thread (PyGILState_Ensure from a C thread) opens it again; code run by the
+           cleared one as it ends takes the Python path. */
+        return sv_door_thread_register(t) ? t : NULL;
+    }
+
+    static void sv_door_atfork_child(void) {
+        pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+        sv_door_lock = fresh;  /* another thread may have held it at the fork */
+    }
+
+    /* Resolve every entry point through the loaded driver's cuGetProcAddress_v2.
+       0: the door is on; -1: off (no such library loaded, a symbol missing). */
+    static int sv_door_open(void) {
+        typedef sv_CUresult (*get_proc_t)(const char *, void **, int, unsigned long long, int *);
+        void *lib;
+        get_proc_t get_proc;
+        sv_door_api fn;
+        int result = -1;
+        pthread_mutex_lock(&sv_door_lock);
+        if (sv_door_state != 0) {
+            result = sv_door_state == 1 ? 0 : -1;
+            goto done;
+        }
+        if (!sv_door_key_made) {
+            if (pthread_key_create(&sv_door_key, sv_door_thread_end) != 0) goto off;
+            sv_door_key_made = 1;
+            pthread_atfork(NULL, NULL, sv_door_atfork_child);
+        }
+        /* Only the library cuda-bindings already loaded: never load a driver here. */
+        lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (lib == NULL) goto off;
+        get_proc = (get_proc_t)dlsym(lib, "cuGetProcAddress_v2");
+        dlclose(lib);  /* still loaded: cuda-bindings holds its own reference */
+        if (get_proc == NULL) goto off;
+    #define SV_DOOR_RESOLVE(name) do { \\
+            void *pfn = NULL; int status = -1; \\
+            if (get_proc(#name, &pfn, 12000, 0, &status) != SV_CUDA_SUCCESS || status != 0 \\
+                || pfn == NULL) goto off; \\
+            *(void **)&fn.name = pfn; \\
+        } while (0)
+        SV_DOOR_RESOLVE(cuGetErrorName);
+        SV_DOOR_RESOLVE(cuCtxGetCurrent);
+        SV_DOOR_RESOLVE(cuCtxPushCurrent);
+        SV_DOOR_RESOLVE(cuCtxPopCurrent);
+        SV_DOOR_RESOLVE(cuStreamGetCtx);
+        SV_DOOR_RESOLVE(cuEventCreate);
+        SV_DOOR_RESOLVE(cuEventDestroy);
+        SV_DOOR_RESOLVE(cuEventRecord);
+        SV_DOOR_RESOLVE(cuStreamWaitEvent);
+        SV_DOOR_RESOLVE(cuDeviceGet);
+        SV_DOOR_RESOLVE(cuDevicePrimaryCtxRetain);
+        SV_DOOR_RESOLVE(cuDevicePrimaryCtxRelease);
+        SV_DOOR_RESOLVE(cuPointerGetAttribute);
+        SV_DOOR_RESOLVE(cuStreamIsCapturing);
+        SV_DOOR_RESOLVE(cuEventQuery);
+    #undef SV_DOOR_RESOLVE
+        sv_door_fn = fn;
+        __atomic_store_n(&sv_door_state, 1, __ATOMIC_RELEASE);
+        result = 0;
+        goto done;
+    off:
+        __atomic_store_n(&sv_door_state, -1, __ATOMIC_RELEASE);
+    done:
+        pthread_mutex_unlock(&sv_door_lock);
+        return result;
+    }
+
+    /* The state decided: off (the driver is not the real bindings). */
+    static void sv_door_close(void) {
+        pthread_mutex_lock(&sv_door_lock);
+        if (sv_door_state == 0) __atomic_store_n(&sv_door_state, -1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&sv_door_lock);
+    }
+
+    /* use_api: every thread's events destroyed (while the pointers are those of the
+       driver that made them), every cache emptied, the state undecided again. */
+    static void sv_door_reset(void) {
+        sv_door_thread *t;
+        pthread_mutex_lock(&sv_door_lock);
+        int on = sv_door_state == 1, i;
+        for (t = sv_door_threads; t != NULL; t = t->next) sv_door_clear_locked(t, on);
+        for (i = 0; i < SV_DOOR_DEVICES; i++) {
+            if (sv_door_primary[i] != NULL && on)
+                sv_door_fn.cuDevicePrimaryCtxRelease(sv_door_primary_device[i]);
+            __atomic_store_n(&sv_door_primary[i], NULL, __ATOMIC_RELEASE);
+        }
+        __atomic_store_n(&sv_door_state, 0, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&sv_door_lock);
+    }
+
+    static int sv_door_find_event(sv_door_thread *t, void *context) {
+        int i;
+        for (i = 0; i < t->n_events; i++)
+            if (t->event_context[i] == context) return i;
+        return -1;
+    }
+
+    /* Forget (and destroy) this thread's event of ``context``. */
+    static void sv_door_drop_event(sv_door_thread *t, void *context) {
+        int i = sv_door_find_event(t, context);
+        if (i < 0) return;
+        pthread_mutex_lock(&sv_door_lock);
+        sv_door_destroy_event(t->event_context[i], t->event[i]);
+        sv_door_events_live--;
+        t->n_events--;
+        t->event_context[i] = t->event_context[t->n_events];
+        t->event[i] = t->event[t->n_events];
+        t->event_context[t->n_events] = NULL;
+        t->event[t->n_events] = NULL;
+        pthread_mutex_unlock(&sv_door_lock);
+    }
+
+    /* This thread's event of ``context`` (created there on first use: *created). */
+    static sv_CUresult sv_door_event_in(sv_door_thread *t, void *context, void **event,
+                                        int *created, const char **call) {
+        void *current = NULL, *popped;
+        sv_CUresult r, r_pop = SV_CUDA_SUCCESS;
+        int i = sv_door_find_event(t, context);
+        *created = 0;
+        if (i >= 0) {
+            *event = t->event[i];
+            return SV_CUDA_SUCCESS;
+        }
+        if (t->n_events == SV_DOOR_EVENTS) return SV_DOOR_NOT_HANDLED;
+        r = sv_door_fn.cuCtxGetCurrent(&current);
+        if (r != SV_CUDA_SUCCESS) { *call = "cuCtxGetCurrent"; return r; }
+        if (current == context) {
+            r = sv_door_fn.cuEventCreate(event, SV_CU_EVENT_DISABLE_TIMING);
+        } else {
+            r = sv_door_fn.cuCtxPushCurrent(context);
+            if (r != SV_CUDA_SUCCESS) { *call = "cuCtxPushCurrent"; return r; }
+            r = sv_door_fn.cuEventCreate(event, SV_CU_EVENT_DISABLE_TIMING);
+            r_pop = sv_door_fn.cuCtxPopCurrent(&popped);
+        }
+        if (r != SV_CUDA_SUCCESS) { *call = "cuEventCreate"; return r; }
+        /* Kept before the pop's error is reported, so that the event is never lost. */
+        pthread_mutex_lock(&sv_door_lock);
+        t->event_context[t->n_events] = context;
+        t->event[t->n_events] = *event;
+        t->n_events++;
+        sv_door_events_live++;
+        pthread_mutex_unlock(&sv_door_lock);
+        t->events_made++;
+        *created = 1;
+        if (r_pop != SV_CUDA_SUCCESS) { *call = "cuCtxPopCurrent"; return r_pop; }
+        return SV_CUDA_SUCCESS;
+    }
+
+    static inline int sv_door_find_stream(sv_door_thread *t, uintptr_t stream) {
+        int i;
+        for (i = 0; i < SV_DOOR_STREAMS; i++)
+            if (t->stream_handle[i] == stream) return i;
+        return -1;
+    }
+
+    static void sv_door_forget_stream(sv_door_thread *t, uintptr_t stream) {
+        int i = sv_door_find_stream(t, stream);
+        if (i >= 0) { t->stream_handle[i] = 0; t->stream_context[i] = NULL; }
+    }
+
+    /* ``stream``'s context, remembered (*looked_up: asked the driver now). */
+    static sv_CUresult sv_door_context_of(sv_door_thread *t, uintptr_t stream, void **context,
+                                          int *looked_up, const char **call) {
+        sv_CUresult r;
+        int i = sv_door_find_stream(t, stream);
+        if (i >= 0) {
+            *context = t->stream_context[i];
+            *looked_up = 0;
+            return SV_CUDA_SUCCESS;
+        }
+        *looked_up = 1;
+        r = sv_door_fn.cuStreamGetCtx((void *)stream, context);
+        if (r != SV_CUDA_SUCCESS) { *call = "cuStreamGetCtx"; return r; }
+        i = sv_door_find_stream(t, 0);
+        if (i < 0) {
+            i = (int)(t->stream_victim++ % SV_DOOR_STREAMS);
+        }
+        t->stream_handle[i] = stream;
+        t->stream_context[i] = *context;
+        return SV_CUDA_SUCCESS;
+    }
+
+    static inline int sv_door_stale(sv_CUresult r) {
+        return r == SV_CUDA_ERROR_INVALID_HANDLE || r == SV_CUDA_ERROR_INVALID_CONTEXT;
+    }
+
+    /* ``consumer`` waits for the ordinary stream ``producer``'s work so far.
+       SV_CUDA_SUCCESS: done; SV_DOOR_NOT_HANDLED: left to the Python path;
+       else the failing call's CUresult, its name in *call. */
+    static sv_CUresult sv_door_order(uintptr_t producer, uintptr_t consumer, const char **call) {
+        sv_door_thread *t = sv_door_thread_get();
+        void *context, *fresh, *event;
+        int looked_up, created;
+        sv_CUresult r;
+        if (t == NULL) return SV_DOOR_NOT_HANDLED;
+        r = sv_door_context_of(t, producer, &context, &looked_up, call);
+        if (r != SV_CUDA_SUCCESS) return r;
+        r = sv_door_event_in(t, context, &event, &created, call);
+        if (r != SV_CUDA_SUCCESS) return r;
+        r = sv_door_fn.cuEventRecord(event, (void *)producer);
+        if (r != SV_CUDA_SUCCESS) {
+            if (!sv_door_stale(r) || (looked_up && created)) { *call = "cuEventRecord"; return r; }
+            /* A stale context (the handle reused) or a dead event (a reset context):
+               look the stream up afresh, replace a dead event, record once more. */
+            sv_door_forget_stream(t, producer);
+            r = sv_door_context_of(t, producer, &fresh, &looked_up, call);
+            if (r != SV_CUDA_SUCCESS) return r;
+            if (fresh == context) sv_door_drop_event(t, context);
+            r = sv_door_event_in(t, fresh, &event, &created, call);
+            if (r != SV_CUDA_SUCCESS) return r;
+            r = sv_door_fn.cuEventRecord(event, (void *)producer);
+            if (r != SV_CUDA_SUCCESS) { *call = "cuEventRecord"; return r; }
+        }
+        r = sv_door_fn.cuStreamWaitEvent((void *)consumer, event, 0);
+        if (r != SV_CUDA_SUCCESS) {
+            if (r == SV_CUDA_ERROR_INVALID_CONTEXT && consumer <= 2) return SV_DOOR_NOT_HANDLED;
+            *call = "cuStreamWaitEvent";
+            return r;
+        }
+        t->ordered++;
+        return SV_CUDA_SUCCESS;
+    }
+
+    /* The primary context of device ``ordinal``, retained once. */
+    static sv_CUresult sv_door_primary_context(int ordinal, void **context, const char **call) {
+        void *found;
+        int device;
+        sv_CUresult r = SV_CUDA_SUCCESS;
+        if (ordinal < 0 || ordinal >= SV_DOOR_DEVICES) return SV_DOOR_NOT_HANDLED;
+        found = __atomic_load_n(&sv_door_primary[ordinal], __ATOMIC_ACQUIRE);
+        if (found != NULL) { *context = found; return SV_CUDA_SUCCESS; }
+        pthread_mutex_lock(&sv_door_lock);
+        found = sv_door_primary[ordinal];
+        if (found == NULL) {
+            r = sv_door_fn.cuDeviceGet(&device, ordinal);
+            if (r != SV_CUDA_SUCCESS) *call = "cuDeviceGet";
+            else {
+                r = sv_door_fn.cuDevicePrimaryCtxRetain(&found, device);
+                if (r != SV_CUDA_SUCCESS) *call = "cuDevicePrimaryCtxRetain";
+                else {
+                    sv_door_primary_device[ordinal] = device;
+                    __atomic_store_n(&sv_door_primary[ordinal], found, __ATOMIC_RELEASE);
+                }
+            }
+        }
+        pthread_mutex_unlock(&sv_door_lock);
+        *context = found;
+        return r;
+    }
+
+    static sv_CUresult sv_door_create_current(sv_door_thread *t, void *context, void **event,
+                                              const char **call) {
+        sv_CUresult r;
+        if (t->n_events == SV_DOOR_EVENTS) return SV_DOOR_NOT_HANDLED;
+        r = sv_door_fn.cuEventCreate(event, SV_CU_EVENT_DISABLE_TIMING);
+        if (r != SV_CUDA_SUCCESS) { *call = "cuEventCreate"; return r; }
+        pthread_mutex_lock(&sv_door_lock);
+        t->event_context[t->n_events] = context;
+        t->event[t->n_events] = *event;
+        t->n_events++;
+        sv_door_events_live++;
+        pthread_mutex_unlock(&sv_door_lock);
+        t->events_made++;
+        return SV_CUDA_SUCCESS;
+    }
+
+    /* Record this thread's event of ``context``, the current context, on ``stream``;
+       a dead event (its context reset) replaced and the record tried once more. */
+    static sv_CUresult sv_door_record_in_current(sv_door_thread *t, void *context, uintptr_t stream,
+                                                 void **event, const char **call) {
+        sv_CUresult r;
+        int i = sv_door_find_event(t, context);
+        if (i >= 0) {
+            *event = t->event[i];
+            r = sv_door_fn.cuEventRecord(*event, (void *)stream);
+            if (r == SV_CUDA_SUCCESS) return r;
+            if (!sv_door_stale(r)) { *call = "cuEventRecord"; return r; }
+            sv_door_drop_event(t, context);
+        }
+        r = sv_door_create_current(t, context, event, call);
+        if (r != SV_CUDA_SUCCESS) return r;
+        r = sv_door_fn.cuEventRecord(*event, (void *)stream);
+        if (r != SV_CUDA_SUCCESS) *call = "cuEventRecord";
+        return r;
+    }
+
+    static inline int sv_door_same_default(uintptr_t a, uintptr_t b) {
+        return (a == 2) == (b == 2);
+    }
+
+    /* ``consumer`` waits for the default stream ``producer`` (0, 1, 2) of device
+       ``ordinal``'s primary context (_driver.py's _order_after_default). */
+    static sv_CUresult sv_door_order_default(uintptr_t producer, uintptr_t consumer, int ordinal,
+                                             const char **call) {
+        sv_door_thread *t = sv_door_thread_get();
+        void *primary, *current = NULL, *event = NULL, *popped;
+        int wait_inside = 0;
+        sv_CUresult r, r_pop;
+        if (t == NULL) return SV_DOOR_NOT_HANDLED;
+        r = sv_door_primary_context(ordinal, &primary, call);
+        if (r != SV_CUDA_SUCCESS) return r;
+        if (consumer <= 2) {
+            r = sv_door_fn.cuCtxGetCurrent(&current);
+            if (r != SV_CUDA_SUCCESS) { *call = "cuCtxGetCurrent"; return r; }
+            wait_inside = current == NULL;  /* no current context: the consumer's is the primary */
+            if ((current == NULL || current == primary) && sv_door_same_default(producer, consumer))
+                return SV_CUDA_SUCCESS;  /* one stream */
+        }
+        r = sv_door_fn.cuCtxPushCurrent(primary);
+        if (r != SV_CUDA_SUCCESS) { *call = "cuCtxPushCurrent"; return r; }
+        r = sv_door_record_in_current(t, primary, producer, &event, call);
+        if (r == SV_CUDA_SUCCESS && wait_inside) {
+            r = sv_door_fn.cuStreamWaitEvent((void *)consumer, event, 0);
+            if (r != SV_CUDA_SUCCESS) *call = "cuStreamWaitEvent";
+        }
+        r_pop = sv_door_fn.cuCtxPopCurrent(&popped);
+        if (r != SV_CUDA_SUCCESS) return r;  /* the first error explains what went wrong */
+        if (r_pop != SV_CUDA_SUCCESS) { *call = "cuCtxPopCurrent"; return r_pop; }
+        if (!wait_inside) {
+            r = sv_door_fn.cuStreamWaitEvent((void *)consumer, event, 0);
+            if (r != SV_CUDA_SUCCESS) { *call = "cuStreamWaitEvent"; return r; }
+        }
+        t->ordered++;
+        return SV_CUDA_SUCCESS;
+    }
+
+    /* The device ordinal of the memory at ``ptr``. */
+    static sv_CUresult sv_door_pointer_device(uintptr_t ptr, int *ordinal, const char **call) {
+        sv_CUresult r = sv_door_fn.cuPointerGetAttribute(
+            ordinal, SV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (unsigned long long)ptr);
+        if (r != SV_CUDA_SUCCESS) *call = "cuPointerGetAttribute";
+        return r;
+    }
+
+    static unsigned long long sv_door_thread_ordered(void) {
+        return sv_door_tls ? sv_door_tls->ordered : 0;
+    }
+    static int sv_door_thread_events(void) {
+        return sv_door_tls ? sv_door_tls->n_events : 0;
+    }
+    static long long sv_door_live_events(void) {
+        long long n;
+        pthread_mutex_lock(&sv_door_lock);
+        n = sv_door_events_live;
+        pthread_mutex_unlock(&sv_door_lock);
+        return n;
+    }
+
+    #else  /* !SV_DOOR_AVAILABLE */
+
+    static int sv_door_open(void) { return -1; }
+    static void sv_door_close(void) {}
+    static void sv_door_reset(void) {}
+    static sv_CUresult sv_door_order(uintptr_t producer, uintptr_t consumer, const char **call) {
+        (void)producer; (void)consumer; (void)call;
+        return SV_DOOR_NOT_HANDLED;
+    }
+    static sv_CUresult sv_door_order_default(uintptr_t producer, uintptr_t consumer, int ordinal,
+                                             const char **call) {
+        (void)producer; (void)consumer; (void)ordinal; (void)call;
+        return SV_DOOR_NOT_HANDLED;
+    }
+    static sv_CUresult sv_door_pointer_device(uintptr_t ptr, int *ordinal, const char **call) {
+        (void)ptr; (void)ordinal; (void)call;
+        return SV_DOOR_NOT_HANDLED;
+    }
+    static unsigned long long sv_door_thread_ordered(void) { return 0; }
+    static int sv_door_thread_events(void) { return 0; }
+    static long long sv_door_live_events(void) { return 0; }
+
+    #endif
+
+    /* For the hand-over code (a small C API; the ordering does not use these): the
+       driver's own calls through the door's pointers, with handles as integers.
+       Valid only while sv_door_state_load() == 1 (the pointers are then the real
+       driver's, the one _driver._api names); each returns the call's CUresult
+       (SV_DOOR_NOT_HANDLED where the door is not built). */
+    static inline sv_CUresult sv_door_stream_is_capturing(uintptr_t stream, int *status) {
+    #if SV_DOOR_AVAILABLE
+        return sv_door_fn.cuStreamIsCapturing((void *)stream, status);
+    #else
+        (void)stream; (void)status; return SV_DOOR_NOT_HANDLED;
+    #endif
+    }
+    static inline sv_CUresult sv_door_event_record(uintptr_t event, uintptr_t stream) {
+    #if SV_DOOR_AVAILABLE
+        return sv_door_fn.cuEventRecord((void *)event, (void *)stream);
+    #else
+        (void)event; (void)stream; return SV_DOOR_NOT_HANDLED;
+    #endif
+    }
+    static inline sv_CUresult sv_door_event_query(uintptr_t event) {
+    #if SV_DOOR_AVAILABLE
+        return sv_door_fn.cuEventQuery((void *)event);
+    #else
+        (void)event; return SV_DOOR_NOT_HANDLED;
+    #endif
+    }
+
+    /* The driver's name of ``code`` (what _driver.py's _error_name gives). */
+    static const char *sv_door_error_name(sv_CUresult code) {
+        const char *name = NULL;
+        if (sv_door_state_load() == 1 && sv_door_fn.cuGetErrorName(code, &name) == SV_CUDA_SUCCESS)
+            return name;
+        return NULL;
+    }
+    """
+    int SV_DOOR_AVAILABLE
+    int SV_DOOR_NOT_HANDLED
+    int SV_CUDA_SUCCESS
+    ctypedef int sv_CUresult
+    int sv_door_state_load() nogil
+    int sv_door_open() nogil
+    void sv_door_close() nogil
+    void sv_door_reset() nogil
+    sv_CUresult sv_door_order(uintptr_t producer, uintptr_t consumer, const char **call) nogil
+    sv_CUresult sv_door_order_default(uintptr_t producer, uintptr_t consumer, int ordinal, const char **call) nogil
+    sv_CUresult sv_door_pointer_device(uintptr_t ptr, int *ordinal, const char **call) nogil
+    unsigned long long sv_door_thread_ordered() nogil
+    int sv_door_thread_events() nogil
+    long long sv_door_live_events() nogil
+    const char *sv_door_error_name(sv_CUresult code) nogil
+    # The hand-over code's C API (see the C comment above): only while
+    # sv_door_state_load() == 1; a failure raised with _door_raise(code, b"name").
+    sv_CUresult sv_door_stream_is_capturing(uintptr_t stream, int *status) nogil
+    sv_CUresult sv_door_event_record(uintptr_t event, uintptr_t stream) nogil
+    sv_CUresult sv_door_event_query(uintptr_t event) nogil
+
+
+cdef int _door_decide() except -1:
+    """Decide, once the Python path has loaded the driver, whether the door is on."""
+    import os
+    import sys
+
+    driver = _driver_module()
+    driver._door_reset_hook = _driver_door_reset
+    if not driver._c_door:
+        sv_door_close()
+        return 0
+    if driver._api is None or not driver._initialized:
+        # Loaded (and cuInit called) by the Python path, as order_after would at
+        # once: the same CUDAError, with its stream_ptr=-1 hint, if there is no driver.
+        driver._driver()
+    if (
+        driver._api is not sys.modules.get("cuda.bindings.driver")
+        or os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+    ):
+        sv_door_close()
+        return 0
+    sv_door_open()
+    return 0
+
+
+cdef int _door_raise(sv_CUresult code, const char *call) except -1:
+    """Raise the CUDAError _driver.py raises for ``call`` failing with ``code``."""
+    from stridedview._errors import CUDAError
+
+    cdef const char *found = sv_door_error_name(code)
+    name = found.decode() if found != NULL else f"CUresult {code}"
+    raise CUDAError(f"{call.decode()} failed: {name}", name)
+
+
+cdef int _door_order(object producer, object consumer, object device, object ptr) except -1:
+    """``order_after(producer, consumer, device, ptr)`` in C: 1 when done, 0 when the
+    caller must call ``_driver_module().order_after`` (the door off or undecided, a
+    case left to the Python path); CUDAError as order_after."""
+    cdef int state = sv_door_state_load()
+    cdef uintptr_t p, c, address = 0
+    cdef int ordinal = -1
+    cdef const char *call = NULL
+    cdef sv_CUresult r
+    if state == -1:
+        return 0
+    if type(producer) is not int or type(consumer) is not int:
+        return 0
+    try:
+        p = producer
+        c = consumer
+    except OverflowError:  # not a handle (negative, too large): the Python path says so
+        return 0
+    if p == c and p > 2:
+        return 1  # one stream: nothing to order, no driver loaded (as order_after)
+    if p <= 2:
+        # A producer's default stream is the data device's: known, or that of the
+        # memory at ptr; with neither, the current context's (the Python path).
+        if device is not None:
+            if type(device) is not int or not 0 <= device < 64:
+                return 0
+            ordinal = device
+        elif type(ptr) is not int or ptr == 0 or ptr < 0 or ptr >= _UINTPTR_LIMIT:
+            return 0
+        else:
+            address = ptr
+    if state != 1:
+        _door_decide()
+        if sv_door_state_load() != 1:
+            return 0
+    if p > 2:
+        r = sv_door_order(p, c, &call)
+    else:
+        r = SV_CUDA_SUCCESS
+        if ordinal < 0:
+            r = sv_door_pointer_device(address, &ordinal, &call)
+        if r == SV_CUDA_SUCCESS:
+            r = sv_door_order_default(p, c, ordinal, &call)
+    if r == SV_CUDA_SUCCESS:
+        return 1
+    if r == SV_DOOR_NOT_HANDLED:
+        return 0
+    _door_raise(r, call)
+    return -1
+
+
+cdef inline int _order_after(object producer, object consumer, object device=None, object ptr=0) except -1:
+    """``_driver.order_after(producer, consumer, device, ptr)``, through the C door
+    when it handles the call."""
+    if _door_order(producer, consumer, device, ptr) == 0:
+        _driver_module().order_after(producer, consumer, device, ptr)
+    return 0
+
+
+def _driver_door_reset():
+    """Destroy every thread's C-door events and forget its caches; the door is decided
+    again by the next ordering (``_driver.use_api`` calls it before the driver changes)."""
+    sv_door_reset()
+
+
+def _driver_door_info():
+    """For tests: the door's state (1 on, -1 off, 0 undecided), the orderings it did on
+    this thread, this thread's events and every thread's live events."""
+    return {
+        "state": sv_door_state_load(),
+        "ordered": sv_door_thread_ordered(),
+        "thread_events": sv_door_thread_events(),
+        "live_events": sv_door_live_events(),
+        "available": bool(SV_DOOR_AVAILABLE),
+    }

@@ -1,0 +1,328 @@
+"""The C driver door (src/stridedview/_driver_door.pxi) on the simulated device.
+
+``order_after`` after an ordinary producer stream is done in C, through entry points the
+driver's own ``cuGetProcAddress`` gave; everything else takes _driver.py's Python path.
+These tests show that the C path is the one taken when expected (the simulator counts the
+driver calls, the door counts its orderings, and the Python ``order_after`` is made to fail),
+that it orders for real (delayed writes read back on the consumer), that its events are
+destroyed when their thread ends and when ``use_api`` changes the driver, that a dead event
+after a primary context reset is replaced, and that ``STRIDEDVIEW_NO_C_DRIVER`` (here
+``_driver._c_door``) and a fake driver turn it off.  The whole gpu suite runs both ways:
+``STRIDEDVIEW_NO_C_DRIVER=1`` forces the Python path everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from stridedview import CUDAError, StridedMemoryView, _driver, _view
+from test_gpu_ordering import DELAY_US, Spot
+
+pytestmark = [pytest.mark.gpu, pytest.mark.simgpu]
+
+#: The driver calls an ordering may make; a warm one through the door makes one record and
+#: one wait, nothing else.
+COUNTED = (
+    "cuEventRecord", "cuStreamWaitEvent", "cuStreamGetCtx", "cuEventCreate", "cuEventDestroy_v2",
+    "cuCtxGetCurrent", "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuPointerGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+)
+
+
+@pytest.fixture
+def door(gpu, simulator, monkeypatch):
+    """The door switched on (whatever STRIDEDVIEW_NO_C_DRIVER says) and decided afresh."""
+    monkeypatch.setattr(_driver, "_c_door", True)
+    _driver.use_api(None)
+    return gpu
+
+
+def info() -> dict:
+    return _view._driver_door_info()
+
+
+def counts(sim) -> dict:
+    return {name: sim.calls(name) for name in COUNTED}
+
+
+def delta(sim, before) -> dict:
+    return {name: n - before[name] for name, n in counts(sim).items() if n != before[name]}
+
+
+def refuse_python_path(monkeypatch) -> None:
+    """Make _driver.order_after (what the call sites call when the door declines) fail."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"the Python order_after was called: {args}")
+
+    monkeypatch.setattr(_driver, "order_after", refuse)
+
+
+def test_door_is_on_with_the_real_bindings(door, simulator):
+    """The first ordering decides the door: on, with cuda.bindings.driver as the driver."""
+    spot = Spot(door)
+    producer, consumer = door.stream(), door.stream()
+    assert info()["state"] == 0
+    StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+    assert info()["state"] == 1
+    assert info()["ordered"] >= 1
+
+
+@pytest.mark.parametrize("site", ["cai", "view-of-view", "export"])
+def test_warm_ordering_is_one_record_and_one_wait_in_c(door, simulator, monkeypatch, site):
+    """After warm-up, each ordering at each call site is exactly one cuEventRecord and one
+    cuStreamWaitEvent, made by the door (the Python order_after refuses to run)."""
+    spot = Spot(door)
+    producer, consumer, other = door.stream(), door.stream(), door.stream()
+
+    def order():
+        if site == "cai":
+            StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+            return
+        base = StridedMemoryView(spot.array(producer.ptr), stream_ptr=producer.ptr)  # ready there
+        if site == "view-of-view":
+            StridedMemoryView(base, stream_ptr=consumer.ptr)
+        else:
+            base.__dlpack__(stream=consumer.ptr)
+
+    order()  # warm-up: the door decided, the stream's context and the event cached
+    StridedMemoryView(spot.array(other.ptr), stream_ptr=consumer.ptr)
+    refuse_python_path(monkeypatch)
+    before, ordered = counts(simulator), info()["ordered"]
+    for _ in range(10):
+        order()
+    expected = {"cuEventRecord": 10, "cuStreamWaitEvent": 10}
+    if site == "export":
+        expected["cuPointerGetAttribute"] = 10  # the export's device (a CAI view's device_id)
+    assert delta(simulator, before) == expected
+    assert info()["ordered"] - ordered == 10
+    assert info()["thread_events"] == 1  # one context: one event, reused
+
+
+@pytest.mark.parametrize("producer", ["cai-1", "cai-2", "exchange-0"])
+def test_warm_default_producer_stream_is_ordered_in_c(door, simulator, monkeypatch, producer):
+    """A producer's default stream (CAI 1 or 2: the device of the pointer; the exchange API's
+    NULL: the tensor's device) is resolved in that device's primary context by the door: push,
+    record, pop, wait (and, for the CAI, the pointer's device asked), late writes seen."""
+    from test_gpu_streams import exchange_view
+
+    spot = Spot(door)
+    consumer = door.stream()
+    handle = int(producer[-1])
+
+    def order():
+        if producer.startswith("cai"):
+            StridedMemoryView(spot.array(handle), stream_ptr=consumer.ptr)
+        else:
+            exchange_view(spot.memory.ptr, 0, 0, consumer.ptr)
+
+    order()
+    refuse_python_path(monkeypatch)
+    before, ordered = counts(simulator), info()["ordered"]
+    for _ in range(5):
+        order()
+    expected = {
+        "cuCtxPushCurrent_v2": 5, "cuEventRecord": 5, "cuCtxPopCurrent_v2": 5, "cuStreamWaitEvent": 5
+    }
+    if producer.startswith("cai"):
+        expected["cuPointerGetAttribute"] = 5
+    assert delta(simulator, before) == expected
+    assert info()["ordered"] - ordered == 5
+    simulator.set_delay_us(DELAY_US)
+    for i in range(5):
+        spot.write(handle, i + 1)
+        order()
+        assert spot.read(consumer.handle), i
+
+
+def test_door_orders_for_real(door, simulator, monkeypatch):
+    """Late writes on the producer stream are seen by the consumer, every time, through the door."""
+    spot = Spot(door)
+    producer, consumer = door.stream(), door.stream()
+    StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+    refuse_python_path(monkeypatch)
+    simulator.set_delay_us(DELAY_US)
+    for i in range(20):
+        spot.write(producer.ptr, i + 1)
+        StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+        assert spot.read(consumer.handle), i
+
+
+def test_switched_off_the_python_path_orders(gpu, simulator, monkeypatch):
+    """With the door off (what STRIDEDVIEW_NO_C_DRIVER=1 does) every ordering is _driver.py's."""
+    monkeypatch.setattr(_driver, "_c_door", False)
+    _driver.use_api(None)
+    spot = Spot(gpu)
+    producer, consumer = gpu.stream(), gpu.stream()
+    ordered = info()["ordered"]
+    simulator.set_delay_us(DELAY_US)
+    for i in range(3):
+        spot.write(producer.ptr, i + 1)
+        StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+        assert spot.read(consumer.handle), i
+    assert info()["state"] == -1
+    assert info()["ordered"] == ordered
+    assert _driver._per_thread.events.event_of_context  # the Python path's own event
+
+
+def test_a_fake_driver_turns_the_door_off_and_use_api_destroys_its_events(door, simulator):
+    """use_api destroys the door's events of every thread in the driver that made them; with a
+    fake installed the fake gets every call; back on the real driver the door is on again."""
+    from fake_driver import FakeDriver
+
+    spot = Spot(door)
+    producer, consumer = door.stream(), door.stream()
+    live = simulator.counter("events_live")
+    StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)  # decides the door
+    StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+    assert info()["live_events"] >= 1
+    fake = FakeDriver()
+    _driver.use_api(fake)
+    try:
+        assert info() | {"ordered": 0} == {
+            "state": 0, "ordered": 0, "thread_events": 0, "live_events": 0, "available": True
+        }
+        assert simulator.counter("events_live") == live
+        a, b = fake.new_stream(), fake.new_stream()
+        before = counts(simulator)
+        _driver.order_after(a, b)  # what the call sites do once the door declines
+        StridedMemoryView(spot.array(a), stream_ptr=b)
+        assert info()["state"] == -1
+        assert fake.names().count("cuEventRecord") == 2
+        assert delta(simulator, before) == {}
+    finally:
+        _driver.use_api(None)
+    assert info()["state"] == 0
+    StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+    assert info()["state"] == 1
+
+
+def test_door_events_are_destroyed_when_their_threads_end(door, simulator):
+    """Threads ordering through the door (no current context in them: the event is created in
+    the stream's context, pushed) have their events destroyed by the time join returns."""
+    spot = Spot(door)
+    producer, consumer = door.stream(), door.stream()
+    StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)  # decides the door
+    live, door_live = simulator.counter("events_live"), info()["live_events"]
+    seen = []
+
+    def run():
+        for _ in range(3):
+            StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+        seen.append((info()["ordered"], info()["thread_events"]))
+
+    for _ in range(3):
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert simulator.counter("events_live") == live
+        assert info()["live_events"] == door_live
+    assert seen == [(3, 1)] * 12
+
+
+def test_no_current_context_and_a_default_consumer_falls_back(door, simulator):
+    """A default-stream consumer in a thread with no current context is the data device's
+    primary context's: the door's wait fails there, and the Python path orders it."""
+    spot = Spot(door)
+    producer = door.stream()
+    StridedMemoryView(spot.array(producer.ptr), stream_ptr=door.stream().ptr)  # decides the door
+    simulator.set_delay_us(DELAY_US)
+    outcome = {}
+
+    def run():
+        try:
+            spot.write(producer.ptr, 0x5A)
+            StridedMemoryView(spot.array(producer.ptr), stream_ptr=1)
+            outcome["ordered"] = info()["ordered"]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    assert "error" not in outcome, outcome
+    assert outcome["ordered"] == 0
+    assert spot.read(1)
+
+
+def test_door_errors_match_the_python_path(door, simulator):
+    """A producer stream destroyed after its context was cached: the record fails, the fresh
+    lookup too, and the door's CUDAError is the Python path's, name and text."""
+    spot = Spot(door)
+    consumer = door.stream()
+    errors = {}
+    for way in (True, False):
+        _driver._c_door = way
+        _driver.use_api(None)
+        gone = door.stream()
+        StridedMemoryView(spot.array(gone.ptr), stream_ptr=consumer.ptr)  # its context cached
+        assert info()["state"] == (1 if way else -1)
+        gone.close()
+        with pytest.raises(CUDAError) as caught:
+            StridedMemoryView(spot.array(gone.ptr), stream_ptr=consumer.ptr)
+        errors[way] = (str(caught.value), caught.value.name)
+    assert errors[True] == errors[False]
+    assert errors[True][1] == "CUDA_ERROR_INVALID_HANDLE"
+
+
+RESET_SCRIPT = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+import driver_support
+from driver_support import Resources, drv, make_current, ok, simulator
+import test_gpu_ordering as t
+from stridedview import StridedMemoryView, _driver, _view
+
+def refuse(*args, **kwargs):
+    raise AssertionError("the Python order_after was called")
+
+sim = simulator()
+make_current(0)
+
+def view_after(value):
+    res = Resources()
+    try:
+        spot = t.Spot(res, 0)
+        consumer = res.stream(1)
+        stream = res.stream(0)
+        sim.set_delay_us(t.DELAY_US)
+        spot.write(stream.ptr, value)
+        StridedMemoryView(spot.array(stream.ptr), stream_ptr=consumer.ptr)
+        return spot.read(consumer.handle, device=1)
+    finally:
+        sim.set_delay_us(0)
+        res.release()
+
+results = [view_after(0x81)]  # decides the door (the Python path's first call loads the driver)
+results.append(view_after(0x82))
+_driver.order_after = refuse
+ordered = _view._driver_door_info()["ordered"]
+created = sim.counter("events_created")
+ok(drv.cuDevicePrimaryCtxReset(ok(drv.cuDeviceGet(0))))
+make_current(0)
+results += [view_after(0x83), view_after(0x84)]
+print(results, sim.counter("events_created") - created, _view._driver_door_info()["ordered"] - ordered)
+"""
+
+
+def test_door_replaces_a_dead_event_after_primary_context_reset(gpu, two_gpus):
+    """After cuDevicePrimaryCtxReset of device 0 (the context keeps its handle, its events
+    die), the door's record fails on its dead event: it is dropped, a fresh one created once,
+    the record retried, all in C (in a child process: the reset would take every other test's
+    memory on device 0 with it)."""
+    from simgpu.simgpu_support import run_python
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(os.path.dirname(tests), "src")
+    result = run_python(
+        "import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + RESET_SCRIPT,
+        env={"STRIDEDVIEW_NO_C_DRIVER": "0"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-2:] == ["1", "2"], result.stdout
+    assert result.stdout.split("]")[0] + "]" == "[True, True, True, True]", result.stdout
