@@ -37,11 +37,15 @@ deprecated for the CAI) and its own ``args_viewable_as_strided_memory``.
 - **hand-overs** (stridedview only: cuda.core has none): the same view of a CAI array that
   names no producer stream, on ``s``, with ``view.record_stream(s)`` before it is dropped,
   and a launch of three with ``record_stream=True``, each against the same call without
-  it.  ``s`` runs nothing, so each hand-over's event has completed by the next check and its
-  hold is released there (the steady state: about one hold pending).  "N pending": first N
-  holds are handed to another stream that a host function keeps blocked, so they stay
-  pending through the whole case (the pending bound raised past them for the case); the
-  figure is what a hand-over costs with that registry.
+  it.  Every one of these cases, the baselines too, ends with ``cuStreamSynchronize(s)``
+  (cuda-bindings): ``s`` runs nothing else, so each hand-over's event has completed by the
+  next hand-over's check, which releases its hold (the steady state: one hold pending).
+  Without the synchronization, whether the event has completed by then is up to how the
+  stream's thread is scheduled, and the count moved by a third between runs.  "N pending":
+  first N holds are handed to another stream that a host function keeps blocked, so they
+  stay pending through the whole case (the pending bound raised past them for the case);
+  the figure is what a hand-over costs with that registry.  A hand-over's cost is its case
+  less its baseline.
 
 Printed: each pair's counts and ratio, each hand-over's added instructions, and each
 target of the plan, met or NOT MET (the exit status is 0 either way: a measurement, not a
@@ -265,32 +269,56 @@ def build_cases(collect: dict | None = None) -> dict[str, object]:
         view_case(prefix + "DLPack cuda.core Buffer, stream s", make, state.buffer, s)
         view_case(prefix + "DLPack cuda.core Buffer (-1)", make, state.buffer, -1)
 
-    # Hand-overs: the array names no producer stream, so nothing is ordered.
+    # Hand-overs: the array names no producer stream, so nothing is ordered.  Each case ends
+    # with s synchronized, its baseline too: every hand-over's event has completed by the
+    # next one's check (else whether it has is up to the scheduling of s's thread).
+    from cuda.bindings.driver import cuStreamSynchronize as sync
+
     free = state.free
-    view_case("view on s", StridedMemoryView, free, s)
 
-    def recorder():
-        def recorded():
-            view = StridedMemoryView(free, stream_ptr=s)
-            view.ptr
-            view.shape
-            view.strides
-            view.dtype
-            view.record_stream(s)
+    def viewer(record):
+        if record:
+            def case():
+                view = StridedMemoryView(free, stream_ptr=s)
+                view.ptr
+                view.shape
+                view.strides
+                view.dtype
+                view.record_stream(s)
+                del view
+                sync(s)
+        else:
+            def case():
+                view = StridedMemoryView(free, stream_ptr=s)
+                view.ptr
+                view.shape
+                view.strides
+                view.dtype
+                del view
+                sync(s)
+        return case
 
-        return recorded
+    def synced(launch):
+        a, b, c = state.unordered
+
+        def case():
+            launch(a, b, c, s)
+            sync(s)
+
+        return case
 
     plain = launcher("launch x3 on s", args_viewable_as_strided_memory)
     recording = launcher("launch x3 on s, record_stream=True", args_viewable_as_strided_memory,
                          record_stream=True)
-    launch_case("launch x3 on s", plain, state.unordered, s)
-    launch_case("launch x3 on s, record_stream=True", recording, state.unordered, s)
-    cases["view on s, record_stream(s)"] = recorder()
+    cases["view on s"] = viewer(False)
+    cases["view on s, record_stream(s)"] = viewer(True)
+    cases["launch x3 on s"] = synced(plain)
+    cases["launch x3 on s, record_stream=True"] = synced(recording)
     for holds in PENDING:
-        cases[f"view on s, record_stream(s), {holds} pending"] = _pending(recorder(), state, holds)
-        launch_case(f"launch x3 on s, record_stream=True, {holds} pending", recording,
-                    state.unordered, s)
-        _pending(cases[f"launch x3 on s, record_stream=True, {holds} pending"], state, holds)
+        cases[f"view on s, record_stream(s), {holds} pending"] = _pending(viewer(True), state, holds)
+        cases[f"launch x3 on s, record_stream=True, {holds} pending"] = _pending(
+            synced(recording), state, holds
+        )
 
     for func in cases.values():
         if getattr(func, "setup", None) is None:
