@@ -42,7 +42,7 @@ deprecated for the CAI) and its own ``args_viewable_as_strided_memory``.
   (cuda-bindings), so each hand-over's event has completed by the next hand-over's check,
   which releases its hold (one hold pending at a time).  Without it, whether the event has
   completed by then is up to how the simulated stream's thread is scheduled, and the count
-  moved by a third between runs.  "N pending": first N holds are handed to another stream
+  moved by up to 30% between runs.  "N pending": first N holds are handed to another stream
   that a host function keeps blocked, so they stay pending through the whole case (the
   pending bound raised past them for the case); against the baseline without the
   synchronization, because the simulated device's host waits trim its memory pools by
