@@ -1,7 +1,7 @@
 """Instruction counts of the benchmark cases under valgrind's callgrind.
 
     python benchmarks/callgrind.py [--calls N] [--cases SUBSTRING ...] [--json FILE]
-                                   [--module handover]
+                                   [--module handover|device] [--separate-threads]
 
 Wall-clock ratios on a shared machine move by tens of percent between runs; the
 number of instructions one call executes does not (to within a few tenths of a
@@ -17,7 +17,16 @@ inside a segment cost the same whichever cases ran before it.
 
 Needs valgrind on PATH; runs about a minute and a half (importing torch and jax
 under valgrind is most of it).  ``--module handover`` counts benchmarks/handover.py's
-cases instead (hand-overs: they need a CUDA driver, such as the simulated device).
+cases instead (hand-overs: they need a CUDA driver, such as the simulated device);
+benchmarks/device.py measures its own cases through ``measure`` here.
+
+``--separate-threads`` counts the calling thread only (valgrind's
+``--separate-threads=yes``, the main thread's dumps): on the simulated device each stream
+is a worker thread of the driver, whose work a GPU would do.
+
+A case may carry two attributes, ``setup`` and ``teardown`` (functions of no argument):
+such a case is warmed up after its ``setup``, which runs before the segment (and is not
+counted), and ``teardown`` runs after it (counted in no case either).
 """
 
 from __future__ import annotations
@@ -53,12 +62,18 @@ def child(calls: int, patterns: list[str], module: str = "run") -> None:
         if not patterns or any(p in name for p in patterns)
     )
     for func in cases.values():
-        for _ in range(200):
-            func()
+        if getattr(func, "setup", None) is None:
+            for _ in range(200):
+                func()
     order = list(cases)
     print(json.dumps(order), flush=True)
     for name in order:
         func = cases[name]
+        setup = getattr(func, "setup", None)
+        if setup is not None:
+            setup()
+            for _ in range(200):
+                func()
         # Each case starts alike whatever ran before: no garbage pending and every
         # older object frozen, so a collection inside the segment walks only what
         # the calls made (else a full collection over the cases built before it
@@ -69,6 +84,9 @@ def child(calls: int, patterns: list[str], module: str = "run") -> None:
         for _ in range(calls):
             func()
         os.getppid()  # dump: this segment holds the `calls` calls
+        teardown = getattr(func, "teardown", None)
+        if teardown is not None:
+            teardown()
 
 
 def _totals(path: str) -> int:
@@ -79,8 +97,11 @@ def _totals(path: str) -> int:
     raise ValueError(f"no totals in {path}")
 
 
-def measure(calls: int, patterns: list[str], module: str = "run") -> dict[str, float]:
-    """Instructions per call of each case (the empty loop's taken off)."""
+def measure(
+    calls: int, patterns: list[str], module: str = "run", *, separate_threads: bool = False,
+) -> dict[str, float]:
+    """Instructions per call of each case (the empty loop's taken off); with
+    ``separate_threads``, of the calling (main) thread only."""
     if shutil.which("valgrind") is None:
         raise SystemExit("callgrind.py: valgrind is not on PATH")
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,6 +110,7 @@ def measure(calls: int, patterns: list[str], module: str = "run") -> dict[str, f
         command = [
             "valgrind", "--tool=callgrind", "--dump-before=getppid",
             f"--callgrind-out-file={out}",
+        ] + (["--separate-threads=yes"] if separate_threads else []) + [
             sys.executable, os.path.abspath(__file__), "--child", "--calls", str(calls),
             "--module", module,
         ] + [arg for p in patterns for arg in ("--cases", p)]
@@ -97,9 +119,15 @@ def measure(calls: int, patterns: list[str], module: str = "run") -> dict[str, f
             sys.stderr.write(result.stderr[-4000:])
             raise SystemExit(f"callgrind.py: the run under valgrind failed ({result.returncode})")
         order = json.loads(result.stdout.strip().splitlines()[-1])
-        dumps = sorted(
-            glob.glob(out + ".*"), key=lambda p: int(p.rsplit(".", 1)[1])
-        )
+        if separate_threads:
+            # One file per thread and dump, OUT.<dump>-<thread>: the main thread's are -01.
+            dumps = sorted(
+                glob.glob(out + ".*-01"), key=lambda p: int(p.rsplit(".", 1)[1].split("-")[0])
+            )
+        else:
+            dumps = sorted(
+                glob.glob(out + ".*"), key=lambda p: int(p.rsplit(".", 1)[1])
+            )
         # Dump k (1-based) ends right before the k-th getppid: the case segments are
         # the even-numbered dumps, in order.
         segments = [_totals(p) for p in dumps[1::2]]
@@ -119,8 +147,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--json", metavar="FILE", help="also write the counts as JSON")
     parser.add_argument(
-        "--module", default="run", choices=("run", "handover"),
+        "--module", default="run", choices=("run", "handover", "device"),
         help="the benchmark module whose cases are counted (default: run)",
+    )
+    parser.add_argument(
+        "--separate-threads", action="store_true",
+        help="count the calling thread only (valgrind's --separate-threads=yes)",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -128,7 +160,7 @@ def main(argv=None) -> int:
         child(args.calls, args.cases, args.module)
         return 0
 
-    counts = measure(args.calls, args.cases, args.module)
+    counts = measure(args.calls, args.cases, args.module, separate_threads=args.separate_threads)
     width = max(map(len, counts))
     print(f"{'case':<{width}}  instructions per call")
     for name, count in counts.items():
