@@ -247,6 +247,9 @@ def views():
         ("view-of-view", StridedMemoryView(StridedMemoryView(base[:, ::2]))),
         ("cai-row-major", StridedMemoryView(Cai(), stream_ptr=-1)),
         ("cai-strided", StridedMemoryView(Cai(strides=(2, 24)), stream_ptr=-1)),
+        # A strided CAI view's DLPack type, from the last dtype's cache or looked up.
+        ("cai-strided-float32", StridedMemoryView(Cai(typestr="<f4", strides=(4, 48)), stream_ptr=-1)),
+        ("cai-strided-float32-again", StridedMemoryView(Cai(typestr="<f4", strides=(48, 4)), stream_ptr=-1)),
         # Derived layouts: each refreshes the C fields it changed.
         ("derived-index", StridedMemoryView(base)[1:, ::-2, 3]),
         ("derived-transpose", StridedMemoryView(base).transpose(2, 0, 1)),

@@ -470,6 +470,11 @@ def _driver_failure(fake):
     return StridedMemoryView(cai(stream=producer_stream), stream_ptr=fake.new_stream())
 
 
+def _driver_init_failure(fake):
+    fake.fail("cuInit", CUresult.CUDA_ERROR_NO_DEVICE)
+    return StridedMemoryView(cai(stream=fake.new_stream()), stream_ptr=fake.new_stream())
+
+
 class _UnloadableDriver:
     """Bindings whose library cannot be loaded: every call raises like cuda-bindings does."""
 
@@ -793,6 +798,7 @@ TRIGGERS = [
     ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),
     ("driver-unloadable", lambda f, m: _no_driver_library(), CUDAError, "the CUDA driver could not be used for cuInit ("),
     ("driver-call-failed", lambda f, m: _driver_failure(f), CUDAError, "cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE"),
+    ("driver-init-failed", lambda f, m: _driver_init_failure(f), CUDAError, "cuInit failed: CUDA_ERROR_NO_DEVICE (the driver is there but cannot be initialised: no usable CUDA device): pass stream_ptr=-1 to order streams yourself"),
     # general
     ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports none of DLPack"),
     ("view-of-uninitialised", lambda f, m: StridedMemoryView(StridedMemoryView.__new__(StridedMemoryView)), BufferError, "stridedview: the StridedMemoryView to view is not initialised"),

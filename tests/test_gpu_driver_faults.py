@@ -181,7 +181,7 @@ def test_ordering_works_after_a_failure(delayed, simulator, call):
 
 def test_a_failed_cuinit_is_not_remembered(gpu, simulator):
     """cuInit failing with CUDA_ERROR_NO_DEVICE raises CUDAError 'cuInit failed:
-    CUDA_ERROR_NO_DEVICE'; the next ordering calls cuInit again and works (mirrors
+    CUDA_ERROR_NO_DEVICE', naming the way out (stream_ptr=-1); the next ordering calls cuInit again and works (mirrors
     test_cuinit_retried_after_failure)."""
     spot = Spot(gpu)
     producer, consumer = gpu.stream().ptr, gpu.stream().ptr
@@ -190,6 +190,7 @@ def test_a_failed_cuinit_is_not_remembered(gpu, simulator):
     with pytest.raises(CUDAError, match="^cuInit failed: CUDA_ERROR_NO_DEVICE") as excinfo:
         StridedMemoryView(spot.array(producer), stream_ptr=consumer)
     assert excinfo.value.name == "CUDA_ERROR_NO_DEVICE"
+    assert str(excinfo.value).endswith("stream_ptr=-1 to order streams yourself (no driver call is then made)")
     StridedMemoryView(spot.array(producer), stream_ptr=consumer)
     assert calls(simulator, "cuInit") == 2
 
@@ -352,7 +353,7 @@ print(json.dumps({"ordered": ordered, "shape": list(view.shape), "host": list(ho
 
 def test_a_driver_with_no_device_is_cuda_error_no_device(gpu):
     """With the driver loaded but no device (SIMGPU_DEVICES=0: cuInit answers
-    CUDA_ERROR_NO_DEVICE), ordering raises CUDAError CUDA_ERROR_NO_DEVICE and views that need no
+    CUDA_ERROR_NO_DEVICE), ordering raises CUDAError CUDA_ERROR_NO_DEVICE naming stream_ptr=-1, and views that need no
     ordering still work (in a child process: the device count is fixed at start)."""
     import json
     import os
@@ -369,4 +370,5 @@ def test_a_driver_with_no_device_is_cuda_error_no_device(gpu):
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["ordered"]["name"] == "CUDA_ERROR_NO_DEVICE", outcome
     assert outcome["ordered"]["message"].startswith("cuInit failed: CUDA_ERROR_NO_DEVICE"), outcome
+    assert "pass stream_ptr=-1" in outcome["ordered"]["message"], outcome
     assert outcome["shape"] == [2, 3] and outcome["host"] == [6]

@@ -116,6 +116,7 @@ CU_STREAM_PER_THREAD = 2
 _DEFAULT_STREAMS = (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD)
 
 _CUDA_SUCCESS = 0
+_INIT_FAILED = "the driver is there but cannot be initialised: no usable CUDA device"
 _NO_DRIVER = "CUDA_ERROR_NO_DRIVER"
 _INVALID_CONTEXT = "CUDA_ERROR_INVALID_CONTEXT"
 # What a record on a dead event, or on a stream of another context, returns.
@@ -221,7 +222,14 @@ def _driver(hint: str = NO_DRIVER_HINT):
     if not _initialized:
         with _init_lock:
             if not _initialized:
-                _call(api, "cuInit", 0, hint=hint)
+                try:
+                    _call(api, "cuInit", 0, hint=hint)
+                except CUDAError as exc:
+                    # A driver with no usable device (CUDA_ERROR_NO_DEVICE) or none at all:
+                    # the way out is named, as for a missing driver library.
+                    if exc.name == _NO_DRIVER:
+                        raise
+                    raise CUDAError(f"cuInit failed: {exc.name} ({_INIT_FAILED}): {hint}", exc.name) from None
                 _initialized = True
     return api
 

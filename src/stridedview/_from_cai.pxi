@@ -134,7 +134,7 @@ cdef int _view_from_cai(
     view.exporting_obj = obj
     view._interface = cai  # the producer may keep the memory alive through it alone
     if strides is not None and size != 0:  # the element strides are at hand in C
-        _store_dl_dtype(view, <uint32_t>_dl_dtype_of(dtype))
+        _store_dl_dtype(view, _packed_dl_dtype(dtype, itemsize))
         return _store_c_layout_from(view, extents, element_strides_c, <int32_t>ndim, itemsize)
     return _store_c_layout(view)
 

@@ -594,6 +594,20 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
     return 0
 
 
+cdef uint32_t _packed_dl_dtype(object dtype, int64_t itemsize) except? 0:
+    """``_dl_dtype_of(dtype)``, from the fast paths' state when ``dtype`` is the last one
+    seen (its DLPack type is kept there with its item size: numpy's ``dtype.name`` is
+    Python code), remembered there otherwise."""
+    cdef sv_thread_state *st = _thread_state()
+    if st != NULL and st.last_itemsize_dtype == <PyObject *>dtype:
+        return st.last_dl_dtype
+    cdef uint32_t packed = <uint32_t>_dl_dtype_of(dtype)
+    st = _thread_state()  # asked again: the lookups are numpy code
+    if st != NULL:
+        _remember_itemsize(st, dtype, itemsize, packed)
+    return packed
+
+
 cdef void _remember_itemsize(
     sv_thread_state *st, object dtype, int64_t itemsize, uint32_t packed
 ) noexcept:
