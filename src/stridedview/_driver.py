@@ -140,6 +140,9 @@ _c_door = os.environ.get("STRIDEDVIEW_NO_C_DRIVER", "") in ("", "0")
 # Called by use_api before the driver changes: destroys the C door's events and
 # empties its caches (set by the compiled core when it first orders streams).
 _door_reset_hook = None
+# Destroys the calling thread's free C hand-over events, how many (trim_event_pool; set
+# by the compiled core when the door is decided).
+_door_trim_hook = None
 
 
 def use_api(api) -> None:
@@ -829,6 +832,8 @@ def trim_event_pool() -> int:
         return 0
     state = _thread_state(_api)
     count = sum(len(free) for _, free in state.pool_of_context.values())
+    if _door_trim_hook is not None:
+        count += _door_trim_hook()  # the C door's pools (hand-overs recorded in C)
     for context in list(state.pool_of_context):
         _drop_pool(_api, state, context)
     return count

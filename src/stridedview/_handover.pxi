@@ -204,8 +204,16 @@ cdef class _Handover:
     cdef list streams
     cdef list holds
     cdef list events
+    # Recorded through the C door instead (_door_record_entry): its (context, event)
+    # pairs in C, given back to the releasing thread's C pool (never to _driver.py's).
+    cdef sv_door_hev *c_events
     cdef bint group
     cdef bint sealed
+
+    def __dealloc__(self):
+        if self.c_events != NULL:  # (dropped unreleased: only if its release failed)
+            sv_door_hev_discard(self.c_events)
+            self.c_events = NULL
 
 
 cdef _Handover _new_handover(list streams, bint group):
@@ -221,6 +229,9 @@ cdef tuple _stream_place(StridedMemoryView view, object handle):
     handle in the calling thread's current context, or with none current the view's
     device's primary context (a CUDA Array Interface view's device found from its
     pointer); CUDAError if the driver is unusable or the handle names no stream."""
+    cdef tuple place = _door_place(handle)  # warm: in C, through the driver door
+    if place is not None:
+        return place
     return _driver_module().check_stream(
         handle, view._device_id if view._device_id >= 0 else None, view._ptr
     )
@@ -406,6 +417,11 @@ cdef Py_ssize_t _release_entry(_Handover entry) noexcept:
     """Release a sealed entry taken out of the registry, and give its events back."""
     cdef Py_ssize_t count = _release_holds(entry)
     SV_PENDING_ADD(sv_pending_entries, -1)
+    cdef sv_door_hev *h = entry.c_events
+    if h != NULL:
+        entry.c_events = NULL
+        sv_door_hev_release(h)  # back to this thread's C pool
+        return count
     events = entry.events
     entry.events = None
     if events:
@@ -465,6 +481,10 @@ cdef int _record_entry(_Handover entry) noexcept:
     capturing a graph keeps the holds until exit.
     """
     cdef object events
+    if _door_record_entry(entry):
+        if not entry.sealed:
+            entry.sealed = True
+        return _ENTRY_RECORDED
     try:
         events = _driver_module().record_handover(entry.streams)
     except BaseException as exc:
@@ -487,6 +507,80 @@ cdef int _record_entry(_Handover entry) noexcept:
     if not entry.sealed:  # (a group's was set under the lock, and is read under it)
         entry.sealed = True
     return _ENTRY_RECORDED
+
+
+cdef bint _door_record_entry(_Handover entry) noexcept:
+    """Record ``entry``'s events through the C door (_driver_door.pxi's
+    sv_door_handover_record: a pooled event per place, its context pushed when not
+    current, after cuStreamIsCapturing said NONE); True when every place was recorded
+    (``entry.c_events`` set).  False leaves the whole entry to _driver.record_handover,
+    which handles every other case (first use, a capture, a failing call, a gone stream,
+    a per-thread stream released by another thread or after its thread ended): the events
+    recorded here are given back first."""
+    cdef sv_door_hev *h
+    cdef sv_door_thread *t
+    cdef list streams = entry.streams
+    cdef tuple place
+    cdef object thread
+    cdef uintptr_t handle, context
+    cdef void *event
+    cdef sv_CUresult r
+    cdef Py_ssize_t n
+    if sv_door_state_load() != 1 or entry.c_events != NULL or streams is None:
+        return False
+    n = len(streams)
+    if n == 0 or n > 1 << 20:
+        return False
+    t = sv_door_thread_get()
+    if t == NULL:
+        return False
+    h = sv_door_hev_new(<int>n)
+    if h == NULL:
+        return False
+    try:
+        for place in streams:
+            handle = <object>PyTuple_GET_ITEM(place, 0)
+            context = <object>PyTuple_GET_ITEM(place, 1)
+            if handle == 2:
+                # Only on the recording thread, alive (a live _ThreadEvents: its ident is
+                # not a reused one), is the per-thread stream this thread's handle 2.
+                thread = <object>PyTuple_GET_ITEM(place, 4)
+                if (
+                    <object>PyTuple_GET_ITEM(place, 2) != PyThread_get_thread_ident()
+                    or thread is None or thread() is None
+                ):
+                    sv_door_hev_release(h)
+                    return False
+            r = sv_door_handover_record(t, <void *>context, handle, &event)
+            if event != NULL:
+                sv_door_hev_add(h, <void *>context, event)
+            if r != SV_CUDA_SUCCESS:
+                if handle > 2 and (r == 400 or r == 201):
+                    sv_door_stream_forget(handle)  # maybe stale: looked up afresh next time
+                sv_door_hev_release(h)
+                return False
+    except BaseException:  # (a place that is not ours to read: the Python path says so)
+        sv_door_hev_release(h)
+        return False
+    sv_door_thread_count_handed(t, h.n)
+    entry.c_events = h
+    return True
+
+
+cdef bint _entry_done(_Handover entry) except -1:
+    """Whether every event of ``entry`` has completed (never blocks)."""
+    if entry.c_events != NULL:
+        return sv_door_hev_done(entry.c_events)
+    return _driver_module().handover_done(entry.events)
+
+
+cdef int _entry_wait(_Handover entry) except -1:
+    """Block until every event of ``entry`` has completed."""
+    if entry.c_events != NULL:
+        sv_door_hev_wait(entry.c_events)
+        return 0
+    _driver_module().wait_handover(entry.events)
+    return 0
 
 
 cdef int _register_exit() except -1:
@@ -527,10 +621,8 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         return
     if outcome != _ENTRY_RECORDED:
         return
-    driver = _driver_module()
-    events = entry.events
     if _exiting:
-        driver.wait_handover(events)
+        _entry_wait(entry)
         SV_PENDING_ADD(sv_pending_entries, 1)
         _release_entry(entry)
         return
@@ -541,7 +633,7 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         SV_PENDING_ADD(sv_pending_entries, 1)
         SV_HANDOVER_UNLOCK()
     except BaseException as exc:
-        driver.wait_handover(events)  # no room to list it: its streams are waited for now
+        _entry_wait(entry)  # no room to list it: its streams are waited for now
         SV_PENDING_ADD(sv_pending_entries, 1)
         _release_entry(entry)
         sv_write_unraisable(exc, "stridedview: listing a hand-over (its streams were waited for)")
@@ -571,7 +663,6 @@ cdef Py_ssize_t _retry_deferred(bint wait) except -1:
     SV_HANDOVER_UNLOCK()
     if not claimed:
         return 0
-    driver = _driver_module()
     try:
         for entry in claimed:
             outcome = _record_entry(entry)
@@ -581,7 +672,7 @@ cdef Py_ssize_t _retry_deferred(bint wait) except -1:
             elif outcome != _ENTRY_RECORDED:
                 SV_PENDING_ADD(sv_pending_entries, -1)  # released, or kept as captured
             elif wait:
-                driver.wait_handover(entry.events)
+                _entry_wait(entry)
                 released += _release_entry(entry)
             else:
                 recorded.append(entry)  # (still counted as pending)
@@ -673,7 +764,7 @@ cdef Py_ssize_t _check_oldest(int limit) noexcept:
         if entry is None:
             break
         try:
-            done = _driver_module().handover_done(entry.events)
+            done = _entry_done(entry)
         except BaseException as exc:  # (a KeyboardInterrupt): the entry stays pending
             _unclaim(entry)
             sv_write_unraisable(exc, "stridedview: checking pending hand-overs")
@@ -706,7 +797,7 @@ cdef void _make_room() noexcept:
         if entry is None:
             break  # the rest are being checked by other threads
         try:
-            _driver_module().wait_handover(entry.events)
+            _entry_wait(entry)
         except BaseException as exc:  # (a KeyboardInterrupt): the entry stays pending
             _unclaim(entry)
             sv_write_unraisable(exc, "stridedview: waiting for the oldest hand-over")
@@ -734,12 +825,11 @@ cdef Py_ssize_t _release_pending(bint wait) except -1:
         del claimed[:head]  # the claimed slots (None)
     if not claimed:
         return released
-    driver = _driver_module()
     try:
         for entry in claimed:
             if wait:
-                driver.wait_handover(entry.events)
-            elif not driver.handover_done(entry.events):
+                _entry_wait(entry)
+            elif not _entry_done(entry):
                 kept.append(entry)
                 done += 1
                 continue
