@@ -78,7 +78,12 @@ data device is known, with the same calls through function pointers that the
 driver's own ``cuGetProcAddress`` resolved, and its own per-thread caches and events
 (the same rules as here: one event per (context, thread), stale entries retried
 once, events destroyed when their thread ends and by ``use_api``; primary contexts
-retained once, released by ``use_api``).
+retained once, released by ``use_api``).  It also does the warm hand-overs: the place of
+an ordinary handle or of 0 and 1 with a context current (``check_stream``'s tuple, the
+context as an int), and a hand-over's records when every place's stream answers "not
+capturing" (events from its own pools per (context, thread), never these); anything else,
+or any failure there, comes to ``check_stream`` and ``record_handover`` here, for the whole
+hand-over.
 It is on only while ``_api`` is the real ``cuda.bindings.driver`` (loaded and
 initialised here first: the door never loads a driver) and ``_c_door`` is true
 (``STRIDEDVIEW_NO_C_DRIVER=1`` makes it false; a change takes effect at the next

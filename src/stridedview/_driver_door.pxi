@@ -82,13 +82,43 @@
 # - Not built on Windows or without gcc/clang builtins (SV_DOOR_AVAILABLE 0): the
 #   door then stays off and everything takes the Python path.
 #
-# For the hand-over code (_handover.pxi, _driver.py's hand-overs, another
-# module's business): sv_door_stream_is_capturing, sv_door_event_record and
-# sv_door_event_query call the driver through the same pointers, for use only
-# while the door is on; _door_raise raises their failures as _driver.py would.
+# Hand-overs (_handover.pxi; _driver.py's check_stream and record_handover stay
+# the general path): the warm cases are done here too, with the same rules as
+# _driver.py's.
+#
+# - A place (check_stream's tuple) for an ordinary handle whose context this
+#   thread's stream table knows (or cuStreamGetCtx tells), and for 0 and 1 with a
+#   context current, is made by _door_place, the context as an int (which
+#   _driver.py's calls take as a CUcontext); 2, no current context and any failure
+#   go to check_stream.
+# - A hand-over's record (_door_record_entry, sv_door_handover_record): per place,
+#   its context pushed when not current, cuStreamIsCapturing must answer NONE,
+#   then an event from this thread's C pool for that context (created there, with
+#   CU_EVENT_DISABLE_TIMING, when empty) is recorded.  Anything else (a capture
+#   status other than NONE, any failing call, a ninth context, a per-thread stream
+#   (2) released other than by its live recording thread) gives back the events
+#   recorded so far and leaves the whole entry to _driver.record_handover (which
+#   records it again, or waits, defers, keeps or releases it as it always did); a
+#   stale-looking failure forgets the stream's remembered context.
+# - Such an entry keeps its (context, event) pairs in C (sv_door_hev, owned by the
+#   _Handover): queried with cuEventQuery (NOT_READY: not done; any other failure:
+#   done, the event dropped, not reused), waited for with cuEventSynchronize, and
+#   its events given back on release to the releasing thread's C pool (at most
+#   SV_DOOR_POOL_LIMIT per context, the rest destroyed with their context pushed).
+#   C events never reach _driver.py's pools, nor its events the C pools.
+# - The pools live in the per-thread struct: destroyed with its other events when
+#   the thread ends (or its thread state is cleared) and by the reset (use_api
+#   releases every pending hand-over first, so none is in flight then);
+#   _door_trim_pools (through _driver.trim_event_pool) destroys the calling
+#   thread's free ones.
+#
+# sv_door_stream_is_capturing, sv_door_event_record and sv_door_event_query call
+# the driver through the same pointers, for use only while the door is on;
+# _door_raise raises their failures as _driver.py would.
 #
 # Tests: tests/test_gpu_driver_door.py (the C path taken, its call counts, its
-# events destroyed at thread end and at use_api, stale events and contexts), and
+# events destroyed at thread end and at use_api, stale events and contexts; the
+# hand-overs' C record, pools, fallback, thread end and use_api), and
 # the gpu suite run with STRIDEDVIEW_NO_C_DRIVER=1 and without.
 
 cdef extern from *:
@@ -797,9 +827,15 @@ cdef extern from *:
         free(h);
     }
 
-    /* Every event of ``h`` destroyed (a hand-over dropped unreleased); ``h`` freed. */
+    /* Every event of ``h`` destroyed (a hand-over dropped unreleased); ``h`` freed.  At
+       interpreter exit nothing is destroyed (the events go with the process). */
     static void sv_door_hev_discard(sv_door_hev *h) {
         int k;
+    #if PY_VERSION_HEX >= 0x030D0000
+        if (Py_IsFinalizing()) h->n = 0;
+    #else
+        if (_Py_IsFinalizing()) h->n = 0;
+    #endif
         for (k = 0; k < h->n; k++)
             if (h->item[k].event != NULL) sv_door_handover_destroy(h->item[k].context, h->item[k].event);
         free(h);
@@ -1129,36 +1165,37 @@ cdef extern from "Python.h":
     object PyLong_FromVoidPtr(void *)
 
 
-cdef tuple _door_place(object handle):
-    """``_driver.check_stream(handle)``'s place in C, for an ordinary handle (its context
-    from this thread's stream table, or cuStreamGetCtx) and for 0 and 1 with a context
-    current: ``(handle, context key, 0, context key, None)`` (the context as an int, which
-    _driver.py's calls take as they take a CUcontext).  None: left to check_stream (the
-    door off, handle 2, no current context, any failing call, whose error it raises)."""
+cdef int _door_place_context(object handle, uintptr_t *stream, void **context) except -1:
+    """The context of ``_driver.check_stream(handle)``'s place, found in C: for an ordinary
+    handle, from this thread's stream table (or cuStreamGetCtx); for 0 and 1, the current
+    context.  1 when found (``*stream``, ``*context`` set); 0 when left to check_stream
+    (the door off, handle 2, no current context, any failing call, whose error it raises).
+    _handover.pxi's _stream_place builds the place, the context as an int (which
+    _driver.py's calls take as they take a CUcontext)."""
     cdef int state = sv_door_state_load()
     cdef uintptr_t h
-    cdef void *context = NULL
     cdef sv_CUresult r
     if state == -1 or type(handle) is not int:
-        return None
+        return 0
     try:
         h = handle
     except OverflowError:
-        return None
+        return 0
     if state != 1:
         _door_decide()  # (as check_stream would: the driver loaded, cuInit called)
         if sv_door_state_load() != 1:
-            return None
+            return 0
     if h == 2:
-        return None
+        return 0
+    context[0] = NULL
     if h <= 1:
-        r = sv_door_current_context(&context)
+        r = sv_door_current_context(context)
     else:
-        r = sv_door_stream_context(h, &context)
-    if r != SV_CUDA_SUCCESS or context == NULL:
-        return None
-    key = PyLong_FromVoidPtr(context)
-    return (handle, key, 0, key, None)
+        r = sv_door_stream_context(h, context)
+    if r != SV_CUDA_SUCCESS or context[0] == NULL:
+        return 0
+    stream[0] = h
+    return 1
 
 
 def _door_trim_pools():

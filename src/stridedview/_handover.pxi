@@ -30,8 +30,13 @@
 #   (_release_resources, before the freelist takes the object) and, for a view
 #   in a garbage cycle, the collector's tp_clear (_view_clear, installed in
 #   front of Cython's, which would otherwise drop the exporting object first).
-# - Events: one per stream per hand-over, recorded by the driver module from a
-#   pool per (context, thread); a launch's group records one per stream for all
+# - Events: one per stream per hand-over, recorded from a pool per (context,
+#   thread): warm, by the C driver door (_door_record_entry: the entry's events
+#   then kept in C, c_events, queried, waited for and given back to the releasing
+#   thread's C pool without Python), else by the driver module
+#   (record_handover: first use, captures, failures, gone streams, a per-thread
+#   stream released elsewhere; its events in ``events``, its pools); an entry is
+#   one or the other, never both; a launch's group records one per stream for all
 #   its views when the launch ends (views released before then join its holds;
 #   one released after it hands over on its own, on the group's streams).
 # - A group is sealed when its launch ends, and a seal is never undone: a view
@@ -197,7 +202,8 @@ cdef class _Handover:
     once: ``(handle, context key, thread key, context, thread)``, resolved where
     ``record_stream`` was called (or the view joined its launch);
     ``holds``: the _Holds handed over; ``events``: the ``[context, event]`` pairs
-    recorded when it was sealed.  A group (a launch's) is shared by its views and
+    recorded when it was sealed by _driver.record_handover, or ``c_events`` those the C
+    door recorded.  A group (a launch's) is shared by its views and
     sealed when the launch ends.
     """
 
@@ -224,13 +230,39 @@ cdef _Handover _new_handover(list streams, bint group):
     return handover
 
 
+# The place the C door made last (_stream_place), with its handle and context, reused
+# while they are the same (read and replaced under SV_HANDOVER_LOCK).
+cdef tuple _last_place = None
+cdef uintptr_t _last_place_stream = 0
+cdef void *_last_place_context = NULL
+
+
 cdef tuple _stream_place(StridedMemoryView view, object handle):
     """Where ``handle`` names a stream now (_driver.check_stream): a default-stream
     handle in the calling thread's current context, or with none current the view's
     device's primary context (a CUDA Array Interface view's device found from its
-    pointer); CUDAError if the driver is unusable or the handle names no stream."""
-    cdef tuple place = _door_place(handle)  # warm: in C, through the driver door
-    if place is not None:
+    pointer); CUDAError if the driver is unusable or the handle names no stream.
+    Warm, the context is found by the C door, and the place made here (the same
+    tuple as the last one when handle and context are)."""
+    global _last_place, _last_place_stream, _last_place_context
+    cdef uintptr_t stream
+    cdef void *context
+    cdef tuple place = None
+    if _door_place_context(handle, &stream, &context):
+        SV_HANDOVER_LOCK()
+        if _last_place is not None and _last_place_stream == stream and _last_place_context == context:
+            place = _last_place
+        SV_HANDOVER_UNLOCK()
+        if place is not None:
+            return place
+        key = PyLong_FromVoidPtr(context)
+        place = (handle, key, 0, key, None)
+        SV_HANDOVER_LOCK()
+        old = _last_place  # (a tuple of ints: its release runs no Python code)
+        _last_place = place
+        _last_place_stream = stream
+        _last_place_context = context
+        SV_HANDOVER_UNLOCK()
         return place
     return _driver_module().check_stream(
         handle, view._device_id if view._device_id >= 0 else None, view._ptr
@@ -267,7 +299,9 @@ cdef object _record_stream_handle(object stream):
             "record_stream: stream must be an int or an object with __cuda_stream__ "
             f"(got {stream!r})"
         )
-    if hasattr(stream, "__cuda_stream__"):
+    if type(stream) is int:
+        handle = stream
+    elif hasattr(stream, "__cuda_stream__"):
         handle = _handle_from_cuda_stream(stream)
     else:
         try:
@@ -626,6 +660,11 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         SV_PENDING_ADD(sv_pending_entries, 1)
         _release_entry(entry)
         return
+    cdef bint checked = SV_PENDING_LOAD(sv_pending_entries) < _pending_limit
+    if checked:
+        # The oldest entries are checked before this one joins them (just recorded, it
+        # is rarely done yet: the next check asks).
+        _check_oldest(_POLL_ENTRIES)
     try:
         _register_exit()
         SV_HANDOVER_LOCK()
@@ -640,7 +679,7 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         return
     if SV_PENDING_LOAD(sv_pending_entries) > _pending_limit:
         _make_room()
-    else:
+    elif not checked:
         _check_oldest(_POLL_ENTRIES)
 
 
