@@ -134,6 +134,12 @@ cdef extern from *:
     void SV_COUNTDOWN_RESET(int, int) noexcept nogil
     void sv_write_unraisable(object, object) noexcept
 
+cdef extern from "Python.h":
+    Py_ssize_t PyList_GET_SIZE(object) nogil
+    PyObject *PyList_GET_ITEM(object, Py_ssize_t) nogil
+    void PyList_SET_ITEM(object, Py_ssize_t, object) nogil
+    int PyList_SetSlice(object, Py_ssize_t, Py_ssize_t, PyObject *) except -1
+
 cdef enum:
     _POLL_EVERY = 32  # view creations between two checks while hand-overs are pending
     # The oldest entries a check may release (it stops at the first one still running, so
@@ -755,16 +761,24 @@ cdef _Handover _claim_oldest():
     """
     global _pending_head
     cdef _Handover entry = None
+    cdef list entries
+    cdef Py_ssize_t size
+    cdef PyObject *item
     SV_HANDOVER_LOCK()
-    if _pending_head < len(_pending_entries):
-        entry = <_Handover>_pending_entries[_pending_head]
-        _pending_entries[_pending_head] = None
+    entries = _pending_entries
+    size = PyList_GET_SIZE(entries)
+    if _pending_head < size:
+        item = PyList_GET_ITEM(entries, _pending_head)
+        entry = <_Handover>item  # a reference of its own
+        Py_INCREF(None)
+        PyList_SET_ITEM(entries, _pending_head, None)
+        Py_DECREF_ptr(item)  # the slot's reference (``entry`` holds one: nothing runs)
         _pending_head += 1
-        if _pending_head == len(_pending_entries):
-            del _pending_entries[:]
+        if _pending_head == size:
+            PyList_SetSlice(entries, 0, size, NULL)  # (only Nones: no Python code runs)
             _pending_head = 0
-        elif _pending_head >= 64 and 2 * _pending_head >= len(_pending_entries):
-            del _pending_entries[:_pending_head]
+        elif _pending_head >= 64 and 2 * _pending_head >= size:
+            PyList_SetSlice(entries, 0, _pending_head, NULL)
             _pending_head = 0
     SV_HANDOVER_UNLOCK()
     return entry
