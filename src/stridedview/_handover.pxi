@@ -666,10 +666,13 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         SV_PENDING_ADD(sv_pending_entries, 1)
         _release_entry(entry)
         return
-    cdef bint checked = SV_PENDING_LOAD(sv_pending_entries) < _pending_limit
+    cdef bint checked = (
+        entry.c_events != NULL and SV_PENDING_LOAD(sv_pending_entries) < _pending_limit
+    )
     if checked:
-        # The oldest entries are checked before this one joins them (just recorded, it
-        # is rarely done yet: the next check asks).
+        # The oldest entries are checked before this one joins them (just recorded in C,
+        # it is rarely done yet: the next check asks).  One recorded by _driver.py joins
+        # first: it may have nothing to wait for (its streams waited for instead).
         _check_oldest(_POLL_ENTRIES)
     try:
         _register_exit()
