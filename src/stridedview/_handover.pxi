@@ -13,7 +13,8 @@
 #   (the bound, a gone stream's context); where the host may not wait either (a
 #   capture), the hold is kept.
 # - Where a stream is, is decided where it is recorded (record_stream, or a view
-#   joining its launch's group): _stream_place asks _driver.check_stream for its
+#   joining its launch's group): _stream_place asks _driver.check_stream (warm,
+#   the C door: _door_place_context) for its
 #   *place*, the context an ordinary handle belongs to, or for 0, 1 and 2 the
 #   context current then (else the data device's primary context), and for 2 the
 #   recording thread.  The record at the hand-over is made there, never in
@@ -64,7 +65,8 @@
 # - Completed holds are found without a thread of their own: the oldest entries
 #   are queried (cuEventQuery) every _POLL_EVERY view creations while any is
 #   pending (sv_pending_entries, read with one relaxed load in _new_view), at
-#   every hand-over, and all of them by release_pending().
+#   every hand-over (one recorded in C checks the older entries before it joins
+#   them), and all of them by release_pending().
 # - The bound: at most _pending_limit entries.  A hand-over past it first
 #   checks every entry, then waits on the host for the oldest ones
 #   (cuEventSynchronize) until the count is back under the bound: back-pressure,
