@@ -14,11 +14,12 @@ after a primary context reset is replaced, and that ``STRIDEDVIEW_NO_C_DRIVER`` 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 import pytest
 
-from stridedview import CUDAError, StridedMemoryView, _driver, _view
+from stridedview import CUDAError, StridedMemoryView, _driver, _view, release_pending
 from test_gpu_ordering import DELAY_US, Spot
 
 pytestmark = [pytest.mark.gpu, pytest.mark.simgpu]
@@ -326,3 +327,277 @@ def test_door_replaces_a_dead_event_after_primary_context_reset(gpu, two_gpus):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split()[-2:] == ["1", "2"], result.stdout
     assert result.stdout.split("]")[0] + "]" == "[True, True, True, True]", result.stdout
+
+
+# --- hand-overs (record_stream, record_stream=True) through the door ------------------------
+
+#: The driver calls a hand-over may make.
+HANDOVER_COUNTED = COUNTED + ("cuStreamIsCapturing", "cuEventQuery", "cuEventSynchronize")
+
+
+def handover_info() -> dict:
+    return _view._driver_door_handover_info()
+
+
+def handover_counts(sim) -> dict:
+    return {name: sim.calls(name) for name in HANDOVER_COUNTED}
+
+
+def handover_delta(sim, before) -> dict:
+    return {name: n - before[name] for name, n in handover_counts(sim).items() if n != before[name]}
+
+
+def refuse_python_hand_overs(monkeypatch) -> None:
+    """Make _driver.py's hand-over functions (what the core calls when the door declines) fail."""
+
+    def refuse(name):
+        def refused(*args, **kwargs):
+            raise AssertionError(f"the Python {name} was called: {args}")
+
+        return refused
+
+    for name in ("check_stream", "record_handover", "handover_done", "wait_handover",
+                 "give_back_events"):
+        monkeypatch.setattr(_driver, name, refuse(name))
+
+
+def test_warm_hand_over_is_recorded_queried_and_released_in_c(door, simulator, monkeypatch):
+    """After warm-up, a view's hand-over (record_stream, then the view dropped) is one
+    cuStreamIsCapturing and one cuEventRecord, queried with cuEventQuery and its event given
+    back to the door's pool: no event created, no call to _driver.py's hand-over functions."""
+    from test_gpu_record_stream import Marking
+
+    marking = Marking(door, 100)
+    stream = door.stream()
+    producer = marking.producer()
+
+    def hand_over():
+        view = StridedMemoryView(producer, stream_ptr=-1)  # no ordering: only the hand-over
+        view.record_stream(stream)
+        del view
+
+    for _ in range(3):  # warm-up: the door decided, the stream's context, the events pooled
+        hand_over()
+        stream.synchronize()
+    refuse_python_hand_overs(monkeypatch)
+    before, handed = handover_counts(simulator), handover_info()["handed"]
+    for _ in range(10):
+        hand_over()
+        stream.synchronize()  # done by the next hand-over's check: released then
+    made = handover_delta(simulator, before)
+    assert made.pop("cuEventQuery") >= 9
+    # (A second event once, if a hand-over's check came before its stream's record ran.)
+    assert made.pop("cuEventCreate", 0) <= 1
+    assert made == {"cuStreamIsCapturing": 10, "cuEventRecord": 10, "cuCtxGetCurrent": 10}
+    assert handover_info()["handed"] - handed == 10
+    assert release_pending(wait=True) <= 1  # (the last one's check may have found it done)
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 13
+    assert 1 <= handover_info()["pooled"] <= 2  # reused
+
+
+def test_warm_launch_with_record_stream_is_one_record_per_stream_in_c(door, simulator, monkeypatch):
+    """A launch of three views on one stream with record_stream=True hands over once: one
+    cuStreamIsCapturing and one cuEventRecord, in C."""
+    from test_gpu_record_stream import Marking
+
+    from stridedview import args_viewable_as_strided_memory
+
+    marking = Marking(door, 200)
+    stream = door.stream()
+    first, second, third = marking.producer(), marking.producer(), marking.producer()
+
+    @args_viewable_as_strided_memory((0, 1, 2), record_stream=True)
+    def launch(a, b, c, s):
+        for arg in (a, b, c):
+            arg.view(s.ptr)
+
+    for _ in range(3):
+        launch(first, second, third, stream)
+        stream.synchronize()
+    refuse_python_hand_overs(monkeypatch)
+    before, handed = handover_counts(simulator), handover_info()["handed"]
+    for _ in range(10):
+        launch(first, second, third, stream)
+        stream.synchronize()
+    made = handover_delta(simulator, before)
+    made.pop("cuEventQuery", None)
+    assert made.pop("cuEventCreate", 0) <= 1
+    assert made == {"cuStreamIsCapturing": 10, "cuEventRecord": 10, "cuCtxGetCurrent": 10}
+    assert handover_info()["handed"] - handed == 10
+    release_pending(wait=True)
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 39
+
+
+def test_c_hand_over_events_come_back_to_the_pool(door, simulator):
+    """1,000 hand-overs through the door create no event after warm-up: the simulator's live
+    events stay where they were, and the pool holds what was in flight at most."""
+    from test_gpu_record_stream import Marking
+
+    marking = Marking(door, 1100)
+    stream = door.stream()
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    view.record_stream(stream)
+    del view
+    release_pending(wait=True)
+    live, created = simulator.counter("events_live"), simulator.calls("cuEventCreate")
+    handed = handover_info()["handed"]
+    for i in range(1000):
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        view.record_stream(stream)
+        del view
+        if i % 100 == 99:
+            stream.synchronize()
+    release_pending(wait=True)
+    assert handover_info()["handed"] - handed == 1000
+    assert simulator.counter("events_live") == live + handover_info()["pooled"] - 1
+    assert simulator.calls("cuEventCreate") - created == handover_info()["pooled"] - 1
+    assert handover_info()["pooled"] <= 101
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+@pytest.mark.parametrize("call", ["cuEventRecord", "cuStreamIsCapturing", "cuEventCreate"])
+def test_a_failure_in_the_c_record_falls_back_to_the_python_path(door, simulator, monkeypatch, call):
+    """A C record failing once (not a lasting failure: test_gpu_driver_faults.py) leaves the
+    whole hand-over to _driver.record_handover, which records it: the hold is kept until the
+    stream's work is done, nothing is reported, and the C events recorded are given back."""
+    from test_gpu_record_stream import DELETER_DELAY_US, Marking
+
+    from test_gpu_driver_faults import code
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    marking = Marking(door, 10)
+    streams = [door.stream(), door.stream()]
+    producer = marking.producer()
+    python_records = []
+    real_record = _driver.record_handover
+
+    def spy(places):
+        python_records.append(len(places))
+        return real_record(places)
+
+    monkeypatch.setattr(_driver, "record_handover", spy)
+    view = StridedMemoryView(producer, stream_ptr=streams[0].ptr)  # decides the door
+    del view
+    if call == "cuEventCreate":
+        _driver.use_api(None)  # no C event pooled: the C record must create one
+    live = simulator.counter("events_live")
+    simulator.set_delay_us(20 * DELETER_DELAY_US)
+    view = StridedMemoryView(producer, stream_ptr=streams[0].ptr)
+    marking.mark(producer.last, streams[1])
+    view.record_stream(streams[0])
+    view.record_stream(streams[1])
+    # The second place fails in C (the first was recorded there and is given back).
+    simulator.fail(call, code("CUDA_ERROR_ILLEGAL_ADDRESS"), skip=1)
+    del view
+    fired = simulator.fail_fired(call)
+    simulator.fail_clear()
+    assert fired == 1
+    assert python_records == [2]
+    assert marking.calls == {1: 1} and _view._pending_holds() == (1, 1, 0)  # (1: no hand-over)
+    assert release_pending(wait=True) == 1
+    simulator.set_delay_us(0)
+    assert marking.calls == {1: 1, 2: 1} and marking.early == [1]  # (1: released at once)
+    assert reported == []
+    _driver.trim_event_pool()
+    assert simulator.counter("events_live") <= live + 1  # (the ordering's own event)
+
+
+def test_c_hand_over_pools_are_destroyed_when_their_threads_end(door, simulator):
+    """Threads handing over through the door (their events back in their own C pools) have
+    those events destroyed by the time join returns."""
+    from test_gpu_record_stream import Marking
+
+    marking = Marking(door, 200)
+    stream = door.stream()
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=stream.ptr)  # decides the door
+    del view
+    live, door_live = simulator.counter("events_live"), handover_info()["handover_events"]
+    seen = []
+
+    def run():
+        for _ in range(5):
+            view = StridedMemoryView(producer, stream_ptr=-1)
+            view.record_stream(stream)
+            del view
+            release_pending(wait=True)  # released here: its event back to this thread's pool
+        seen.append((handover_info()["handed"], handover_info()["pooled"]))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert seen == [(5, 1)] * 4
+    assert simulator.counter("events_live") == live
+    assert handover_info()["handover_events"] == door_live
+
+
+def test_use_api_with_c_hand_overs_pending_leaves_no_event_alive(door, simulator):
+    """use_api waits for the pending hand-overs recorded in C, releases them, and destroys the
+    C pools: no event is left alive, every deleter ran once, after its stream."""
+    from test_gpu_record_stream import DELETER_DELAY_US, Marking
+
+    live = simulator.counter("events_live")
+    marking = Marking(door, 100)
+    streams = [door.stream(), door.stream()]
+    simulator.set_delay_us(DELETER_DELAY_US)
+    producer = marking.producer()
+    handed = None
+    for i in range(20):
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        marking.mark(producer.last, streams[i % 2])
+        view.record_stream(streams[i % 2])
+        del view
+        if handed is None:
+            handed = handover_info()["handed"]
+    assert handover_info()["handed"] - handed == 19
+    assert _view._pending_holds()[1] >= 1
+    _driver.use_api(None)
+    simulator.set_delay_us(0)
+    assert _view._pending_holds() == (0, 0, 0)
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 20
+    assert marking.early == []
+    assert handover_info()["handover_events"] == 0
+    assert simulator.counter("events_live") == live
+
+
+def test_a_per_thread_stream_is_recorded_in_c_on_its_recording_thread(door, simulator, monkeypatch):
+    """A per-thread default stream (2) recorded and released by the same thread takes the C
+    record (after check_stream's Python place); released by another thread, _driver.py's."""
+    from driver_support import make_current
+    from test_gpu_record_stream import Marking
+
+    make_current(0)
+    marking = Marking(door, 10)
+    producer = marking.producer()
+    for _ in range(2):
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        view.record_stream(2)
+        del view
+        release_pending(wait=True)
+    python_records = []
+    real_record = _driver.record_handover
+
+    def spy(places):
+        python_records.append(len(places))
+        return real_record(places)
+
+    monkeypatch.setattr(_driver, "record_handover", spy)
+    handed = handover_info()["handed"]
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    view.record_stream(2)
+    del view
+    assert handover_info()["handed"] - handed == 1 and python_records == []
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    view.record_stream(2)
+    views = [view]
+    del view
+    thread = threading.Thread(target=views.clear)
+    thread.start()
+    thread.join(30)
+    assert python_records == [1]
+    release_pending(wait=True)
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 4

@@ -78,7 +78,12 @@ data device is known, with the same calls through function pointers that the
 driver's own ``cuGetProcAddress`` resolved, and its own per-thread caches and events
 (the same rules as here: one event per (context, thread), stale entries retried
 once, events destroyed when their thread ends and by ``use_api``; primary contexts
-retained once, released by ``use_api``).
+retained once, released by ``use_api``).  It also does the warm hand-overs: the place of
+an ordinary handle or of 0 and 1 with a context current (``check_stream``'s tuple, the
+context as an int), and a hand-over's records when every place's stream answers "not
+capturing" (events from its own pools per (context, thread), never these); anything else,
+or any failure there, comes to ``check_stream`` and ``record_handover`` here, for the whole
+hand-over.
 It is on only while ``_api`` is the real ``cuda.bindings.driver`` (loaded and
 initialised here first: the door never loads a driver) and ``_c_door`` is true
 (``STRIDEDVIEW_NO_C_DRIVER=1`` makes it false; a change takes effect at the next
@@ -141,6 +146,9 @@ _c_door = os.environ.get("STRIDEDVIEW_NO_C_DRIVER", "") in ("", "0")
 # Called by use_api before the driver changes: destroys the C door's events and
 # empties its caches (set by the compiled core when it first orders streams).
 _door_reset_hook = None
+# Destroys the calling thread's free C hand-over events, how many (trim_event_pool; set
+# by the compiled core when the door is decided).
+_door_trim_hook = None
 
 
 def use_api(api) -> None:
@@ -837,6 +845,8 @@ def trim_event_pool() -> int:
         return 0
     state = _thread_state(_api)
     count = sum(len(free) for _, free in state.pool_of_context.values())
+    if _door_trim_hook is not None:
+        count += _door_trim_hook()  # the C door's pools (hand-overs recorded in C)
     for context in list(state.pool_of_context):
         _drop_pool(_api, state, context)
     return count

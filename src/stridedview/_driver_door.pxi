@@ -82,13 +82,43 @@
 # - Not built on Windows or without gcc/clang builtins (SV_DOOR_AVAILABLE 0): the
 #   door then stays off and everything takes the Python path.
 #
-# For the hand-over code (_handover.pxi, _driver.py's hand-overs, another
-# module's business): sv_door_stream_is_capturing, sv_door_event_record and
-# sv_door_event_query call the driver through the same pointers, for use only
-# while the door is on; _door_raise raises their failures as _driver.py would.
+# Hand-overs (_handover.pxi; _driver.py's check_stream and record_handover stay
+# the general path): the warm cases are done here too, with the same rules as
+# _driver.py's.
+#
+# - A place (check_stream's tuple) for an ordinary handle whose context this
+#   thread's stream table knows (or cuStreamGetCtx tells), and for 0 and 1 with a
+#   context current, is made by _door_place, the context as an int (which
+#   _driver.py's calls take as a CUcontext); 2, no current context and any failure
+#   go to check_stream.
+# - A hand-over's record (_door_record_entry, sv_door_handover_record): per place,
+#   its context pushed when not current, cuStreamIsCapturing must answer NONE,
+#   then an event from this thread's C pool for that context (created there, with
+#   CU_EVENT_DISABLE_TIMING, when empty) is recorded.  Anything else (a capture
+#   status other than NONE, any failing call, a ninth context, a per-thread stream
+#   (2) released other than by its live recording thread) gives back the events
+#   recorded so far and leaves the whole entry to _driver.record_handover (which
+#   records it again, or waits, defers, keeps or releases it as it always did); a
+#   stale-looking failure forgets the stream's remembered context.
+# - Such an entry keeps its (context, event) pairs in C (sv_door_hev, owned by the
+#   _Handover): queried with cuEventQuery (NOT_READY: not done; any other failure:
+#   done, the event dropped, not reused), waited for with cuEventSynchronize, and
+#   its events given back on release to the releasing thread's C pool (at most
+#   SV_DOOR_POOL_LIMIT per context, the rest destroyed with their context pushed).
+#   C events never reach _driver.py's pools, nor its events the C pools.
+# - The pools live in the per-thread struct: destroyed with its other events when
+#   the thread ends (or its thread state is cleared) and by the reset (use_api
+#   releases every pending hand-over first, so none is in flight then);
+#   _door_trim_pools (through _driver.trim_event_pool) destroys the calling
+#   thread's free ones.
+#
+# sv_door_stream_is_capturing, sv_door_event_record and sv_door_event_query call
+# the driver through the same pointers, for use only while the door is on;
+# _door_raise raises their failures as _driver.py would.
 #
 # Tests: tests/test_gpu_driver_door.py (the C path taken, its call counts, its
-# events destroyed at thread end and at use_api, stale events and contexts), and
+# events destroyed at thread end and at use_api, stale events and contexts; the
+# hand-overs' C record, pools, fallback, thread end and use_api), and
 # the gpu suite run with STRIDEDVIEW_NO_C_DRIVER=1 and without.
 
 cdef extern from *:
@@ -111,6 +141,9 @@ cdef extern from *:
     #define SV_DOOR_EVENTS 8
     #define SV_DOOR_DEVICES 64
     #define SV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+    #define SV_CUDA_ERROR_NOT_READY 600
+    #define SV_DOOR_POOLS 8          /* hand-over pools (contexts) per thread */
+    #define SV_DOOR_POOL_LIMIT 1024  /* free hand-over events kept per (context, thread) */
 
     typedef int sv_CUresult;
 
@@ -131,6 +164,7 @@ cdef extern from *:
         /* For the hand-over code (not used by the ordering itself). */
         sv_CUresult (*cuStreamIsCapturing)(void *, int *);
         sv_CUresult (*cuEventQuery)(void *);
+        sv_CUresult (*cuEventSynchronize)(void *);
     } sv_door_api;
 
     static sv_door_api sv_door_fn;
@@ -155,6 +189,14 @@ cdef extern from *:
         void *event[SV_DOOR_EVENTS];
         unsigned long long ordered;      /* orderings done here */
         unsigned long long events_made;  /* events this thread's door created */
+        /* Hand-overs: free events per context (SV_DOOR_POOLS contexts, each array of
+           SV_DOOR_POOL_LIMIT made on first use), and the hand-overs recorded here. */
+        int n_pools;
+        void *pool_context[SV_DOOR_POOLS];
+        void **pool_event[SV_DOOR_POOLS];
+        int pool_count[SV_DOOR_POOLS];
+        unsigned long long handed;     /* hand-overs recorded here in C */
+        unsigned long long recorded;   /* their events */
         int closed;          /* its thread state cleared: not used by that one again */
         int capsule_live;    /* a thread state's capsule names it */
         int thread_gone;     /* its OS thread ended first: the capsule frees it */
@@ -168,6 +210,8 @@ cdef extern from *:
     static sv_door_thread *sv_door_threads = NULL;
     static __thread sv_door_thread *sv_door_tls = NULL;
     static long long sv_door_events_live = 0;  /* under sv_door_lock */
+    /* Hand-over events made by the door and not yet destroyed (pooled or in flight). */
+    static long long sv_door_handover_live = 0;  /* atomic */
     /* Each device's primary context, retained once (NULL: not yet), and its CUdevice;
        written under sv_door_lock, read with acquire ordering; released by the reset. */
     static void *sv_door_primary[SV_DOOR_DEVICES];
@@ -195,6 +239,18 @@ cdef extern from *:
             t->event_context[i] = NULL;
         }
         t->n_events = 0;
+        for (i = 0; i < t->n_pools; i++) {
+            int k;
+            for (k = 0; k < t->pool_count[i]; k++) {
+                if (destroy) sv_door_destroy_event(t->pool_context[i], t->pool_event[i][k]);
+                __atomic_sub_fetch(&sv_door_handover_live, 1, __ATOMIC_RELAXED);
+            }
+            free(t->pool_event[i]);
+            t->pool_event[i] = NULL;
+            t->pool_context[i] = NULL;
+            t->pool_count[i] = 0;
+        }
+        t->n_pools = 0;
         for (i = 0; i < SV_DOOR_STREAMS; i++) {
             t->stream_handle[i] = 0;
             t->stream_context[i] = NULL;
@@ -354,6 +410,7 @@ cdef extern from *:
         SV_DOOR_RESOLVE(cuPointerGetAttribute);
         SV_DOOR_RESOLVE(cuStreamIsCapturing);
         SV_DOOR_RESOLVE(cuEventQuery);
+        SV_DOOR_RESOLVE(cuEventSynchronize);
     #undef SV_DOOR_RESOLVE
         sv_door_fn = fn;
         __atomic_store_n(&sv_door_state, 1, __ATOMIC_RELEASE);
@@ -647,7 +704,266 @@ cdef extern from *:
         return n;
     }
 
+    /* --- hand-overs (_handover.pxi): events from a pool per (context, thread) --- */
+
+    typedef struct sv_door_hev {
+        int n;
+        struct { void *context; void *event; } item[1];  /* n of them */
+    } sv_door_hev;
+
+    static sv_door_hev *sv_door_hev_new(int n) {
+        sv_door_hev *h = (sv_door_hev *)malloc(sizeof(sv_door_hev) + (size_t)(n > 1 ? n - 1 : 0) * sizeof(h->item[0]));
+        if (h != NULL) h->n = 0;
+        return h;
+    }
+
+    /* This thread's pool of ``context`` (made when ``make`` and there is room); -1: none. */
+    static int sv_door_pool_of(sv_door_thread *t, void *context, int make) {
+        int i;
+        void **events;
+        for (i = 0; i < t->n_pools; i++)
+            if (t->pool_context[i] == context) return i;
+        if (!make || t->n_pools == SV_DOOR_POOLS) return -1;
+        events = (void **)malloc(SV_DOOR_POOL_LIMIT * sizeof(void *));
+        if (events == NULL) return -1;
+        pthread_mutex_lock(&sv_door_lock);  /* (the reset walks the structs under it) */
+        i = t->n_pools;
+        t->pool_context[i] = context;
+        t->pool_event[i] = events;
+        t->pool_count[i] = 0;
+        t->n_pools++;
+        pthread_mutex_unlock(&sv_door_lock);
+        return i;
+    }
+
+    /* Destroy the free events of this thread's pool ``i`` (dead: a reset context);
+       ``context`` is current. */
+    static void sv_door_pool_drop(sv_door_thread *t, int i) {
+        int k;
+        for (k = 0; k < t->pool_count[i]; k++) {
+            sv_door_fn.cuEventDestroy(t->pool_event[i][k]);
+            __atomic_sub_fetch(&sv_door_handover_live, 1, __ATOMIC_RELAXED);
+        }
+        t->pool_count[i] = 0;
+    }
+
+    /* Record an event from this thread's pool of ``context`` (created there when the
+       pool is empty) on ``stream``, ``context`` current (pushed around it when it is
+       not), after cuStreamIsCapturing said NONE.  SV_CUDA_SUCCESS: recorded, *event set.
+       Anything else (a capture status other than NONE, a failing call, no pool slot):
+       the caller gives back what it recorded and leaves the whole entry to _driver.py;
+       *event is then an event to give back (a failing pop after the record) or NULL. */
+    static sv_CUresult sv_door_handover_record(sv_door_thread *t, void *context, uintptr_t stream,
+                                               void **event) {
+        void *current = NULL, *popped, *ev = NULL;
+        int pushed = 0, status = -1, i = -1;
+        sv_CUresult r, r_pop;
+        *event = NULL;
+        r = sv_door_fn.cuCtxGetCurrent(&current);
+        if (r != SV_CUDA_SUCCESS) return r;
+        if (current != context) {
+            r = sv_door_fn.cuCtxPushCurrent(context);
+            if (r != SV_CUDA_SUCCESS) return r;
+            pushed = 1;
+        }
+        r = sv_door_fn.cuStreamIsCapturing((void *)stream, &status);
+        if (r == SV_CUDA_SUCCESS && status != 0) r = SV_DOOR_NOT_HANDLED;
+        if (r == SV_CUDA_SUCCESS) {
+            i = sv_door_pool_of(t, context, 1);
+            if (i < 0) r = SV_DOOR_NOT_HANDLED;
+            else if (t->pool_count[i] > 0) ev = t->pool_event[i][--t->pool_count[i]];
+            else {
+                r = sv_door_fn.cuEventCreate(&ev, SV_CU_EVENT_DISABLE_TIMING);
+                if (r == SV_CUDA_SUCCESS) {
+                    __atomic_add_fetch(&sv_door_handover_live, 1, __ATOMIC_RELAXED);
+                    t->events_made++;
+                }
+            }
+        }
+        if (r == SV_CUDA_SUCCESS) {
+            r = sv_door_fn.cuEventRecord(ev, (void *)stream);
+            if (r != SV_CUDA_SUCCESS) {
+                sv_door_fn.cuEventDestroy(ev);
+                __atomic_sub_fetch(&sv_door_handover_live, 1, __ATOMIC_RELAXED);
+                ev = NULL;
+                if (sv_door_stale(r)) sv_door_pool_drop(t, i);  /* a reset context's are all dead */
+            }
+        }
+        if (pushed) {
+            r_pop = sv_door_fn.cuCtxPopCurrent(&popped);
+            if (r == SV_CUDA_SUCCESS && r_pop != SV_CUDA_SUCCESS) r = r_pop;
+        }
+        *event = ev;
+        return r;
+    }
+
+    /* Destroy a hand-over event (its context pushed); its count dropped. */
+    static void sv_door_handover_destroy(void *context, void *event) {
+        if (__atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) == 1)
+            sv_door_destroy_event(context, event);
+        __atomic_sub_fetch(&sv_door_handover_live, 1, __ATOMIC_RELAXED);
+    }
+
+    /* ``event`` of ``context`` back to this thread's pool (destroyed beyond the limit,
+       or with no pool to take it: the door off, the thread's struct closed). */
+    static void sv_door_handover_give(void *context, void *event) {
+        sv_door_thread *t;
+        int i;
+        if (__atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) == 1 && (t = sv_door_thread_get()) != NULL) {
+            i = sv_door_pool_of(t, context, 1);
+            if (i >= 0 && t->pool_count[i] < SV_DOOR_POOL_LIMIT) {
+                t->pool_event[i][t->pool_count[i]++] = event;
+                return;
+            }
+        }
+        sv_door_handover_destroy(context, event);
+    }
+
+    /* Every event of ``h`` back to the pool; ``h`` freed. */
+    static void sv_door_hev_release(sv_door_hev *h) {
+        int k;
+        for (k = 0; k < h->n; k++)
+            if (h->item[k].event != NULL) sv_door_handover_give(h->item[k].context, h->item[k].event);
+        free(h);
+    }
+
+    /* Every event of ``h`` destroyed (a hand-over dropped unreleased); ``h`` freed.  At
+       interpreter exit nothing is destroyed (the events go with the process). */
+    static void sv_door_hev_discard(sv_door_hev *h) {
+        int k;
+    #if PY_VERSION_HEX >= 0x030D0000
+        if (Py_IsFinalizing()) h->n = 0;
+    #else
+        if (_Py_IsFinalizing()) h->n = 0;
+    #endif
+        for (k = 0; k < h->n; k++)
+            if (h->item[k].event != NULL) sv_door_handover_destroy(h->item[k].context, h->item[k].event);
+        free(h);
+    }
+
+    /* Whether every event of ``h`` has completed (cuEventQuery: NOT_READY is not done;
+       any other failure counts as done, the event dropped, not reused). */
+    static int sv_door_hev_done(sv_door_hev *h) {
+        int k;
+        sv_CUresult r;
+        for (k = 0; k < h->n; k++) {
+            if (h->item[k].event == NULL) continue;
+            r = __atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) == 1
+                ? sv_door_fn.cuEventQuery(h->item[k].event) : -1;
+            if (r == SV_CUDA_ERROR_NOT_READY) return 0;
+            if (r != SV_CUDA_SUCCESS) {
+                h->item[k].event = NULL;
+                __atomic_sub_fetch(&sv_door_handover_live, 1, __ATOMIC_RELAXED);
+            }
+        }
+        return 1;
+    }
+
+    /* Block until every event of ``h`` has completed (cuEventSynchronize); a failed
+       wait drops its event, as above. */
+    static void sv_door_hev_wait(sv_door_hev *h) {
+        int k;
+        sv_CUresult r;
+        for (k = 0; k < h->n; k++) {
+            if (h->item[k].event == NULL) continue;
+            r = __atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) == 1
+                ? sv_door_fn.cuEventSynchronize(h->item[k].event) : -1;
+            if (r != SV_CUDA_SUCCESS) {
+                h->item[k].event = NULL;
+                __atomic_sub_fetch(&sv_door_handover_live, 1, __ATOMIC_RELAXED);
+            }
+        }
+    }
+
+    /* The calling thread's current context (for check_stream's default handles). */
+    static sv_CUresult sv_door_current_context(void **context) {
+        return sv_door_fn.cuCtxGetCurrent(context);
+    }
+
+    /* An ordinary stream's context, from this thread's table (or cuStreamGetCtx). */
+    static sv_CUresult sv_door_stream_context(uintptr_t stream, void **context) {
+        sv_door_thread *t = sv_door_thread_get();
+        int looked_up;
+        const char *call;
+        if (t == NULL) return SV_DOOR_NOT_HANDLED;
+        return sv_door_context_of(t, stream, context, &looked_up, &call);
+    }
+
+    /* A stale place: its handle forgotten by this thread's table. */
+    static void sv_door_stream_forget(uintptr_t stream) {
+        if (sv_door_tls != NULL) sv_door_forget_stream(sv_door_tls, stream);
+    }
+
+    static unsigned long long sv_door_thread_handed(void) {
+        return sv_door_tls ? sv_door_tls->handed : 0;
+    }
+    static long long sv_door_thread_pooled(void) {
+        long long n = 0;
+        int i;
+        if (sv_door_tls == NULL) return 0;
+        for (i = 0; i < sv_door_tls->n_pools; i++) n += sv_door_tls->pool_count[i];
+        return n;
+    }
+    static long long sv_door_handover_events(void) {
+        return __atomic_load_n(&sv_door_handover_live, __ATOMIC_RELAXED);
+    }
+    /* Destroy this thread's free hand-over events; how many. */
+    static void sv_door_hev_add(sv_door_hev *h, void *context, void *event) {
+        h->item[h->n].context = context;
+        h->item[h->n].event = event;
+        h->n++;
+    }
+    static void sv_door_thread_count_handed(sv_door_thread *t, int events) {
+        t->handed++;
+        t->recorded += (unsigned long long)events;
+    }
+    static unsigned long long sv_door_thread_recorded(void) {
+        return sv_door_tls ? sv_door_tls->recorded : 0;
+    }
+    static long long sv_door_trim_pools(void) {
+        sv_door_thread *t = sv_door_tls;
+        long long n = 0;
+        int i, k;
+        if (t == NULL || __atomic_load_n(&sv_door_state, __ATOMIC_ACQUIRE) != 1) return 0;
+        for (i = 0; i < t->n_pools; i++) {
+            for (k = 0; k < t->pool_count[i]; k++) {
+                sv_door_handover_destroy(t->pool_context[i], t->pool_event[i][k]);
+                n++;
+            }
+            t->pool_count[i] = 0;
+        }
+        return n;
+    }
+
     #else  /* !SV_DOOR_AVAILABLE */
+
+    typedef struct sv_door_hev { int n; } sv_door_hev;
+    typedef struct sv_door_thread { int unused; } sv_door_thread;
+    static sv_door_thread *sv_door_thread_get(void) { return NULL; }
+    static sv_door_hev *sv_door_hev_new(int n) { (void)n; return NULL; }
+    static sv_CUresult sv_door_handover_record(sv_door_thread *t, void *context, uintptr_t stream,
+                                               void **event) {
+        (void)t; (void)context; (void)stream; *event = NULL; return SV_DOOR_NOT_HANDLED;
+    }
+    static void sv_door_handover_give(void *context, void *event) { (void)context; (void)event; }
+    static void sv_door_hev_release(sv_door_hev *h) { (void)h; }
+    static void sv_door_hev_discard(sv_door_hev *h) { (void)h; }
+    static int sv_door_hev_done(sv_door_hev *h) { (void)h; return 1; }
+    static void sv_door_hev_wait(sv_door_hev *h) { (void)h; }
+    static sv_CUresult sv_door_current_context(void **context) { (void)context; return SV_DOOR_NOT_HANDLED; }
+    static sv_CUresult sv_door_stream_context(uintptr_t stream, void **context) {
+        (void)stream; (void)context; return SV_DOOR_NOT_HANDLED;
+    }
+    static void sv_door_stream_forget(uintptr_t stream) { (void)stream; }
+    static unsigned long long sv_door_thread_handed(void) { return 0; }
+    static long long sv_door_thread_pooled(void) { return 0; }
+    static long long sv_door_handover_events(void) { return 0; }
+    static long long sv_door_trim_pools(void) { return 0; }
+    static void sv_door_hev_add(sv_door_hev *h, void *context, void *event) {
+        (void)h; (void)context; (void)event;
+    }
+    static void sv_door_thread_count_handed(sv_door_thread *t, int events) { (void)t; (void)events; }
+    static unsigned long long sv_door_thread_recorded(void) { return 0; }
 
     static int sv_door_open(void) { return -1; }
     static void sv_door_close(void) {}
@@ -726,6 +1042,29 @@ cdef extern from *:
     sv_CUresult sv_door_stream_is_capturing(uintptr_t stream, int *status) nogil
     sv_CUresult sv_door_event_record(uintptr_t event, uintptr_t stream) nogil
     sv_CUresult sv_door_event_query(uintptr_t event) nogil
+    # Hand-overs recorded in C (see _door_record_entry): an entry's events.
+    ctypedef struct sv_door_hev:
+        int n
+    ctypedef struct sv_door_thread:
+        pass
+    sv_door_thread *sv_door_thread_get()
+    sv_door_hev *sv_door_hev_new(int n) nogil
+    void sv_door_hev_add(sv_door_hev *h, void *context, void *event) nogil
+    sv_CUresult sv_door_handover_record(sv_door_thread *t, void *context, uintptr_t stream, void **event) nogil
+    void sv_door_handover_give(void *context, void *event)
+    void sv_door_hev_release(sv_door_hev *h)
+    void sv_door_hev_discard(sv_door_hev *h) nogil
+    int sv_door_hev_done(sv_door_hev *h) nogil
+    void sv_door_hev_wait(sv_door_hev *h) nogil
+    sv_CUresult sv_door_current_context(void **context) nogil
+    sv_CUresult sv_door_stream_context(uintptr_t stream, void **context)
+    void sv_door_stream_forget(uintptr_t stream) nogil
+    void sv_door_thread_count_handed(sv_door_thread *t, int events) nogil
+    unsigned long long sv_door_thread_recorded() nogil
+    unsigned long long sv_door_thread_handed() nogil
+    long long sv_door_thread_pooled() nogil
+    long long sv_door_handover_events() nogil
+    long long sv_door_trim_pools() nogil
 
 
 cdef int _door_decide() except -1:
@@ -735,6 +1074,7 @@ cdef int _door_decide() except -1:
 
     driver = _driver_module()
     driver._door_reset_hook = _driver_door_reset
+    driver._door_trim_hook = _door_trim_pools
     if not driver._c_door:
         sv_door_close()
         return 0
@@ -820,6 +1160,50 @@ cdef inline int _order_after(object producer, object consumer, object device=Non
     return 0
 
 
+cdef extern from "Python.h":
+    unsigned long PyThread_get_thread_ident() nogil
+    object PyLong_FromVoidPtr(void *)
+
+
+cdef int _door_place_context(object handle, uintptr_t *stream, void **context) except -1:
+    """The context of ``_driver.check_stream(handle)``'s place, found in C: for an ordinary
+    handle, from this thread's stream table (or cuStreamGetCtx); for 0 and 1, the current
+    context.  1 when found (``*stream``, ``*context`` set); 0 when left to check_stream
+    (the door off, handle 2, no current context, any failing call, whose error it raises).
+    _handover.pxi's _stream_place builds the place, the context as an int (which
+    _driver.py's calls take as they take a CUcontext)."""
+    cdef int state = sv_door_state_load()
+    cdef uintptr_t h
+    cdef sv_CUresult r
+    if state == -1 or type(handle) is not int:
+        return 0
+    try:
+        h = handle
+    except OverflowError:
+        return 0
+    if state != 1:
+        _door_decide()  # (as check_stream would: the driver loaded, cuInit called)
+        if sv_door_state_load() != 1:
+            return 0
+    if h == 2:
+        return 0
+    context[0] = NULL
+    if h <= 1:
+        r = sv_door_current_context(context)
+    else:
+        r = sv_door_stream_context(h, context)
+    if r != SV_CUDA_SUCCESS or context[0] == NULL:
+        return 0
+    stream[0] = h
+    return 1
+
+
+def _door_trim_pools():
+    """Destroy the calling thread's free C hand-over events; how many
+    (_driver.trim_event_pool adds them to its own)."""
+    return sv_door_trim_pools()
+
+
 def _driver_door_reset():
     """Destroy every thread's C-door events and forget its caches; the door is decided
     again by the next ordering (``_driver.use_api`` calls it before the driver changes)."""
@@ -835,4 +1219,16 @@ def _driver_door_info():
         "thread_events": sv_door_thread_events(),
         "live_events": sv_door_live_events(),
         "available": bool(SV_DOOR_AVAILABLE),
+    }
+
+
+def _driver_door_handover_info():
+    """For tests: the hand-overs the door recorded on this thread and their events, this
+    thread's free C
+    hand-over events, and every thread's C hand-over events (free or in flight)."""
+    return {
+        "handed": sv_door_thread_handed(),
+        "recorded": sv_door_thread_recorded(),
+        "pooled": sv_door_thread_pooled(),
+        "handover_events": sv_door_handover_events(),
     }

@@ -13,7 +13,8 @@
 #   (the bound, a gone stream's context); where the host may not wait either (a
 #   capture), the hold is kept.
 # - Where a stream is, is decided where it is recorded (record_stream, or a view
-#   joining its launch's group): _stream_place asks _driver.check_stream for its
+#   joining its launch's group): _stream_place asks _driver.check_stream (warm,
+#   the C door: _door_place_context) for its
 #   *place*, the context an ordinary handle belongs to, or for 0, 1 and 2 the
 #   context current then (else the data device's primary context), and for 2 the
 #   recording thread.  The record at the hand-over is made there, never in
@@ -30,8 +31,13 @@
 #   (_release_resources, before the freelist takes the object) and, for a view
 #   in a garbage cycle, the collector's tp_clear (_view_clear, installed in
 #   front of Cython's, which would otherwise drop the exporting object first).
-# - Events: one per stream per hand-over, recorded by the driver module from a
-#   pool per (context, thread); a launch's group records one per stream for all
+# - Events: one per stream per hand-over, recorded from a pool per (context,
+#   thread): warm, by the C driver door (_door_record_entry: the entry's events
+#   then kept in C, c_events, queried, waited for and given back to the releasing
+#   thread's C pool without Python), else by the driver module
+#   (record_handover: first use, captures, failures, gone streams, a per-thread
+#   stream released elsewhere; its events in ``events``, its pools); an entry is
+#   one or the other, never both; a launch's group records one per stream for all
 #   its views when the launch ends (views released before then join its holds;
 #   one released after it hands over on its own, on the group's streams).
 # - A group is sealed when its launch ends, and a seal is never undone: a view
@@ -59,7 +65,8 @@
 # - Completed holds are found without a thread of their own: the oldest entries
 #   are queried (cuEventQuery) every _POLL_EVERY view creations while any is
 #   pending (sv_pending_entries, read with one relaxed load in _new_view), at
-#   every hand-over, and all of them by release_pending().
+#   every hand-over (one recorded in C checks the older entries before it joins
+#   them), and all of them by release_pending().
 # - The bound: at most _pending_limit entries.  A hand-over past it first
 #   checks every entry, then waits on the host for the oldest ones
 #   (cuEventSynchronize) until the count is back under the bound: back-pressure,
@@ -129,6 +136,12 @@ cdef extern from *:
     void SV_COUNTDOWN_RESET(int, int) noexcept nogil
     void sv_write_unraisable(object, object) noexcept
 
+cdef extern from "Python.h":
+    Py_ssize_t PyList_GET_SIZE(object) nogil
+    PyObject *PyList_GET_ITEM(object, Py_ssize_t) nogil
+    void PyList_SET_ITEM(object, Py_ssize_t, object) nogil
+    int PyList_SetSlice(object, Py_ssize_t, Py_ssize_t, PyObject *) except -1
+
 cdef enum:
     _POLL_EVERY = 32  # view creations between two checks while hand-overs are pending
     # The oldest entries a check may release (it stops at the first one still running, so
@@ -197,15 +210,24 @@ cdef class _Handover:
     once: ``(handle, context key, thread key, context, thread)``, resolved where
     ``record_stream`` was called (or the view joined its launch);
     ``holds``: the _Holds handed over; ``events``: the ``[context, event]`` pairs
-    recorded when it was sealed.  A group (a launch's) is shared by its views and
+    recorded when it was sealed by _driver.record_handover, or ``c_events`` those the C
+    door recorded.  A group (a launch's) is shared by its views and
     sealed when the launch ends.
     """
 
     cdef list streams
     cdef list holds
     cdef list events
+    # Recorded through the C door instead (_door_record_entry): its (context, event)
+    # pairs in C, given back to the releasing thread's C pool (never to _driver.py's).
+    cdef sv_door_hev *c_events
     cdef bint group
     cdef bint sealed
+
+    def __dealloc__(self):
+        if self.c_events != NULL:  # (dropped unreleased: only if its release failed)
+            sv_door_hev_discard(self.c_events)
+            self.c_events = NULL
 
 
 cdef _Handover _new_handover(list streams, bint group):
@@ -216,11 +238,40 @@ cdef _Handover _new_handover(list streams, bint group):
     return handover
 
 
+# The place the C door made last (_stream_place), with its handle and context, reused
+# while they are the same (read and replaced under SV_HANDOVER_LOCK).
+cdef tuple _last_place = None
+cdef uintptr_t _last_place_stream = 0
+cdef void *_last_place_context = NULL
+
+
 cdef tuple _stream_place(StridedMemoryView view, object handle):
     """Where ``handle`` names a stream now (_driver.check_stream): a default-stream
     handle in the calling thread's current context, or with none current the view's
     device's primary context (a CUDA Array Interface view's device found from its
-    pointer); CUDAError if the driver is unusable or the handle names no stream."""
+    pointer); CUDAError if the driver is unusable or the handle names no stream.
+    Warm, the context is found by the C door, and the place made here (the same
+    tuple as the last one when handle and context are)."""
+    global _last_place, _last_place_stream, _last_place_context
+    cdef uintptr_t stream
+    cdef void *context
+    cdef tuple place = None
+    if _door_place_context(handle, &stream, &context):
+        SV_HANDOVER_LOCK()
+        if _last_place is not None and _last_place_stream == stream and _last_place_context == context:
+            place = _last_place
+        SV_HANDOVER_UNLOCK()
+        if place is not None:
+            return place
+        key = PyLong_FromVoidPtr(context)
+        place = (handle, key, 0, key, None)
+        SV_HANDOVER_LOCK()
+        old = _last_place  # (a tuple of ints: its release runs no Python code)
+        _last_place = place
+        _last_place_stream = stream
+        _last_place_context = context
+        SV_HANDOVER_UNLOCK()
+        return place
     return _driver_module().check_stream(
         handle, view._device_id if view._device_id >= 0 else None, view._ptr
     )
@@ -256,7 +307,9 @@ cdef object _record_stream_handle(object stream):
             "record_stream: stream must be an int or an object with __cuda_stream__ "
             f"(got {stream!r})"
         )
-    if hasattr(stream, "__cuda_stream__"):
+    if type(stream) is int:
+        handle = stream
+    elif hasattr(stream, "__cuda_stream__"):
         handle = _handle_from_cuda_stream(stream)
     else:
         try:
@@ -406,6 +459,11 @@ cdef Py_ssize_t _release_entry(_Handover entry) noexcept:
     """Release a sealed entry taken out of the registry, and give its events back."""
     cdef Py_ssize_t count = _release_holds(entry)
     SV_PENDING_ADD(sv_pending_entries, -1)
+    cdef sv_door_hev *h = entry.c_events
+    if h != NULL:
+        entry.c_events = NULL
+        sv_door_hev_release(h)  # back to this thread's C pool
+        return count
     events = entry.events
     entry.events = None
     if events:
@@ -465,6 +523,10 @@ cdef int _record_entry(_Handover entry) noexcept:
     capturing a graph keeps the holds until exit.
     """
     cdef object events
+    if _door_record_entry(entry):
+        if not entry.sealed:
+            entry.sealed = True
+        return _ENTRY_RECORDED
     try:
         events = _driver_module().record_handover(entry.streams)
     except BaseException as exc:
@@ -487,6 +549,80 @@ cdef int _record_entry(_Handover entry) noexcept:
     if not entry.sealed:  # (a group's was set under the lock, and is read under it)
         entry.sealed = True
     return _ENTRY_RECORDED
+
+
+cdef bint _door_record_entry(_Handover entry) noexcept:
+    """Record ``entry``'s events through the C door (_driver_door.pxi's
+    sv_door_handover_record: a pooled event per place, its context pushed when not
+    current, after cuStreamIsCapturing said NONE); True when every place was recorded
+    (``entry.c_events`` set).  False leaves the whole entry to _driver.record_handover,
+    which handles every other case (first use, a capture, a failing call, a gone stream,
+    a per-thread stream released by another thread or after its thread ended): the events
+    recorded here are given back first."""
+    cdef sv_door_hev *h
+    cdef sv_door_thread *t
+    cdef list streams = entry.streams
+    cdef tuple place
+    cdef object thread
+    cdef uintptr_t handle, context
+    cdef void *event
+    cdef sv_CUresult r
+    cdef Py_ssize_t n
+    if sv_door_state_load() != 1 or entry.c_events != NULL or streams is None:
+        return False
+    n = len(streams)
+    if n == 0 or n > 1 << 20:
+        return False
+    t = sv_door_thread_get()
+    if t == NULL:
+        return False
+    h = sv_door_hev_new(<int>n)
+    if h == NULL:
+        return False
+    try:
+        for place in streams:
+            handle = <object>PyTuple_GET_ITEM(place, 0)
+            context = <object>PyTuple_GET_ITEM(place, 1)
+            if handle == 2:
+                # Only on the recording thread, alive (a live _ThreadEvents: its ident is
+                # not a reused one), is the per-thread stream this thread's handle 2.
+                thread = <object>PyTuple_GET_ITEM(place, 4)
+                if (
+                    <object>PyTuple_GET_ITEM(place, 2) != PyThread_get_thread_ident()
+                    or thread is None or thread() is None
+                ):
+                    sv_door_hev_release(h)
+                    return False
+            r = sv_door_handover_record(t, <void *>context, handle, &event)
+            if event != NULL:
+                sv_door_hev_add(h, <void *>context, event)
+            if r != SV_CUDA_SUCCESS:
+                if handle > 2 and (r == 400 or r == 201):
+                    sv_door_stream_forget(handle)  # maybe stale: looked up afresh next time
+                sv_door_hev_release(h)
+                return False
+    except BaseException:  # (a place that is not ours to read: the Python path says so)
+        sv_door_hev_release(h)
+        return False
+    sv_door_thread_count_handed(t, h.n)
+    entry.c_events = h
+    return True
+
+
+cdef bint _entry_done(_Handover entry) except -1:
+    """Whether every event of ``entry`` has completed (never blocks)."""
+    if entry.c_events != NULL:
+        return sv_door_hev_done(entry.c_events)
+    return _driver_module().handover_done(entry.events)
+
+
+cdef int _entry_wait(_Handover entry) except -1:
+    """Block until every event of ``entry`` has completed."""
+    if entry.c_events != NULL:
+        sv_door_hev_wait(entry.c_events)
+        return 0
+    _driver_module().wait_handover(entry.events)
+    return 0
 
 
 cdef int _register_exit() except -1:
@@ -527,13 +663,19 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         return
     if outcome != _ENTRY_RECORDED:
         return
-    driver = _driver_module()
-    events = entry.events
     if _exiting:
-        driver.wait_handover(events)
+        _entry_wait(entry)
         SV_PENDING_ADD(sv_pending_entries, 1)
         _release_entry(entry)
         return
+    cdef bint checked = (
+        entry.c_events != NULL and SV_PENDING_LOAD(sv_pending_entries) < _pending_limit
+    )
+    if checked:
+        # The oldest entries are checked before this one joins them (just recorded in C,
+        # it is rarely done yet: the next check asks).  One recorded by _driver.py joins
+        # first: it may have nothing to wait for (its streams waited for instead).
+        _check_oldest(_POLL_ENTRIES)
     try:
         _register_exit()
         SV_HANDOVER_LOCK()
@@ -541,14 +683,14 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         SV_PENDING_ADD(sv_pending_entries, 1)
         SV_HANDOVER_UNLOCK()
     except BaseException as exc:
-        driver.wait_handover(events)  # no room to list it: its streams are waited for now
+        _entry_wait(entry)  # no room to list it: its streams are waited for now
         SV_PENDING_ADD(sv_pending_entries, 1)
         _release_entry(entry)
         sv_write_unraisable(exc, "stridedview: listing a hand-over (its streams were waited for)")
         return
     if SV_PENDING_LOAD(sv_pending_entries) > _pending_limit:
         _make_room()
-    else:
+    elif not checked:
         _check_oldest(_POLL_ENTRIES)
 
 
@@ -571,7 +713,6 @@ cdef Py_ssize_t _retry_deferred(bint wait) except -1:
     SV_HANDOVER_UNLOCK()
     if not claimed:
         return 0
-    driver = _driver_module()
     try:
         for entry in claimed:
             outcome = _record_entry(entry)
@@ -581,7 +722,7 @@ cdef Py_ssize_t _retry_deferred(bint wait) except -1:
             elif outcome != _ENTRY_RECORDED:
                 SV_PENDING_ADD(sv_pending_entries, -1)  # released, or kept as captured
             elif wait:
-                driver.wait_handover(entry.events)
+                _entry_wait(entry)
                 released += _release_entry(entry)
             else:
                 recorded.append(entry)  # (still counted as pending)
@@ -625,16 +766,24 @@ cdef _Handover _claim_oldest():
     """
     global _pending_head
     cdef _Handover entry = None
+    cdef list entries
+    cdef Py_ssize_t size
+    cdef PyObject *item
     SV_HANDOVER_LOCK()
-    if _pending_head < len(_pending_entries):
-        entry = <_Handover>_pending_entries[_pending_head]
-        _pending_entries[_pending_head] = None
+    entries = _pending_entries
+    size = PyList_GET_SIZE(entries)
+    if _pending_head < size:
+        item = PyList_GET_ITEM(entries, _pending_head)
+        entry = <_Handover>item  # a reference of its own
+        Py_INCREF(None)
+        PyList_SET_ITEM(entries, _pending_head, None)
+        Py_DECREF_ptr(item)  # the slot's reference (``entry`` holds one: nothing runs)
         _pending_head += 1
-        if _pending_head == len(_pending_entries):
-            del _pending_entries[:]
+        if _pending_head == size:
+            PyList_SetSlice(entries, 0, size, NULL)  # (only Nones: no Python code runs)
             _pending_head = 0
-        elif _pending_head >= 64 and 2 * _pending_head >= len(_pending_entries):
-            del _pending_entries[:_pending_head]
+        elif _pending_head >= 64 and 2 * _pending_head >= size:
+            PyList_SetSlice(entries, 0, _pending_head, NULL)
             _pending_head = 0
     SV_HANDOVER_UNLOCK()
     return entry
@@ -673,7 +822,7 @@ cdef Py_ssize_t _check_oldest(int limit) noexcept:
         if entry is None:
             break
         try:
-            done = _driver_module().handover_done(entry.events)
+            done = _entry_done(entry)
         except BaseException as exc:  # (a KeyboardInterrupt): the entry stays pending
             _unclaim(entry)
             sv_write_unraisable(exc, "stridedview: checking pending hand-overs")
@@ -706,7 +855,7 @@ cdef void _make_room() noexcept:
         if entry is None:
             break  # the rest are being checked by other threads
         try:
-            _driver_module().wait_handover(entry.events)
+            _entry_wait(entry)
         except BaseException as exc:  # (a KeyboardInterrupt): the entry stays pending
             _unclaim(entry)
             sv_write_unraisable(exc, "stridedview: waiting for the oldest hand-over")
@@ -734,12 +883,11 @@ cdef Py_ssize_t _release_pending(bint wait) except -1:
         del claimed[:head]  # the claimed slots (None)
     if not claimed:
         return released
-    driver = _driver_module()
     try:
         for entry in claimed:
             if wait:
-                driver.wait_handover(entry.events)
-            elif not driver.handover_done(entry.events):
+                _entry_wait(entry)
+            elif not _entry_done(entry):
                 kept.append(entry)
                 done += 1
                 continue
