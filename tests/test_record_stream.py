@@ -881,8 +881,10 @@ def run_with_fake_driver(tmp_path, body):
 @pytest.mark.slow
 def test_decorator_argument_viewed_by_another_thread_as_the_launch_ends(tmp_path):
     """2,000 launches hand their argument to a worker thread that views it on a stream while the
-    launch returns: no crash, and once the stream is done every producer has been released."""
+    launch returns: no crash, and once the stream is done every producer has been released
+    (100 a stress round where STRIDEDVIEW_STRESS_ROUNDS sizes the run, as tools/tsan.sh does)."""
     lines = run_with_fake_driver(tmp_path, """
+        import os
         import queue
         import threading
         import weakref
@@ -917,7 +919,9 @@ def test_decorator_argument_viewed_by_another_thread_as_the_launch_ends(tmp_path
         thread = threading.Thread(target=worker)
         thread.start()
         released = []
-        for i in range(2000):
+        rounds = os.environ.get("STRIDEDVIEW_STRESS_ROUNDS")
+        launches = 2000 if rounds is None else 100 * int(rounds)
+        for i in range(launches):
             device = Device()
             weakref.finalize(device, released.append, i)
             launch(device)
@@ -926,7 +930,7 @@ def test_decorator_argument_viewed_by_another_thread_as_the_launch_ends(tmp_path
         thread.join()
         fake.finish()
         release_pending()
-        assert sorted(released) == list(range(2000))
+        assert sorted(released) == list(range(launches))
         assert _view._pending_holds() == (0, 0, 0)
         print("done")
     """)
