@@ -3,7 +3,8 @@
 # ``record_stream=True``) does not let go of that memory when it is released:
 # what it held (its reference to the exporting object, the DLPack capsule's
 # tensor and deleter, the CAI dict, a held buffer, the root view of a derived
-# one) moves to a _Hold, handed to the streams, and released only once an
+# one) moves to a hold (the _Handover's own fields for its first; a _Hold for each
+# later one of a launch's group), handed to the streams, and released only once an
 # event recorded on each of them then has completed.
 #
 # What is here, and the invariant each piece rests on:
@@ -179,14 +180,15 @@ cdef enum:
     _ENTRY_RECORDED = 3  # its events recorded
 
 
-@cython.final
 @cython.no_gc
 @cython.auto_pickle(False)
 cdef class _Hold:
     """What a released view held on its memory, kept until its streams are done.
 
     Released once, by _release_hold (or, should it be dropped unreleased, by its
-    deallocator): the buffer, then the deleter, then the references.
+    deallocator): the buffer, then the deleter, then the references.  A _Handover
+    is one too: its first hold is kept in these fields (``held``), a _Hold made only
+    for a group's later ones.
     """
 
     cdef object exporting_obj
@@ -203,13 +205,15 @@ cdef class _Hold:
 @cython.final
 @cython.no_gc
 @cython.auto_pickle(False)
-cdef class _Handover:
+cdef class _Handover(_Hold):
     """The streams a view (or a launch's views) used, and what was handed to them.
 
     ``streams``: the places (_driver.check_stream) the view was recorded on, each
     once: ``(handle, context key, thread key, context, thread)``, resolved where
     ``record_stream`` was called (or the view joined its launch);
-    ``holds``: the _Holds handed over; ``events``: the ``[context, event]`` pairs
+    the first hold handed over in its own (_Hold) fields, ``held`` set while they
+    hold it; ``holds``: the _Holds handed over after it (a group's: a list from the
+    start; None for a single view's, and once released); ``events``: the ``[context, event]`` pairs
     recorded when it was sealed by _driver.record_handover, or ``c_events`` those the C
     door recorded.  A group (a launch's) is shared by its views and
     sealed when the launch ends.
@@ -217,6 +221,7 @@ cdef class _Handover:
 
     cdef list streams
     cdef list holds
+    cdef bint held  # the first hold is in this object's _Hold fields
     cdef list events
     # Recorded through the C door instead (_door_record_entry): its (context, event)
     # pairs in C, given back to the releasing thread's C pool (never to _driver.py's).
@@ -233,7 +238,8 @@ cdef class _Handover:
 cdef _Handover _new_handover(list streams, bint group):
     cdef _Handover handover = _Handover.__new__(_Handover)
     handover.streams = streams
-    handover.holds = []
+    if group:  # (a single view's hands over one hold: kept in the entry itself)
+        handover.holds = []
     handover.group = group
     return handover
 
@@ -354,9 +360,10 @@ cdef int _hand_to_stream(StridedMemoryView view, tuple place) except -1:
     return 0
 
 
-cdef int _join_group(StridedMemoryView view, _Handover group, object stream_ptr) except -1:
-    """A launch's view, made with ``stream_ptr``, joins the launch's hand-over (a
-    launcher decorated with record_stream=True); host memory, no stream and -1 do not.
+cdef int _join_group(StridedMemoryView view, _Handover group, object stream) except -1:
+    """A launch's view, made with ``stream`` (as _normalize_stream returned it: None,
+    -1 or a handle), joins the launch's hand-over (a launcher decorated with
+    record_stream=True); host memory, no stream and -1 do not.
 
     A group already sealed (the launch ended while the view was made: the producer's
     code ran, and another thread made the view) has recorded its events on the
@@ -364,9 +371,8 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream_ptr)
     ``record_stream`` makes it.  Which of the two is decided under the lock (a seal
     is never undone), so no stream is added to a group after it is sealed."""
     cdef bint joined = False
-    if stream_ptr is None:
+    if stream is None:
         return 0
-    stream = _normalize_stream(stream_ptr)
     if stream == -1 or not view.is_device_accessible:
         return 0
     cdef tuple place = None
@@ -394,9 +400,9 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream_ptr)
     return _hand_to_stream(view, place)
 
 
-cdef _Hold _take_hold(StridedMemoryView view):
-    """Move what ``view`` holds on its memory into a new _Hold (the view keeps none)."""
-    cdef _Hold hold = _Hold.__new__(_Hold)
+cdef inline void _move_hold(StridedMemoryView view, _Hold hold) noexcept:
+    """Move what ``view`` holds on its memory into ``hold``, empty (its fields None and
+    NULL: only None is dropped, no Python code runs); the view keeps none."""
     hold.exporting_obj = view.exporting_obj
     hold.interface = view._interface
     hold.memory_owner = view._memory_owner
@@ -408,7 +414,6 @@ cdef _Hold _take_hold(StridedMemoryView view):
     view.exporting_obj = None  # each still referenced by the hold: nothing runs
     view._interface = None
     view._memory_owner = None
-    return hold
 
 
 cdef void _release_hold_memory(_Hold hold) noexcept:
@@ -444,15 +449,27 @@ cdef void _release_hold(_Hold hold) noexcept:
 
 
 cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
-    """Release every hold of ``entry`` (once: the list is taken); how many."""
+    """Release every hold of ``entry`` (once: ``held`` cleared and the list taken);
+    how many."""
     cdef list holds = entry.holds
+    cdef bint held = entry.held
     cdef _Hold hold
+    cdef Py_ssize_t count = 0
     entry.holds = None
+    entry.held = False
+    if held:
+        _release_hold(entry)  # its first, in its own fields
+        count = 1
     if holds is None:
-        return 0
+        return count
     for hold in holds:
         _release_hold(hold)
-    return len(holds)
+    return count + len(holds)
+
+
+cdef inline Py_ssize_t _hold_count(_Handover entry):
+    """How many holds ``entry`` has not released (for tests)."""
+    return entry.held + (len(entry.holds) if entry.holds is not None else 0)
 
 
 cdef Py_ssize_t _release_entry(_Handover entry) noexcept:
@@ -479,32 +496,46 @@ cdef void _hand_over_view(StridedMemoryView view) noexcept:
     """
     cdef _Handover record = <_Handover>_take_reference(<PyObject *>view._handover)
     cdef _Handover entry
-    cdef _Hold hold
+    cdef _Hold hold = None
     cdef bint joined = False
     view._handover = NULL
+    if not record.group:
+        # A view's own hand-over (one hold: its view hands over once): kept in it.
+        _move_hold(view, record)
+        record.held = True
+        _seal_and_register(record)
+        return
+    # A launch's view: its hold joins the group's while the launch runs (the first in
+    # the group's own fields, a later one in a _Hold of its own).
+    SV_HANDOVER_LOCK()
+    if not record.sealed and record.holds is not None and not record.held:
+        _move_hold(view, record)  # (the fields are empty: only None is dropped)
+        record.held = True
+        joined = True
+    SV_HANDOVER_UNLOCK()
+    if joined:
+        return
     try:
-        hold = _take_hold(view)
+        hold = _Hold.__new__(_Hold)
     except BaseException as exc:
         # No memory for a hold: the view keeps its hold, released with it now.
         sv_write_unraisable(exc, "stridedview: handing a view's memory over to its streams")
         return
+    _move_hold(view, hold)
     try:
-        if record.group:
-            SV_HANDOVER_LOCK()
-            if not record.sealed and record.holds is not None:
-                record.holds.append(hold)
-                joined = True
-            SV_HANDOVER_UNLOCK()
-            if joined:
-                return
-            # Released after its launch ended: on its own, on the launch's streams.
-            SV_HANDOVER_LOCK()
-            streams = list(record.streams)
-            SV_HANDOVER_UNLOCK()
-            entry = _new_handover(streams, False)
-        else:
-            entry = record
-        entry.holds.append(hold)
+        SV_HANDOVER_LOCK()
+        if not record.sealed and record.holds is not None:
+            record.holds.append(hold)
+            joined = True
+        SV_HANDOVER_UNLOCK()
+        if joined:
+            return
+        # Released after its launch ended: on its own, on the launch's streams.
+        SV_HANDOVER_LOCK()
+        streams = list(record.streams)
+        SV_HANDOVER_UNLOCK()
+        entry = _new_handover(streams, False)
+        entry.holds = [hold]
     except BaseException as exc:
         _release_hold(hold)
         sv_write_unraisable(exc, "stridedview: handing a view's memory over to its streams")
@@ -968,8 +999,8 @@ def _pending_holds():
     SV_HANDOVER_UNLOCK()
     return (
         len(entries),
-        sum([len((<_Handover>entry).holds or ()) for entry in entries]),
-        sum([len((<_Handover>entry).holds or ()) for entry in captured]),
+        sum([_hold_count(<_Handover>entry) for entry in entries]),
+        sum([_hold_count(<_Handover>entry) for entry in captured]),
     )
 
 
@@ -978,7 +1009,7 @@ def _deferred_holds():
     SV_HANDOVER_LOCK()
     deferred = list(_deferred_entries)
     SV_HANDOVER_UNLOCK()
-    return sum([len((<_Handover>entry).holds or ()) for entry in deferred])
+    return sum([_hold_count(<_Handover>entry) for entry in deferred])
 
 
 def _set_pending_limit(Py_ssize_t limit):
