@@ -51,8 +51,8 @@
 #   never read from the proxy again.
 # - The registry (_pending_entries, a list of sealed _Handovers, oldest first
 #   from index _pending_head: the slots before it hold None, left by claims, and
-#   are cut off once they are half the list, so that a claim, a hand-back and an
-#   append cost the same with 1 or 4,096 entries pending)
+#   are cut off once they are half the list and at least 64, so that a claim, a
+#   hand-back and an append cost the same with 1 or 4,096 entries pending)
 #   and, while a launch runs, its group's ``streams``, ``holds`` and ``sealed``
 #   and its proxies' ``_group`` (once the function has them) are changed only
 #   between SV_HANDOVER_LOCK and SV_HANDOVER_UNLOCK, with no
@@ -436,10 +436,20 @@ cdef void _release_hold_memory(_Hold hold) noexcept:
 
 cdef void _release_hold(_Hold hold) noexcept:
     """Give the memory back: buffer, deleter, then the references (which may run a
-    producer's finalizer), with any pending exception saved around them."""
+    producer's finalizer), with any pending exception saved around them (none
+    pending, the usual case: any left set by them is cleared, as the restore of
+    none would)."""
     cdef PyObject *error_type
     cdef PyObject *error_value
     cdef PyObject *error_traceback
+    if PyErr_Occurred() == NULL:
+        _release_hold_memory(hold)
+        hold.memory_owner = None
+        hold.interface = None
+        hold.exporting_obj = None
+        if PyErr_Occurred() != NULL:
+            PyErr_Clear()
+        return
     PyErr_Fetch(&error_type, &error_value, &error_traceback)
     _release_hold_memory(hold)
     hold.memory_owner = None
@@ -791,8 +801,8 @@ cdef _Handover _claim_oldest():
     """The oldest pending entry, taken out of the registry (None: none).
 
     Its slot is set to None and the head moves past it; once the claimed slots are
-    half the list they are cut off (amortised: a claim costs the same whatever the
-    count).  No Python code runs: the entry is referenced here before its slot lets
+    half the list, and at least 64, they are cut off (amortised: a claim costs the
+    same whatever the count).  No Python code runs: the entry is referenced here before its slot lets
     go, and the slots cut off hold None.
     """
     global _pending_head
@@ -810,11 +820,10 @@ cdef _Handover _claim_oldest():
         PyList_SET_ITEM(entries, _pending_head, None)
         Py_DECREF_ptr(item)  # the slot's reference (``entry`` holds one: nothing runs)
         _pending_head += 1
-        if _pending_head == size:
-            PyList_SetSlice(entries, 0, size, NULL)  # (only Nones: no Python code runs)
-            _pending_head = 0
-        elif _pending_head >= 64 and 2 * _pending_head >= size:
-            PyList_SetSlice(entries, 0, _pending_head, NULL)
+        # (Not when fewer than 64 are claimed, even all of them: a list emptied and
+        # grown again at each hand-over would free and allocate its items each time.)
+        if _pending_head >= 64 and 2 * _pending_head >= size:
+            PyList_SetSlice(entries, 0, _pending_head, NULL)  # (only Nones: no Python code runs)
             _pending_head = 0
     SV_HANDOVER_UNLOCK()
     return entry
