@@ -210,7 +210,10 @@ cdef class _Handover(_Hold):
 
     ``streams``: the places (_driver.check_stream) the view was recorded on, each
     once: ``(handle, context key, thread key, context, thread)``, resolved where
-    ``record_stream`` was called (or the view joined its launch);
+    ``record_stream`` was called (or the view joined its launch); a single view's
+    hand-over recorded on one place has it in ``place`` instead (``streams`` None
+    until a second place is recorded, then a list of both; _entry_places gives
+    either as a list);
     the first hold handed over in its own (_Hold) fields, ``held`` set while they
     hold it; ``holds``: the _Holds handed over after it (a group's: a list from the
     start; None for a single view's, and once released); ``events``: the ``[context, event]`` pairs
@@ -220,6 +223,7 @@ cdef class _Handover(_Hold):
     """
 
     cdef list streams
+    cdef tuple place  # the one place of a single view's hand-over (streams None)
     cdef list holds
     cdef bint held  # the first hold is in this object's _Hold fields
     cdef list events
@@ -235,9 +239,11 @@ cdef class _Handover(_Hold):
             self.c_events = NULL
 
 
-cdef _Handover _new_handover(list streams, bint group):
+cdef _Handover _new_handover(list streams, bint group, tuple place=None):
+    """A hand-over on ``streams``, or on ``place`` alone (``streams`` None)."""
     cdef _Handover handover = _Handover.__new__(_Handover)
     handover.streams = streams
+    handover.place = place
     if group:  # (a single view's hands over one hold: kept in the entry itself)
         handover.holds = []
     handover.group = group
@@ -281,6 +287,22 @@ cdef tuple _stream_place(StridedMemoryView view, object handle):
     return _driver_module().check_stream(
         handle, view._device_id if view._device_id >= 0 else None, view._ptr
     )
+
+
+cdef list _entry_places(_Handover entry):
+    """``entry``'s places as a list (its own, or one made for its single ``place``)."""
+    if entry.streams is not None or entry.place is None:
+        return entry.streams
+    return [entry.place]
+
+
+cdef bint _same_place(tuple place, tuple other):
+    """Whether two places have the same handle and keys (int compares: no Python code)."""
+    cdef int i
+    for i in range(3):
+        if not (<object>PyTuple_GET_ITEM(other, i) == <object>PyTuple_GET_ITEM(place, i)):
+            return False
+    return True
 
 
 cdef bint _has_stream(list streams, object handle):
@@ -346,16 +368,32 @@ cdef int _record_stream(StridedMemoryView view, object stream) except -1:
 cdef int _hand_to_stream(StridedMemoryView view, tuple place) except -1:
     """``view`` hands over on its own on ``place``'s stream: a hand-over of its own
     made, or the stream added to the one it has."""
-    cdef _Handover fresh = _new_handover([place], False)  # made before the lock
-    cdef _Handover record
+    cdef _Handover fresh = _new_handover(None, False, place)  # made before the lock
+    cdef _Handover record = None
+    cdef list places
+    cdef bint more = False
     SV_HANDOVER_LOCK()
     if view._handover == NULL:
         Py_INCREF(fresh)
         view._handover = <void *>fresh
     else:
-        record = <_Handover>view._handover
-        if not _has_place(record.streams, place):
-            record.streams.append(place)  # appends drop no reference: no Python code
+        record = <_Handover>view._handover  # (a reference taken, none dropped)
+        if record.streams is not None:
+            if not _has_place(record.streams, place):
+                record.streams.append(place)  # appends drop no reference: no Python code
+        else:
+            more = not _same_place(record.place, place)
+    SV_HANDOVER_UNLOCK()
+    if not more:
+        return 0
+    # A second place: its list made outside the lock (``record.place`` never changes),
+    # installed unless another thread's came first.
+    places = [record.place, place]
+    SV_HANDOVER_LOCK()
+    if record.streams is None:
+        record.streams = places  # (it held None: nothing dropped)
+    elif not _has_place(record.streams, place):
+        record.streams.append(place)
     SV_HANDOVER_UNLOCK()
     return 0
 
@@ -569,7 +607,7 @@ cdef int _record_entry(_Handover entry) noexcept:
             entry.sealed = True
         return _ENTRY_RECORDED
     try:
-        events = _driver_module().record_handover(entry.streams)
+        events = _driver_module().record_handover(_entry_places(entry))
     except BaseException as exc:
         name = getattr(exc, "name", None)
         if not _exiting and name in _LATER:
@@ -603,15 +641,20 @@ cdef bint _door_record_entry(_Handover entry) noexcept:
     cdef sv_door_hev *h
     cdef sv_door_thread *t
     cdef list streams = entry.streams
-    cdef tuple place
+    cdef tuple place = entry.place
     cdef object thread
     cdef uintptr_t handle, context
     cdef void *event
     cdef sv_CUresult r
-    cdef Py_ssize_t n
-    if sv_door_state_load() != 1 or entry.c_events != NULL or streams is None:
+    cdef Py_ssize_t n, i
+    if sv_door_state_load() != 1 or entry.c_events != NULL:
         return False
-    n = len(streams)
+    if streams is not None:
+        n = len(streams)
+    elif place is not None:
+        n = 1  # a single view's one place
+    else:
+        return False
     if n == 0 or n > 1 << 20:
         return False
     t = sv_door_thread_get()
@@ -621,7 +664,9 @@ cdef bint _door_record_entry(_Handover entry) noexcept:
     if h == NULL:
         return False
     try:
-        for place in streams:
+        for i in range(n):
+            if streams is not None:
+                place = streams[i]
             handle = <object>PyTuple_GET_ITEM(place, 0)
             context = <object>PyTuple_GET_ITEM(place, 1)
             if handle == 2:
