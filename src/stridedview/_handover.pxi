@@ -3,7 +3,8 @@
 # ``record_stream=True``) does not let go of that memory when it is released:
 # what it held (its reference to the exporting object, the DLPack capsule's
 # tensor and deleter, the CAI dict, a held buffer, the root view of a derived
-# one) moves to a _Hold, handed to the streams, and released only once an
+# one) moves to a hold (the _Handover's own fields for its first; a _Hold for each
+# later one of a launch's group), handed to the streams, and released only once an
 # event recorded on each of them then has completed.
 #
 # What is here, and the invariant each piece rests on:
@@ -50,8 +51,8 @@
 #   never read from the proxy again.
 # - The registry (_pending_entries, a list of sealed _Handovers, oldest first
 #   from index _pending_head: the slots before it hold None, left by claims, and
-#   are cut off once they are half the list, so that a claim, a hand-back and an
-#   append cost the same with 1 or 4,096 entries pending)
+#   are cut off once they are half the list and at least 64, so that a claim, a
+#   hand-back and an append cost the same with 1 or 4,096 entries pending)
 #   and, while a launch runs, its group's ``streams``, ``holds`` and ``sealed``
 #   and its proxies' ``_group`` (once the function has them) are changed only
 #   between SV_HANDOVER_LOCK and SV_HANDOVER_UNLOCK, with no
@@ -179,14 +180,15 @@ cdef enum:
     _ENTRY_RECORDED = 3  # its events recorded
 
 
-@cython.final
 @cython.no_gc
 @cython.auto_pickle(False)
 cdef class _Hold:
     """What a released view held on its memory, kept until its streams are done.
 
     Released once, by _release_hold (or, should it be dropped unreleased, by its
-    deallocator): the buffer, then the deleter, then the references.
+    deallocator): the buffer, then the deleter, then the references.  A _Handover
+    is one too: its first hold is kept in these fields (``held``), a _Hold made only
+    for a group's later ones.
     """
 
     cdef object exporting_obj
@@ -203,20 +205,27 @@ cdef class _Hold:
 @cython.final
 @cython.no_gc
 @cython.auto_pickle(False)
-cdef class _Handover:
+cdef class _Handover(_Hold):
     """The streams a view (or a launch's views) used, and what was handed to them.
 
     ``streams``: the places (_driver.check_stream) the view was recorded on, each
     once: ``(handle, context key, thread key, context, thread)``, resolved where
-    ``record_stream`` was called (or the view joined its launch);
-    ``holds``: the _Holds handed over; ``events``: the ``[context, event]`` pairs
+    ``record_stream`` was called (or the view joined its launch); a single view's
+    hand-over recorded on one place has it in ``place`` instead (``streams`` None
+    until a second place is recorded, then a list of both; _entry_places gives
+    either as a list);
+    the first hold handed over in its own (_Hold) fields, ``held`` set while they
+    hold it; ``holds``: the _Holds handed over after it (a group's: a list from the
+    start; None for a single view's, and once released); ``events``: the ``[context, event]`` pairs
     recorded when it was sealed by _driver.record_handover, or ``c_events`` those the C
     door recorded.  A group (a launch's) is shared by its views and
     sealed when the launch ends.
     """
 
     cdef list streams
+    cdef tuple place  # the one place of a single view's hand-over (streams None)
     cdef list holds
+    cdef bint held  # the first hold is in this object's _Hold fields
     cdef list events
     # Recorded through the C door instead (_door_record_entry): its (context, event)
     # pairs in C, given back to the releasing thread's C pool (never to _driver.py's).
@@ -230,10 +239,13 @@ cdef class _Handover:
             self.c_events = NULL
 
 
-cdef _Handover _new_handover(list streams, bint group):
+cdef _Handover _new_handover(list streams, bint group, tuple place=None):
+    """A hand-over on ``streams``, or on ``place`` alone (``streams`` None)."""
     cdef _Handover handover = _Handover.__new__(_Handover)
     handover.streams = streams
-    handover.holds = []
+    handover.place = place
+    if group:  # (a single view's hands over one hold: kept in the entry itself)
+        handover.holds = []
     handover.group = group
     return handover
 
@@ -275,6 +287,22 @@ cdef tuple _stream_place(StridedMemoryView view, object handle):
     return _driver_module().check_stream(
         handle, view._device_id if view._device_id >= 0 else None, view._ptr
     )
+
+
+cdef list _entry_places(_Handover entry):
+    """``entry``'s places as a list (its own, or one made for its single ``place``)."""
+    if entry.streams is not None or entry.place is None:
+        return entry.streams
+    return [entry.place]
+
+
+cdef bint _same_place(tuple place, tuple other):
+    """Whether two places have the same handle and keys (int compares: no Python code)."""
+    cdef int i
+    for i in range(3):
+        if not (<object>PyTuple_GET_ITEM(other, i) == <object>PyTuple_GET_ITEM(place, i)):
+            return False
+    return True
 
 
 cdef bint _has_stream(list streams, object handle):
@@ -340,23 +368,40 @@ cdef int _record_stream(StridedMemoryView view, object stream) except -1:
 cdef int _hand_to_stream(StridedMemoryView view, tuple place) except -1:
     """``view`` hands over on its own on ``place``'s stream: a hand-over of its own
     made, or the stream added to the one it has."""
-    cdef _Handover fresh = _new_handover([place], False)  # made before the lock
-    cdef _Handover record
+    cdef _Handover fresh = _new_handover(None, False, place)  # made before the lock
+    cdef _Handover record = None
+    cdef list places
+    cdef bint more = False
     SV_HANDOVER_LOCK()
     if view._handover == NULL:
         Py_INCREF(fresh)
         view._handover = <void *>fresh
     else:
-        record = <_Handover>view._handover
-        if not _has_place(record.streams, place):
-            record.streams.append(place)  # appends drop no reference: no Python code
+        record = <_Handover>view._handover  # (a reference taken, none dropped)
+        if record.streams is not None:
+            if not _has_place(record.streams, place):
+                record.streams.append(place)  # appends drop no reference: no Python code
+        else:
+            more = not _same_place(record.place, place)
+    SV_HANDOVER_UNLOCK()
+    if not more:
+        return 0
+    # A second place: its list made outside the lock (``record.place`` never changes),
+    # installed unless another thread's came first.
+    places = [record.place, place]
+    SV_HANDOVER_LOCK()
+    if record.streams is None:
+        record.streams = places  # (it held None: nothing dropped)
+    elif not _has_place(record.streams, place):
+        record.streams.append(place)
     SV_HANDOVER_UNLOCK()
     return 0
 
 
-cdef int _join_group(StridedMemoryView view, _Handover group, object stream_ptr) except -1:
-    """A launch's view, made with ``stream_ptr``, joins the launch's hand-over (a
-    launcher decorated with record_stream=True); host memory, no stream and -1 do not.
+cdef int _join_group(StridedMemoryView view, _Handover group, object stream) except -1:
+    """A launch's view, made with ``stream`` (as _normalize_stream returned it: None,
+    -1 or a handle), joins the launch's hand-over (a launcher decorated with
+    record_stream=True); host memory, no stream and -1 do not.
 
     A group already sealed (the launch ended while the view was made: the producer's
     code ran, and another thread made the view) has recorded its events on the
@@ -364,9 +409,8 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream_ptr)
     ``record_stream`` makes it.  Which of the two is decided under the lock (a seal
     is never undone), so no stream is added to a group after it is sealed."""
     cdef bint joined = False
-    if stream_ptr is None:
+    if stream is None:
         return 0
-    stream = _normalize_stream(stream_ptr)
     if stream == -1 or not view.is_device_accessible:
         return 0
     cdef tuple place = None
@@ -394,9 +438,9 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream_ptr)
     return _hand_to_stream(view, place)
 
 
-cdef _Hold _take_hold(StridedMemoryView view):
-    """Move what ``view`` holds on its memory into a new _Hold (the view keeps none)."""
-    cdef _Hold hold = _Hold.__new__(_Hold)
+cdef inline void _move_hold(StridedMemoryView view, _Hold hold) noexcept:
+    """Move what ``view`` holds on its memory into ``hold``, empty (its fields None and
+    NULL: only None is dropped, no Python code runs); the view keeps none."""
     hold.exporting_obj = view.exporting_obj
     hold.interface = view._interface
     hold.memory_owner = view._memory_owner
@@ -408,7 +452,6 @@ cdef _Hold _take_hold(StridedMemoryView view):
     view.exporting_obj = None  # each still referenced by the hold: nothing runs
     view._interface = None
     view._memory_owner = None
-    return hold
 
 
 cdef void _release_hold_memory(_Hold hold) noexcept:
@@ -431,10 +474,20 @@ cdef void _release_hold_memory(_Hold hold) noexcept:
 
 cdef void _release_hold(_Hold hold) noexcept:
     """Give the memory back: buffer, deleter, then the references (which may run a
-    producer's finalizer), with any pending exception saved around them."""
+    producer's finalizer), with any pending exception saved around them (none
+    pending, the usual case: any left set by them is cleared, as the restore of
+    none would)."""
     cdef PyObject *error_type
     cdef PyObject *error_value
     cdef PyObject *error_traceback
+    if PyErr_Occurred() == NULL:
+        _release_hold_memory(hold)
+        hold.memory_owner = None
+        hold.interface = None
+        hold.exporting_obj = None
+        if PyErr_Occurred() != NULL:
+            PyErr_Clear()
+        return
     PyErr_Fetch(&error_type, &error_value, &error_traceback)
     _release_hold_memory(hold)
     hold.memory_owner = None
@@ -444,15 +497,27 @@ cdef void _release_hold(_Hold hold) noexcept:
 
 
 cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
-    """Release every hold of ``entry`` (once: the list is taken); how many."""
+    """Release every hold of ``entry`` (once: ``held`` cleared and the list taken);
+    how many."""
     cdef list holds = entry.holds
+    cdef bint held = entry.held
     cdef _Hold hold
+    cdef Py_ssize_t count = 0
     entry.holds = None
+    entry.held = False
+    if held:
+        _release_hold(entry)  # its first, in its own fields
+        count = 1
     if holds is None:
-        return 0
+        return count
     for hold in holds:
         _release_hold(hold)
-    return len(holds)
+    return count + len(holds)
+
+
+cdef inline Py_ssize_t _hold_count(_Handover entry):
+    """How many holds ``entry`` has not released (for tests)."""
+    return entry.held + (len(entry.holds) if entry.holds is not None else 0)
 
 
 cdef Py_ssize_t _release_entry(_Handover entry) noexcept:
@@ -479,32 +544,46 @@ cdef void _hand_over_view(StridedMemoryView view) noexcept:
     """
     cdef _Handover record = <_Handover>_take_reference(<PyObject *>view._handover)
     cdef _Handover entry
-    cdef _Hold hold
+    cdef _Hold hold = None
     cdef bint joined = False
     view._handover = NULL
+    if not record.group:
+        # A view's own hand-over (one hold: its view hands over once): kept in it.
+        _move_hold(view, record)
+        record.held = True
+        _seal_and_register(record)
+        return
+    # A launch's view: its hold joins the group's while the launch runs (the first in
+    # the group's own fields, a later one in a _Hold of its own).
+    SV_HANDOVER_LOCK()
+    if not record.sealed and record.holds is not None and not record.held:
+        _move_hold(view, record)  # (the fields are empty: only None is dropped)
+        record.held = True
+        joined = True
+    SV_HANDOVER_UNLOCK()
+    if joined:
+        return
     try:
-        hold = _take_hold(view)
+        hold = _Hold.__new__(_Hold)
     except BaseException as exc:
         # No memory for a hold: the view keeps its hold, released with it now.
         sv_write_unraisable(exc, "stridedview: handing a view's memory over to its streams")
         return
+    _move_hold(view, hold)
     try:
-        if record.group:
-            SV_HANDOVER_LOCK()
-            if not record.sealed and record.holds is not None:
-                record.holds.append(hold)
-                joined = True
-            SV_HANDOVER_UNLOCK()
-            if joined:
-                return
-            # Released after its launch ended: on its own, on the launch's streams.
-            SV_HANDOVER_LOCK()
-            streams = list(record.streams)
-            SV_HANDOVER_UNLOCK()
-            entry = _new_handover(streams, False)
-        else:
-            entry = record
-        entry.holds.append(hold)
+        SV_HANDOVER_LOCK()
+        if not record.sealed and record.holds is not None:
+            record.holds.append(hold)
+            joined = True
+        SV_HANDOVER_UNLOCK()
+        if joined:
+            return
+        # Released after its launch ended: on its own, on the launch's streams.
+        SV_HANDOVER_LOCK()
+        streams = list(record.streams)
+        SV_HANDOVER_UNLOCK()
+        entry = _new_handover(streams, False)
+        entry.holds = [hold]
     except BaseException as exc:
         _release_hold(hold)
         sv_write_unraisable(exc, "stridedview: handing a view's memory over to its streams")
@@ -528,7 +607,7 @@ cdef int _record_entry(_Handover entry) noexcept:
             entry.sealed = True
         return _ENTRY_RECORDED
     try:
-        events = _driver_module().record_handover(entry.streams)
+        events = _driver_module().record_handover(_entry_places(entry))
     except BaseException as exc:
         name = getattr(exc, "name", None)
         if not _exiting and name in _LATER:
@@ -562,15 +641,20 @@ cdef bint _door_record_entry(_Handover entry) noexcept:
     cdef sv_door_hev *h
     cdef sv_door_thread *t
     cdef list streams = entry.streams
-    cdef tuple place
+    cdef tuple place = entry.place
     cdef object thread
     cdef uintptr_t handle, context
     cdef void *event
     cdef sv_CUresult r
-    cdef Py_ssize_t n
-    if sv_door_state_load() != 1 or entry.c_events != NULL or streams is None:
+    cdef Py_ssize_t n, i
+    if sv_door_state_load() != 1 or entry.c_events != NULL:
         return False
-    n = len(streams)
+    if streams is not None:
+        n = len(streams)
+    elif place is not None:
+        n = 1  # a single view's one place
+    else:
+        return False
     if n == 0 or n > 1 << 20:
         return False
     t = sv_door_thread_get()
@@ -580,7 +664,9 @@ cdef bint _door_record_entry(_Handover entry) noexcept:
     if h == NULL:
         return False
     try:
-        for place in streams:
+        for i in range(n):
+            if streams is not None:
+                place = streams[i]
             handle = <object>PyTuple_GET_ITEM(place, 0)
             context = <object>PyTuple_GET_ITEM(place, 1)
             if handle == 2:
@@ -760,8 +846,8 @@ cdef _Handover _claim_oldest():
     """The oldest pending entry, taken out of the registry (None: none).
 
     Its slot is set to None and the head moves past it; once the claimed slots are
-    half the list they are cut off (amortised: a claim costs the same whatever the
-    count).  No Python code runs: the entry is referenced here before its slot lets
+    half the list, and at least 64, they are cut off (amortised: a claim costs the
+    same whatever the count).  No Python code runs: the entry is referenced here before its slot lets
     go, and the slots cut off hold None.
     """
     global _pending_head
@@ -779,11 +865,10 @@ cdef _Handover _claim_oldest():
         PyList_SET_ITEM(entries, _pending_head, None)
         Py_DECREF_ptr(item)  # the slot's reference (``entry`` holds one: nothing runs)
         _pending_head += 1
-        if _pending_head == size:
-            PyList_SetSlice(entries, 0, size, NULL)  # (only Nones: no Python code runs)
-            _pending_head = 0
-        elif _pending_head >= 64 and 2 * _pending_head >= size:
-            PyList_SetSlice(entries, 0, _pending_head, NULL)
+        # (Not when fewer than 64 are claimed, even all of them: a list emptied and
+        # grown again at each hand-over would free and allocate its items each time.)
+        if _pending_head >= 64 and 2 * _pending_head >= size:
+            PyList_SetSlice(entries, 0, _pending_head, NULL)  # (only Nones: no Python code runs)
             _pending_head = 0
     SV_HANDOVER_UNLOCK()
     return entry
@@ -968,8 +1053,8 @@ def _pending_holds():
     SV_HANDOVER_UNLOCK()
     return (
         len(entries),
-        sum([len((<_Handover>entry).holds or ()) for entry in entries]),
-        sum([len((<_Handover>entry).holds or ()) for entry in captured]),
+        sum([_hold_count(<_Handover>entry) for entry in entries]),
+        sum([_hold_count(<_Handover>entry) for entry in captured]),
     )
 
 
@@ -978,7 +1063,7 @@ def _deferred_holds():
     SV_HANDOVER_LOCK()
     deferred = list(_deferred_entries)
     SV_HANDOVER_UNLOCK()
-    return sum([len((<_Handover>entry).holds or ()) for entry in deferred])
+    return sum([_hold_count(<_Handover>entry) for entry in deferred])
 
 
 def _set_pending_limit(Py_ssize_t limit):

@@ -195,9 +195,10 @@ cdef StridedMemoryView _proxy_view_joining(
     if stream_ptr is None:
         _proxy_view_without_stream(view, proxy, info)
     else:
-        _view_from_any(view, proxy.obj, stream_ptr, info)
+        stream = _normalize_stream(stream_ptr)  # once, for the view and its group
+        _view_from_normalized(view, proxy.obj, stream, info)
         if group is not None:
-            _join_group(view, group, stream_ptr)
+            _join_group(view, group, stream)
     return view
 
 
@@ -726,7 +727,7 @@ cdef void _seal_group(_Handover group) noexcept:
     cdef bint empty
     SV_HANDOVER_LOCK()
     group.sealed = True
-    empty = not group.holds
+    empty = not group.held and not group.holds
     SV_HANDOVER_UNLOCK()
     if not empty:
         _seal_and_register(group)

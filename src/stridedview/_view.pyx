@@ -490,7 +490,13 @@ cdef inline int _view_from_any(
     """The constructor's work: the first protocol ``obj`` offers, in this order:
     DLPack, the CAI, numpy's array interface, the buffer protocol; else BufferError.
     ``info`` is ``_producer_type(obj)`` when the caller has it (None: looked up here)."""
-    stream = _normalize_stream(stream_ptr)
+    return _view_from_normalized(view, obj, _normalize_stream(stream_ptr), info)
+
+
+cdef inline int _view_from_normalized(
+    StridedMemoryView view, object obj, object stream, _ProducerType info
+) except -1:
+    """_view_from_any with ``stream`` already normalized (_normalize_stream)."""
     if info is None:
         info = _producer_type(obj)
     if info.has_dlpack:  # the common case first, every check below left out of line
