@@ -366,10 +366,7 @@ def test_a_driver_with_no_device_is_cuda_error_no_device(gpu):
 
     tests = os.path.dirname(os.path.abspath(__file__))
     src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python(
-        "import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + NO_DEVICE_SCRIPT,
-        env={"SIMGPU_DEVICES": "0"},
-    )
+    result = run_python(NO_DEVICE_SCRIPT, args=[tests, src], env={"SIMGPU_DEVICES": "0"})
     assert result.returncode == 0, result.stderr[-3000:]
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["ordered"]["name"] == "CUDA_ERROR_NO_DEVICE", outcome

@@ -314,9 +314,7 @@ def test_ordering_recovers_after_primary_context_reset(gpu, two_gpus, producer):
 
     tests = os.path.dirname(os.path.abspath(__file__))
     src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python(
-        "import sys\nsys.argv[1:] = " + repr([tests, src, producer]) + "\n" + RESET_SCRIPT
-    )
+    result = run_python(RESET_SCRIPT, args=[tests, src, producer])
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split("]")[0] + "]" == "[True, True, True]", result.stdout
     assert result.stdout.split("]")[1].strip() == "1", result.stdout

@@ -629,7 +629,7 @@ def test_a_context_reset_under_a_pending_hold_releases_it_at_once(gpu):
 
     tests = os.path.dirname(os.path.abspath(__file__))
     src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python("import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + RESET_SCRIPT)
+    result = run_python(RESET_SCRIPT, args=[tests, src])
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "0 1 {1: 1}", result.stdout
 
@@ -670,7 +670,7 @@ def test_interpreter_exit_waits_for_the_stream_then_releases(gpu):
 
     tests = os.path.dirname(os.path.abspath(__file__))
     src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python("import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + EXIT_SCRIPT)
+    result = run_python(EXIT_SCRIPT, args=[tests, src])
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == ["exiting with {}", "deleted; early: []"], result.stdout
 
@@ -911,7 +911,7 @@ def test_a_default_stream_hand_over_after_a_context_reset_takes_a_fresh_event(gp
 
     tests = os.path.dirname(os.path.abspath(__file__))
     src = os.path.dirname(os.path.dirname(os.path.abspath(stridedview.__file__)))  # this run's
-    result = run_python("import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + RESET_DEFAULT_SCRIPT)
+    result = run_python(RESET_DEFAULT_SCRIPT, args=[tests, src])
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "{} 1 {1: 1} []", result.stdout
 

@@ -228,11 +228,15 @@ def wait_until(predicate, timeout: float = 10.0) -> bool:
 # ---- subprocesses ------------------------------------------------------------------------
 
 
-def run_python(source: str, env: dict | None = None, timeout: float = 120.0) -> subprocess.CompletedProcess:
-    """Runs ``source`` in a fresh interpreter with this process's environment (plus ``env``)."""
+def run_python(
+    source: str, env: dict | None = None, timeout: float = 120.0, args: tuple | list = ()
+) -> subprocess.CompletedProcess:
+    """Runs ``source`` in a fresh interpreter with this process's environment (plus ``env``),
+    ``args`` (strings) as its ``sys.argv[1:]``."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     return subprocess.run(
-        [sys.executable, "-c", source], env=full_env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-c", source, *args], env=full_env, capture_output=True, text=True,
+        timeout=timeout,
     )
