@@ -45,12 +45,13 @@ def info() -> dict:
     return _view._driver_door_info()
 
 
-def counts(sim) -> dict:
-    return {name: sim.calls(name) for name in COUNTED}
+def counts(sim, names=COUNTED) -> dict:
+    return {name: sim.calls(name) for name in names}
 
 
 def delta(sim, before) -> dict:
-    return {name: n - before[name] for name, n in counts(sim).items() if n != before[name]}
+    """The calls made since ``before`` (a ``counts``), of the names it counted."""
+    return {name: n - before[name] for name, n in counts(sim, before).items() if n != before[name]}
 
 
 def refuse_python_path(monkeypatch) -> None:
@@ -320,10 +321,7 @@ def test_door_replaces_a_dead_event_after_primary_context_reset(gpu, two_gpus):
 
     tests = os.path.dirname(os.path.abspath(__file__))
     src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python(
-        "import sys\nsys.argv[1:] = " + repr([tests, src]) + "\n" + RESET_SCRIPT,
-        env={"STRIDEDVIEW_NO_C_DRIVER": "0"},
-    )
+    result = run_python(RESET_SCRIPT, args=[tests, src], env={"STRIDEDVIEW_NO_C_DRIVER": "0"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split()[-2:] == ["1", "2"], result.stdout
     assert result.stdout.split("]")[0] + "]" == "[True, True, True, True]", result.stdout
@@ -337,14 +335,6 @@ HANDOVER_COUNTED = COUNTED + ("cuStreamIsCapturing", "cuEventQuery", "cuEventSyn
 
 def handover_info() -> dict:
     return _view._driver_door_handover_info()
-
-
-def handover_counts(sim) -> dict:
-    return {name: sim.calls(name) for name in HANDOVER_COUNTED}
-
-
-def handover_delta(sim, before) -> dict:
-    return {name: n - before[name] for name, n in handover_counts(sim).items() if n != before[name]}
 
 
 def refuse_python_hand_overs(monkeypatch) -> None:
@@ -380,11 +370,11 @@ def test_warm_hand_over_is_recorded_queried_and_released_in_c(door, simulator, m
         hand_over()
         stream.synchronize()
     refuse_python_hand_overs(monkeypatch)
-    before, handed = handover_counts(simulator), handover_info()["handed"]
+    before, handed = counts(simulator, HANDOVER_COUNTED), handover_info()["handed"]
     for _ in range(10):
         hand_over()
         stream.synchronize()  # done by the next hand-over's check: released then
-    made = handover_delta(simulator, before)
+    made = delta(simulator, before)
     assert made.pop("cuEventQuery") >= 9
     # (A second event once, if a hand-over's check came before its stream's record ran.)
     assert made.pop("cuEventCreate", 0) <= 1
@@ -415,11 +405,11 @@ def test_warm_launch_with_record_stream_is_one_record_per_stream_in_c(door, simu
         launch(first, second, third, stream)
         stream.synchronize()
     refuse_python_hand_overs(monkeypatch)
-    before, handed = handover_counts(simulator), handover_info()["handed"]
+    before, handed = counts(simulator, HANDOVER_COUNTED), handover_info()["handed"]
     for _ in range(10):
         launch(first, second, third, stream)
         stream.synchronize()
-    made = handover_delta(simulator, before)
+    made = delta(simulator, before)
     made.pop("cuEventQuery", None)
     assert made.pop("cuEventCreate", 0) <= 1
     assert made == {"cuStreamIsCapturing": 10, "cuEventRecord": 10, "cuCtxGetCurrent": 10}
