@@ -7,6 +7,13 @@ the views on the stream it launches on and checks them before launching.
 Here the "kernel" runs on the host through numpy, so the example runs
 anywhere: ``python examples/launcher.py``.  ``examples/gpu_torch.py``
 launches a real CUDA kernel, compiled with cuda-core, the same way.
+
+``stream_ptr`` has no default that orders nothing: host arrays need no stream
+(None), and device memory viewed with None is refused as ambiguous, so a caller
+with device arrays must say on which stream the kernel runs (-1 only where the
+caller orders the producer's work itself).  A launch given temporaries from a
+stream-ordered allocator (CuPy, torch, cuda.core, jax) also needs
+``record_stream=True``: ``examples/launcher_temporaries.py``.
 """
 
 from __future__ import annotations
@@ -37,9 +44,10 @@ def axpy(
     x: ViewableArgument,
     y: ViewableArgument,
     *,
-    stream_ptr: int = -1,
+    stream_ptr: int | None = None,
 ) -> None:
-    """``y += alpha * x`` for float32 arrays of one shape; ``y`` writable."""
+    """``y += alpha * x`` for float32 arrays of one shape; ``y`` writable.  Device
+    arrays need ``stream_ptr``, the stream the kernel runs on."""
     xv = x.view(stream_ptr)
     yv = y.view(stream_ptr)
     f32 = np.dtype(np.float32)

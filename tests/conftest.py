@@ -22,7 +22,8 @@ Both imply ``gpu``: with no driver at all they skip with the ``gpu`` reason.
 
 ``gpu_import(name)``: in a ``gpu`` test, import a GPU library.  On a machine with a GPU a missing
 library FAILS the test (naming the ``gpu`` extra) instead of skipping it: a GPU machine that skips
-the GPU tests proves nothing.
+the GPU tests proves nothing.  On the simulated device the failure names the ``full`` extra
+instead (numba-cuda; the ``gpu`` extra's CuPy cannot run there).
 
 ``STRIDEDVIEW_REQUIRE_INTEROP=1`` (set by CI): every skip makes the run fail except a skip for
 missing hardware (the reasons in ``HARDWARE_SKIP_REASONS``: no CUDA GPU and driver, or fewer GPUs
@@ -267,6 +268,16 @@ def gpu_import(name: str):
     try:
         return importlib.import_module(name)
     except ImportError as exc:
+        if simulated_gpu():
+            # The gpu extra's CuPy cannot run on the simulator (no CUDA runtime); the gpu
+            # tests that run there need the full extra's numba-cuda (and cuda-core, in test).
+            pytest.fail(
+                f"the simulated CUDA device (tests/simgpu) is this process's driver but {name} "
+                f"cannot be imported ({exc}): the gpu tests that run on it need the full "
+                "extra (pip install -e \".[test,full]\"; not the gpu extra, whose CuPy needs "
+                "a real GPU)",
+                pytrace=False,
+            )
         pytest.fail(
             f"this machine has a CUDA GPU but {name} cannot be imported ({exc}): the gpu tests "
             "need every GPU library (pip install -e \".[test,gpu]\" and torch with CUDA)",

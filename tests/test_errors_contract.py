@@ -758,7 +758,7 @@ TRIGGERS = [
     ("view-last-axis", lambda f, m: host_view()[:, ::2].view(dtype=np.int16), BufferError, "view: the last axis must be contiguous to change the item size from 4 to 2"),
     ("view-last-bytes", lambda f, m: host_view().view(dtype=np.float64), BufferError, "view: the last axis holds 12 bytes, not a multiple of the new item size 8"),
     ("view-stride", lambda f, m: host_view()[:, :2].view(dtype=np.float64), BufferError, "view: stride 12 bytes of axis 0 is not a multiple of the new item size 8"),
-    ("view-layout-type", lambda f, m: host_view().view((2, 3)), TypeError, "view: layout must have shape, strides and itemsize, like cuda.core's _StridedLayout (got 'tuple' object)"),
+    ("view-layout-type", lambda f, m: host_view().view((2, 3)), TypeError, "view: layout must have shape, strides and itemsize, like cuda.core's _StridedLayout (got (2, 3) of type 'tuple')"),
     ("view-layout-extent", lambda f, m: host_view().view(Layout((-1,), None, 4)), ValueError, "view: layout extents must be >= 0 and itemsize > 0 (got shape (-1,), itemsize 4)"),
     ("view-layout-strides", lambda f, m: host_view().view(Layout((6,), (1, 1), 4)), ValueError, "view: layout strides (1, 1) and shape (6,) differ in length"),
     ("view-layout-itemsize", lambda f, m: host_view().view(Layout((3,), None, 8)), ValueError, "view: layout itemsize 8 differs from the item size of float32 (4)"),

@@ -55,6 +55,14 @@ cdef bytes _buffer_format(object dtype):
         return None
 
 
+cdef str _device_words(StridedMemoryView view):
+    # " (device N)" for a message, or nothing for a CUDA Array Interface view whose
+    # device has not been asked (an error path does not call the driver for it).
+    if view._device_id == _DEVICE_ID_UNKNOWN:
+        return ""
+    return f" (device {view._device_id})"
+
+
 cdef int _export_buffer(StridedMemoryView view, Py_buffer *buffer, int flags) except -1:
     """Fill ``buffer`` for ``flags`` (the work of StridedMemoryView.__getbuffer__)."""
     cdef Py_ssize_t i, ndim = view._ndim
@@ -64,7 +72,7 @@ cdef int _export_buffer(StridedMemoryView view, Py_buffer *buffer, int flags) ex
     kind = _device_memory_kind(view)
     if kind is not None:
         raise BufferError(
-            f"buffer: the view holds CUDA {kind} memory (device {view._device_id_text()}), "
+            f"buffer: the view holds CUDA {kind} memory{_device_words(view)}, "
             f"{_HOST_ACCESS_HINT}"
         )
     if (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE and view.readonly:
@@ -148,8 +156,8 @@ cdef dict _host_array_interface(StridedMemoryView view):
     kind = _device_memory_kind(view)
     if kind is not None:
         raise BufferError(
-            f"array interface: the view holds CUDA {kind} memory (device "
-            f"{view._device_id_text()}), {_HOST_ACCESS_HINT}"
+            f"array interface: the view holds CUDA {kind} memory{_device_words(view)}, "
+            f"{_HOST_ACCESS_HINT}"
         )
     dtype = view.dtype
     if not _has_own_typestr(dtype):

@@ -20,6 +20,7 @@ cdef extern from *:
         Py_ssize_t device_type_offset
         Py_ssize_t readonly_offset
         Py_ssize_t dtype_offset
+        int (*device_id)(object, int32_t *) except -1
     const char *STRIDEDVIEW_C_API_CAPSULE
     const uint32_t STRIDEDVIEW_C_API_VERSION
     # The offsets of this build's fields (SV_VIEW_OFFSET is defined in _view.pyx).
@@ -35,6 +36,12 @@ cdef extern from *:
 cdef StridedViewCAPI _c_api
 
 
+cdef int _c_api_device_id(object view, int32_t *out) except -1:
+    # StridedView_DeviceId: the header's StridedView_Check comes first, so view is one.
+    out[0] = (<StridedMemoryView>view).c_device_id()
+    return 0
+
+
 cdef object _publish_c_api():
     _c_api.version = STRIDEDVIEW_C_API_VERSION
     _c_api.size = sizeof(StridedViewCAPI)
@@ -47,6 +54,7 @@ cdef object _publish_c_api():
     _c_api.device_type_offset = _OFFSET_C_DEVICE_TYPE
     _c_api.readonly_offset = _OFFSET_C_READONLY
     _c_api.dtype_offset = _OFFSET_C_DTYPE
+    _c_api.device_id = _c_api_device_id
     return PyCapsule_New(<void *>&_c_api, STRIDEDVIEW_C_API_CAPSULE, NULL)
 
 

@@ -376,12 +376,14 @@ cdef int _view_from_buffer_layout(
 
 cdef bint _is_cuda_core_buffer(object buffer) except -1:
     # cuda.core's Buffer, or anything with its attributes: an address (``handle``),
-    # a byte count (``size``) and where the memory lives.
+    # a byte count (``size``) and where the memory lives.  ``device_id`` is looked
+    # for on the type first: hasattr on the object would run the property, and
+    # cuda.core's raises RuntimeError for a buffer of a legacy pinned resource.
     return (
         hasattr(buffer, "handle")
         and hasattr(buffer, "size")
         and hasattr(buffer, "is_device_accessible")
-        and hasattr(buffer, "device_id")
+        and (hasattr(type(buffer), "device_id") or hasattr(buffer, "device_id"))
     )
 
 
@@ -395,11 +397,17 @@ cdef tuple _cuda_core_buffer_memory(object buffer):
         raise BufferError(f"buffer: Buffer.handle must be an address >= 0 (got {ptr!r})")
     if not buffer.is_device_accessible:
         return ptr, nbytes, kDLCPU, -1
-    device_id = int(buffer.device_id)
     if getattr(buffer, "is_managed", False):
-        return ptr, nbytes, kDLCUDAManaged, max(device_id, 0)
+        return ptr, nbytes, kDLCUDAManaged, max(int(buffer.device_id), 0)
     if getattr(buffer, "is_host_accessible", False):
-        return ptr, nbytes, kDLCUDAHost, max(device_id, 0)
+        # Pinned host memory: DLPack's kDLCUDAHost, device 0 as cuda.core's own
+        # __dlpack_device__ gives it.  A legacy pinned resource is bound to no GPU,
+        # and cuda.core's device_id raises RuntimeError saying so: 0 then too.
+        try:
+            return ptr, nbytes, kDLCUDAHost, max(int(buffer.device_id), 0)
+        except RuntimeError:
+            return ptr, nbytes, kDLCUDAHost, 0
+    device_id = int(buffer.device_id)
     if device_id < 0:
         raise BufferError(
             f"buffer: a device-accessible Buffer must have a device_id >= 0 (got {device_id})"

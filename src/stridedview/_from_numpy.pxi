@@ -239,7 +239,8 @@ cdef int _hint_numpy_dtype(object obj, BaseException exc) except -1:
     """Raise a BufferError naming ``from_array_interface`` when ``obj`` is a numpy
     array whose dtype numpy's ``__dlpack__`` refuses but the array interface carries
     (structured, datetime, timedelta, bytes, str), and one naming a conversion for an
-    object array, which nothing carries; else return 0 (``exc`` stands)."""
+    object array or a non-native byte order, which nothing carries; else return 0
+    (``exc`` stands)."""
     numpy = _sys.modules.get("numpy")
     if numpy is None or not isinstance(obj, numpy.ndarray):
         return 0
@@ -249,6 +250,12 @@ cdef int _hint_numpy_dtype(object obj, BaseException exc) except -1:
             f"dlpack: numpy cannot export an object array through DLPack ({exc}): its "
             "elements are references to Python objects, which no protocol carries; "
             "convert it first, e.g. array.astype(numpy.float64)"
+        ) from exc
+    if not dtype.isnative:
+        raise BufferError(
+            f"dlpack: numpy cannot export the non-native byte order of {dtype.str!r} "
+            f"through DLPack ({exc}), and no protocol a kernel reads carries it; "
+            "convert it first, e.g. array.astype(array.dtype.newbyteorder('='))"
         ) from exc
     # Structured (not a bare void kind: ml_dtypes' bfloat16 and float8 are void too,
     # and their array interface says only "V2"), datetime, timedelta, bytes, str.

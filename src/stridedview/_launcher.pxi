@@ -126,6 +126,42 @@ cdef class ViewableArgument:
     def __repr__(self):
         return f"ViewableArgument({self.obj!r})"
 
+    # The view's fields are not the argument's: a launcher that reads one from the
+    # argument is told to make the view (AttributeError, so hasattr stays False).
+    # Off the launch path: ``view`` is looked up as before.
+    @property
+    def ptr(self):
+        """Not a field of the argument: raises AttributeError (``view(stream_ptr).ptr``)."""
+        _not_a_view("ptr")
+
+    @property
+    def shape(self):
+        """Not a field of the argument: raises AttributeError (``view(stream_ptr).shape``)."""
+        _not_a_view("shape")
+
+    @property
+    def strides(self):
+        """Not a field of the argument: raises AttributeError (``view(stream_ptr).strides``)."""
+        _not_a_view("strides")
+
+    @property
+    def dtype(self):
+        """Not a field of the argument: raises AttributeError (``view(stream_ptr).dtype``)."""
+        _not_a_view("dtype")
+
+    @property
+    def device_id(self):
+        """Not a field of the argument: raises AttributeError (``view(stream_ptr).device_id``)."""
+        _not_a_view("device_id")
+
+
+cdef int _not_a_view(str name) except -1:
+    raise AttributeError(
+        f"'ViewableArgument' object has no attribute {name!r}: it is the launch argument, "
+        f"not its view; call .view(stream_ptr) with the launch's stream and read .{name} "
+        "from the StridedMemoryView it returns"
+    )
+
 
 cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
     """``proxy.view(stream_ptr)``."""
@@ -526,11 +562,16 @@ cdef int _check_viewable(object value, object name, _ProducerType info) except -
         or PyObject_CheckBuffer(value)
     ):
         return 0
+    way_out = (
+        "pass the array itself, not a capsule of it: the view calls its __dlpack__ with "
+        "your stream" if PyCapsule_CheckExact(value) else
+        "pass an array of a library that exports one, or convert it first, e.g. "
+        "numpy.asarray(obj) for host data"
+    )
     raise BufferError(
         f"args_viewable_as_strided_memory: argument {name!r} ({type(value).__name__!r} "
         "object) supports none of DLPack, the CUDA Array Interface, the array "
-        "interface and the buffer protocol: pass an array of a library that exports "
-        "one, or convert it first, e.g. numpy.asarray(obj) for host data"
+        f"interface and the buffer protocol: {way_out}"
     )
 
 

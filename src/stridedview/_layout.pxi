@@ -376,9 +376,19 @@ cdef tuple _layout_of(object layout):
         raw_strides = layout.strides
         raw_itemsize = layout.itemsize
     except AttributeError:
+        hint = ""
+        if (isinstance(layout, int) and not isinstance(layout, bool)) or hasattr(
+            layout, "__cuda_stream__"
+        ):
+            # smv.view(stream.ptr): the launcher's ViewableArgument.view(stream_ptr) in mind.
+            hint = (
+                ": a stream? StridedMemoryView.view(layout=None, dtype=None) takes none "
+                "(a view is ordered when it is made); ViewableArgument.view(stream_ptr), "
+                "a launcher's argument, is the one that takes a stream"
+            )
         raise TypeError(
             "view: layout must have shape, strides and itemsize, like cuda.core's "
-            f"_StridedLayout (got {type(layout).__name__!r} object)"
+            f"_StridedLayout (got {_quote(layout)}){hint}"
         ) from None
     shape = tuple([_as_int(e, "view: layout extent") for e in raw_shape])
     itemsize = _as_int(raw_itemsize, "view: layout itemsize")

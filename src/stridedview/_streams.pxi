@@ -15,6 +15,21 @@ cdef extern from "Python.h":
 cdef object _STREAM_TYPE_MSG = (
     "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got {!r})"
 )
+
+
+cdef str _stream_object_hint(object stream):
+    """For a stream object that is neither an int nor has __cuda_stream__ (CuPy's
+    streams before ``__cuda_stream__`` have an int ``.ptr``): which attribute to pass."""
+    for name in ("ptr", "handle"):
+        try:
+            value = getattr(stream, name)
+        except Exception:  # a property that raises is no handle to suggest
+            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f": pass its handle, stream_ptr=stream.{name} (an int here)"
+    return ""
+
+
 cdef object _UINTPTR_LIMIT = 1 << 64  # one past the largest address or handle
 cdef object CU_STREAM_LEGACY_HANDLE = 1
 # -1, the opt-out: one object in CPython (small ints are cached), so the launch
@@ -51,7 +66,9 @@ cdef object _normalize_other_stream(object stream_ptr):
         try:
             handle = PyNumber_Index(stream_ptr)
         except TypeError:
-            raise TypeError(_STREAM_TYPE_MSG.format(stream_ptr)) from None
+            raise TypeError(
+                _STREAM_TYPE_MSG.format(stream_ptr) + _stream_object_hint(stream_ptr)
+            ) from None
     if handle < -1 or handle >= _UINTPTR_LIMIT:
         raise ValueError(
             f"stream: stream_ptr must be -1 or a stream handle >= 0 (got {handle!r})"

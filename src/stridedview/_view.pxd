@@ -83,6 +83,8 @@ cdef class StridedMemoryView:
     cdef void *_handover
 
     cdef str _device_id_text(self)
+    # Appended last (the type's table of C methods only grows): see c_device_id below.
+    cdef int32_t c_device_id(self) except -2
 
     # --- The C-level API ---------------------------------------------------
 
@@ -113,6 +115,11 @@ cdef class StridedMemoryView:
     cdef inline int c_device_type(self) noexcept:
         """DLPack device type: 1 CPU, 2 CUDA, 3 CUDA pinned host, 13 CUDA managed."""
         return self._device_type
+
+    # c_device_id(), declared above with the C methods: the device ordinal (-1 for
+    # host-only memory, 0 for pinned and managed memory), the Python ``device_id``.
+    # A call, not an inlined read: a CUDA Array Interface view asks the driver on
+    # first use, which can fail (-2 with the exception set).
 
     cdef inline bint c_readonly(self) noexcept:
         """Whether the producer marked the memory read-only."""

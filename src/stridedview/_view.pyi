@@ -5,7 +5,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from inspect import Signature
 from types import EllipsisType
-from typing import Any, ClassVar, Literal, Protocol, SupportsIndex, final, type_check_only
+from typing import Any, ClassVar, Literal, NoReturn, Protocol, SupportsIndex, final, type_check_only
 
 import numpy
 import numpy.typing
@@ -494,6 +494,17 @@ class ViewableArgument:
     @property
     def obj(self) -> Any: ...
     def view(self, stream_ptr: _StreamPtr = None) -> StridedMemoryView: ...
+    # The view's fields read from the argument: each raises AttributeError naming view().
+    @property
+    def ptr(self) -> NoReturn: ...
+    @property
+    def shape(self) -> NoReturn: ...
+    @property
+    def strides(self) -> NoReturn: ...
+    @property
+    def dtype(self) -> NoReturn: ...
+    @property
+    def device_id(self) -> NoReturn: ...
 
 # Private: what args_viewable_as_strided_memory returns (see _decorator.py).
 @final

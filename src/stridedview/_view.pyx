@@ -352,6 +352,12 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         # repr must not need the driver: an unresolved CAI device shows as '?'.
         return "?" if self._device_id == _DEVICE_ID_UNKNOWN else str(self._device_id)
 
+    cdef int32_t c_device_id(self) except -2:
+        """The device ordinal for C consumers (_view.pxd, stridedview.h): ``device_id``."""
+        if self._device_id == _DEVICE_ID_UNKNOWN:
+            return self.device_id
+        return self._device_id
+
     # Not a dataclass: dataclasses.replace() cannot rebuild a view from its
     # fields and dataclasses.asdict() would deep-copy the array.  The fields are
     # named as a namedtuple names them instead.
@@ -519,6 +525,8 @@ cdef int _view_without_type_dlpack(
     if PyObject_CheckBuffer(obj):
         return _view_from_buffer_protocol(view, obj)
     _refuse_half_dlpack(obj)
+    if PyCapsule_CheckExact(obj):
+        _refuse_capsule(obj)
     raise BufferError(
         f"stridedview: {type(obj).__name__!r} object supports none of DLPack "
         "(__dlpack__ and __dlpack_device__), the CUDA Array Interface "
@@ -526,6 +534,16 @@ cdef int _view_without_type_dlpack(
         "and the buffer protocol: pass an array of a library that exports one "
         "(numpy, CuPy, PyTorch, JAX, Numba device arrays, ...), or convert it "
         "first, e.g. numpy.asarray(obj) for host data"
+    )
+
+
+cdef int _refuse_capsule(object capsule) except -1:
+    """A capsule passed where the array belongs (``StridedMemoryView(x.__dlpack__())``)."""
+    cdef const char *name = PyCapsule_GetName(capsule)
+    shown = "unnamed" if name == NULL else repr(name.decode("utf-8", "replace"))
+    raise BufferError(
+        f"stridedview: a PyCapsule ({shown}) is not an array: pass the array itself, whose "
+        "__dlpack__ the view calls with your stream (a capsule made before cannot be ordered)"
     )
 
 

@@ -41,9 +41,13 @@
  * kinds, each stored in a byte: StridedView_Itemsize() is 1) and lanes (1);
  * bits 0 when no DLPack type describes the elements (a structured, datetime or
  * bytes dtype from an array interface or a buffer: the view's Python `dtype`
- * says).  For the device ordinal or a DLTensor, use the view's DLPack C
- * exchange API (PyCapsule `type(view).__dlpack_c_exchange_api__`,
- * "dlpack_exchange_api").
+ * says).  StridedView_DeviceId() gives the device ordinal: -1 for host-only
+ * memory, else the CUDA device (0 for pinned and managed memory, as DLPack
+ * gives it), the Python `device_id`.  It is a call, not a load: a CUDA Array
+ * Interface view asks the driver on first use (cuPointerGetAttribute), which
+ * can fail (0 on success, -1 with a Python exception set).  For a DLTensor,
+ * use the view's DLPack C exchange API (PyCapsule
+ * `type(view).__dlpack_c_exchange_api__`, "dlpack_exchange_api").
  */
 #ifndef STRIDEDVIEW_H
 #define STRIDEDVIEW_H
@@ -72,13 +76,15 @@ typedef struct StridedViewCAPI {
     Py_ssize_t device_type_offset; /* int32_t: DLPack device type */
     Py_ssize_t readonly_offset;   /* int: nonzero when the memory is read-only */
     Py_ssize_t dtype_offset;      /* StridedViewDType: the element type */
+    /* Appended after dtype_offset (the table only grows; `size` says how far): */
+    int (*device_id)(PyObject *view, int32_t *out); /* StridedView_DeviceId's worker */
 } StridedViewCAPI;
 
 /* The element type, laid out as DLPack's DLDataType. */
 typedef struct StridedViewDType {
     uint8_t code;    /* STRIDEDVIEW_DTYPE_INT, ..._UINT, ..._FLOAT, ..._BFLOAT, ..._COMPLEX, ..._BOOL, or 7 to 17 */
     uint8_t bits;    /* bits per element; 0: no DLPack type describes the elements */
-    uint16_t lanes;  /* 1 */
+    uint16_t lanes;  /* 1; 0 with bits 0 (no DLPack type describes the elements) */
 } StridedViewDType;
 
 #define STRIDEDVIEW_DTYPE_INT 0
@@ -171,6 +177,13 @@ static inline int StridedView_Readonly(PyObject *view)
 static inline StridedViewDType StridedView_DType(PyObject *view)
 {
     return STRIDEDVIEW__FIELD(view, dtype_offset, StridedViewDType);
+}
+
+/* The device ordinal into *device_id (-1: host-only memory): 0 on success, -1 with a
+   Python exception set (a CUDA Array Interface view whose driver call failed).  GIL held. */
+static inline int StridedView_DeviceId(PyObject *view, int32_t *device_id)
+{
+    return StridedView_CAPI->device_id(view, device_id);
 }
 
 #endif /* STRIDEDVIEW_BUILDING_MODULE */
