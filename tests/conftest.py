@@ -182,7 +182,7 @@ def _left_out_summary(terminalreporter, config: pytest.Config) -> None:
     if modules:
         parts.append(f"every test of {', '.join(modules)} (they need torch: not collected)")
     text = (
-        f"{'; '.join(parts)}. The one command that runs them all: {REST_COMMAND} (the full "
+        f"{'; '.join(parts)}. The one command that runs them: {REST_COMMAND} (the full "
         "extra installs torch, jax and numba-cuda; on a machine without a GPU, install torch's "
         "CPU build first, as README.md says under \"All the tests\": PyPI's Linux torch is a "
         "CUDA build of several GB)."

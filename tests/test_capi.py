@@ -76,6 +76,11 @@ def sum_1d(StridedMemoryView view):
     return total
 
 
+def device_id(StridedMemoryView view):
+    """c_device_id(): the device ordinal, or the exception device_id raises."""
+    return view.c_device_id()
+
+
 def ptr_plus_ndim(StridedMemoryView view):
     return <uintptr_t>view.c_ptr() + view.c_ndim()
 
@@ -142,6 +147,20 @@ static PyObject *sum_1d(PyObject *self, PyObject *obj)
     return PyFloat_FromDouble(total);
 }
 
+/* StridedView_DeviceId: the ordinal, or NULL with its exception. */
+static PyObject *device_id(PyObject *self, PyObject *obj)
+{
+    if (!StridedView_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "not a StridedMemoryView");
+        return NULL;
+    }
+    int32_t ordinal = -7;
+    if (StridedView_DeviceId(obj, &ordinal) < 0) {
+        return NULL;
+    }
+    return PyLong_FromLong(ordinal);
+}
+
 static PyObject *api_version(PyObject *self, PyObject *unused)
 {
     return Py_BuildValue("(II)", StridedView_CAPI->version, StridedView_CAPI->size);
@@ -150,6 +169,7 @@ static PyObject *api_version(PyObject *self, PyObject *unused)
 static PyMethodDef methods[] = {
     {"layout", layout, METH_O, NULL},
     {"sum_1d", sum_1d, METH_O, NULL},
+    {"device_id", device_id, METH_O, NULL},
     {"api_version", api_version, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -322,6 +342,12 @@ def test_header_and_pxd_offer_the_same_accessors():
     header_fields = re.findall(r"^\s+Py_ssize_t (\w+_offset);", header, re.M)
     pxi_fields = re.findall(r"^\s+Py_ssize_t (\w+_offset)$", c_api, re.M)
     assert header_fields == pxi_fields and "dtype_offset" in header_fields
+    # The device ordinal: a call on both sides (a CAI view asks the driver), appended last.
+    assert "static inline int StridedView_DeviceId(PyObject *view, int32_t *device_id)" in header
+    assert "cdef int32_t c_device_id(self) except -2" in pxd
+    table = header[header.index("typedef struct StridedViewCAPI {"):header.index("} StridedViewCAPI;")]
+    assert table.rstrip().splitlines()[-1].lstrip().startswith("int (*device_id)(PyObject *view, int32_t *out);")
+    assert re.search(r"^\s+int \(\*device_id\)\(object, int32_t \*\) except -1$", c_api, re.M)
 
 
 def test_cython_kernel_addresses_elements_with_the_strides(probes):
@@ -340,7 +366,8 @@ def test_c_extension_checks_the_type_and_the_api_version(probes):
     header = (Path(stridedview.get_include()) / "stridedview.h").read_text()
     assert version == int(re.search(r"#define STRIDEDVIEW_C_API_VERSION (\d+)", header).group(1))
     offsets = re.findall(r"^\s+Py_ssize_t \w+_offset;", header, re.M)
-    assert size == 4 + 4 + 8 + 8 * len(offsets)  # this build's table: the header's, whole
+    functions = re.findall(r"^\s+int \(\*\w+\)\(", header, re.M)
+    assert size == 4 + 4 + 8 + 8 * len(offsets) + 8 * len(functions)  # the header's table, whole
 
 
 def test_cython_accessors_compile_to_field_reads(probes):
@@ -370,3 +397,80 @@ def test_shipped_files_are_in_the_package():
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert '"stridedview.include" = ["*.h"]' in pyproject
     assert textwrap.dedent(stridedview.get_include.__doc__ or "").strip()
+
+
+# --- the device ordinal ------------------------------------------------------------------
+
+
+def device_views():
+    """(id, view, ordinal) of views whose device ordinal needs no driver."""
+    return [
+        ("host", StridedMemoryView(np.zeros(3)), -1),
+        ("bytes", StridedMemoryView(b"abc"), -1),
+        ("cuda-0", StridedMemoryView(make_producer(device=(2, 0)), stream_ptr=-1), 0),
+        ("cuda-1", StridedMemoryView(make_producer(device=(2, 1)), stream_ptr=-1), 1),
+        ("cuda-3-derived", StridedMemoryView(make_producer(device=(2, 3), shape=(4, 2)), stream_ptr=-1)[1:].T, 3),
+        ("pinned", StridedMemoryView(make_producer(device=(3, 0))), 0),
+        ("managed", StridedMemoryView(make_producer(device=(13, 0)), stream_ptr=-1), 0),
+    ]
+
+
+@pytest.mark.parametrize("probe", ["cython", "c"])
+@pytest.mark.parametrize("view,ordinal", [pytest.param(v, o, id=i) for i, v, o in device_views()])
+def test_c_consumers_read_the_device_ordinal(probes, probe, view, ordinal):
+    """c_device_id() and StridedView_DeviceId() give the device ordinal: -1 for host memory,
+    the DLPack device_id for CUDA memory (device 1 reads 1), 0 for pinned and managed memory;
+    the same as the view's device_id."""
+    extension = probes[0] if probe == "cython" else probes[1]
+    assert extension.device_id(view) == ordinal == view.device_id
+
+
+@pytest.mark.parametrize("probe", ["cython", "c"])
+def test_c_device_ordinal_of_a_cai_view_asks_the_driver(probes, probe, fake):
+    """A CUDA Array Interface view's ordinal is asked of the driver on first use, through the
+    C API as through device_id, and a failing driver call raises the same CUDAError."""
+    extension = probes[0] if probe == "cython" else probes[1]
+    fake.register_pointer(0x10000, 24, device=1)
+    view = StridedMemoryView(Cai(), stream_ptr=-1)
+    assert "device_id=?" in repr(view)
+    assert extension.device_id(view) == 1 and view.device_id == 1
+    unknown = StridedMemoryView(Cai(data=(0x900000, True)), stream_ptr=-1)  # no device owns it
+    with pytest.raises(stridedview.CUDAError) as info:
+        extension.device_id(unknown)
+    with pytest.raises(stridedview.CUDAError) as again:
+        unknown.device_id
+    assert info.value.name == again.value.name == "CUDA_ERROR_INVALID_VALUE"
+
+
+def test_c_api_device_ordinal_refuses_another_object_through_ctypes():
+    """The table's device_id function checks its argument itself: a ctypes caller has no
+    StridedView_Check in front of it."""
+    import ctypes
+
+    import stridedview._view
+
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    table = get_pointer(stridedview._view._C_API, b"stridedview._view._C_API")
+    # version, size, view_type, then the offsets; the function pointer follows them.
+    header = (Path(stridedview.get_include()) / "stridedview.h").read_text()
+    offsets = len(re.findall(r"^\s+Py_ssize_t \w+_offset;", header, re.M))
+    function = ctypes.c_void_p.from_address(table + 16 + 8 * offsets).value
+    device_id_of = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_int32))(function)
+    out = ctypes.c_int32(-7)
+    with pytest.raises(TypeError, match=r"^StridedView_DeviceId: the object must be a StridedMemoryView \(got array"):
+        device_id_of(np.zeros(3), ctypes.byref(out))
+    assert out.value == -7
+    assert device_id_of(StridedMemoryView(make_producer(device=(2, 1)), stream_ptr=-1), ctypes.byref(out)) == 0
+    assert out.value == 1
+
+
+def test_header_says_what_lanes_holds_for_undescribed_elements(probes):
+    """stridedview.h's comment on lanes says what a C consumer reads: 1, or 0 with bits 0."""
+    _, c_probe, _ = probes
+    header = (Path(stridedview.get_include()) / "stridedview.h").read_text()
+    assert "uint16_t lanes;  /* 1; 0 with bits 0 (no DLPack type describes the elements) */" in header
+    structured = StridedMemoryView.from_array_interface(np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]))
+    assert c_probe.layout(structured)[-1] == (0, 0, 0)
+    assert c_probe.layout(StridedMemoryView(np.zeros(2, np.float32)))[-1] == (2, 32, 1)

@@ -176,3 +176,151 @@ def test_an_empty_array_gives_one_view_by_every_entry_point(make):
         assert view.is_c_contiguous and view.is_f_contiguous
     exported = np.from_dlpack(views["from_array_interface"])
     assert exported.shape == array.shape and exported.size == 0
+
+
+# --- issue 39: the third pass's frictions ---------------------------------------------------
+
+
+class _LegacyPinnedBuffer:
+    """A Buffer as cuda.core's legacy pinned resource makes it: device-accessible and
+    host-accessible, whose ``device_id`` property raises (the resource is bound to no GPU)."""
+
+    def __init__(self, data, device_accessible=True):
+        self.data = data
+        self.is_device_accessible = device_accessible
+        self.is_host_accessible = True
+        self.is_managed = False
+
+    @property
+    def handle(self):
+        return self.data.ctypes.data
+
+    @property
+    def size(self):
+        return self.data.nbytes
+
+    @property
+    def device_id(self):
+        raise RuntimeError("a pinned memory resource is not bound to any GPU")
+
+
+def test_from_buffer_takes_a_pinned_buffer_whose_device_id_raises():
+    """from_buffer views a legacy pinned Buffer (its device_id raises RuntimeError) as pinned
+    memory of device 0, as the constructor does through its DLPack; a host Buffer's device_id
+    is never read."""
+    data = np.zeros(16, dtype=np.uint8)
+    view = StridedMemoryView.from_buffer(_LegacyPinnedBuffer(data), (4,), dtype=np.float32)
+    assert view.__dlpack_device__() == (3, 0) and view.device_id == 0
+    assert view.ptr == data.ctypes.data and view.shape == (4,) and view.is_device_accessible
+    host = StridedMemoryView.from_buffer(_LegacyPinnedBuffer(data, device_accessible=False), (16,), itemsize=1)
+    assert host.device_id == -1 and not host.is_device_accessible
+
+
+@pytest.mark.parametrize("stream", [12345, type("S", (), {"__cuda_stream__": lambda self: (0, 7)})()],
+                         ids=["handle", "stream-object"])
+def test_view_of_a_stream_says_view_takes_none(stream):
+    """smv.view(stream) (the launcher argument's view(stream_ptr) in mind) is told that
+    StridedMemoryView.view takes a layout and no stream, and which view does."""
+    with pytest.raises(TypeError, match=r"^view: layout must have shape, strides and itemsize.*: "
+                       r"a stream\? StridedMemoryView\.view\(layout=None, dtype=None\) takes none .*"
+                       r"ViewableArgument\.view\(stream_ptr\)"):
+        StridedMemoryView(np.zeros(3)).view(stream)
+    with pytest.raises(TypeError) as info:
+        StridedMemoryView(np.zeros(3)).view((2, 3))
+    assert "a stream?" not in str(info.value)  # not a stream: no hint
+
+
+@pytest.mark.parametrize("name", ["ptr", "shape", "strides", "dtype", "device_id"])
+def test_launch_argument_field_says_call_view(name):
+    """A view's field read from a launcher's argument is an AttributeError saying to call
+    .view(stream_ptr) first; hasattr stays False, and the view has the field."""
+    seen = {}
+
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        seen["has"] = hasattr(x, name)
+        with pytest.raises(AttributeError, match=rf"^'ViewableArgument' object has no attribute "
+                           rf"'{name}': it is the launch argument, not its view; call "
+                           rf"\.view\(stream_ptr\) .* read \.{name} from the StridedMemoryView"):
+            getattr(x, name)
+        return getattr(x.view(), name)
+
+    array = np.zeros((2, 3))
+    assert launch(array) == getattr(StridedMemoryView(array), name)
+    assert seen["has"] is False
+
+
+def test_a_capsule_passed_for_its_array_is_told_to_pass_the_array():
+    """A DLPack capsule given where the array belongs (constructor and decorator) is refused with
+    "pass the array itself"; the capsule is left unconsumed."""
+    import ctypes
+
+    capsule = np.arange(3.0).__dlpack__()
+    with pytest.raises(BufferError, match=r"^stridedview: a PyCapsule \('dltensor'\) is not an array: "
+                       r"pass the array itself"):
+        StridedMemoryView(capsule)
+
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        return x
+
+    with pytest.raises(BufferError, match=r"^args_viewable_as_strided_memory: argument 'x' "
+                       r"\('PyCapsule' object\).*: pass the array itself, not a capsule of it"):
+        launch(capsule)
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    assert get_name(capsule) == b"dltensor"
+
+
+def test_a_stream_object_with_only_ptr_is_told_to_pass_ptr():
+    """A stream object without __cuda_stream__ but with an int .ptr (CuPy's, before it had the
+    protocol) is told to pass stream.ptr; one with neither gets no hint."""
+    class CupyStyleStream:
+        ptr = 0x1234
+
+    with pytest.raises(TypeError, match=r"^stream: stream_ptr must be None, an int, or an object "
+                       r"with __cuda_stream__ \(got .*CupyStyleStream.*\): pass its handle, "
+                       r"stream_ptr=stream\.ptr \(an int here\)$"):
+        StridedMemoryView(np.zeros(2), stream_ptr=CupyStyleStream())
+    with pytest.raises(TypeError) as info:
+        StridedMemoryView(np.zeros(2), stream_ptr=object())
+    assert str(info.value).endswith(")")
+
+
+def test_a_big_endian_array_is_told_how_to_convert():
+    """A big-endian numpy array gets a message naming the conversion, numpy's refusal chained."""
+    array = np.arange(3, dtype=">f4")
+    with pytest.raises(BufferError, match=r"^dlpack: numpy cannot export the non-native byte order "
+                       r"of '>f4' through DLPack \(.*\).*convert it first, e\.g\. "
+                       r"array\.astype\(array\.dtype\.newbyteorder\('='\)\)$") as info:
+        StridedMemoryView(array)
+    assert isinstance(info.value.__cause__, BufferError)
+    converted = StridedMemoryView(array.astype(array.dtype.newbyteorder("=")))
+    assert converted.dtype == np.dtype("=f4")
+
+
+def test_device_messages_show_no_unknown_device(fake):
+    """A CAI view of device memory refused as a host buffer names its device once known, and
+    never shows '(device ?)' before (the error path does not call the driver)."""
+    class DeviceCAI:
+        __cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "data": (0x20000, False), "version": 3}
+
+    view = StridedMemoryView(DeviceCAI(), stream_ptr=-1)
+    for export in (memoryview, lambda v: v.__array_interface__):
+        with pytest.raises(BufferError) as info:
+            export(view)
+        assert "(device ?)" not in str(info.value)
+        assert "the view holds CUDA device memory, " in str(info.value)
+    assert fake.calls == [] or all(call[0] != "cuPointerGetAttribute" for call in fake.calls)
+    fake.register_pointer(0x20000, 12, device=1)
+    assert view.device_id == 1
+    with pytest.raises(BufferError, match=r"the view holds CUDA device memory \(device 1\), "):
+        memoryview(view)
+
+
+def test_help_points_at_the_documentation_not_the_stubs():
+    """help(StridedMemoryView) sends readers to the documentation, not a private stub file,
+    and names record_stream."""
+    doc = StridedMemoryView.__doc__
+    assert "_view.pyi" not in doc and "record_stream" in doc
+    assert "API reference" in doc

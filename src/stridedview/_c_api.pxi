@@ -37,7 +37,12 @@ cdef StridedViewCAPI _c_api
 
 
 cdef int _c_api_device_id(object view, int32_t *out) except -1:
-    # StridedView_DeviceId: the header's StridedView_Check comes first, so view is one.
+    # StridedView_DeviceId.  Checked here too (one pointer compare), since a caller
+    # through ctypes has no StridedView_Check in front of it.
+    if type(view) is not StridedMemoryView:
+        raise TypeError(
+            f"StridedView_DeviceId: the object must be a StridedMemoryView (got {_quote(view)})"
+        )
     out[0] = (<StridedMemoryView>view).c_device_id()
     return 0
 

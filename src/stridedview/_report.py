@@ -22,8 +22,10 @@ and copies it otherwise.  ``main`` returns 1 when a view or a hand-over fails.
 The report also says what it could not check on this machine (device rows and
 stream ordering without a GPU) and which known libraries are not installed.
 With a driver that has devices (a GPU, or the simulated device of tests/simgpu,
-which the environment names as such), device producers (numba-cuda, CuPy, torch
-or jax with CUDA) get a "cuda" row of their own.
+which the environment names as such), device producers (numba-cuda, cuda-core, CuPy,
+torch or jax with CUDA) get a "cuda" row of their own.  cuda-core (installed with the
+test extra) is a consumer column on every machine: with numba-cuda's device row it
+shows the CUDA Array Interface to DLPack bridge.
 """
 
 from __future__ import annotations
@@ -284,6 +286,76 @@ def _numba_library():
     )
 
 
+def _cuda_core_library():
+    """cuda.core: a consumer of host and device views (its ``StridedMemoryView``, through
+    DLPack), and a producer of device memory (its view of a device Buffer) where a driver
+    with a device answers, the simulated device included."""
+
+    def devices():
+        from stridedview import CUDAError, _driver
+
+        try:
+            return ["cuda"] if _driver.device_count() > 0 else []
+        except CUDAError:  # no driver, or no cuda-bindings: no device row, no failure
+            return []
+
+    def make(device):
+        import numpy
+        from cuda.bindings import driver
+        from cuda.core import Device
+        from cuda.core.utils import StridedMemoryView as CoreView
+
+        gpu = Device(0)
+        gpu.set_current()
+        host = _aligned_host_array()
+        buffer = gpu.allocate(host.nbytes, stream=gpu.default_stream)
+        (status,) = driver.cuMemcpyHtoD(int(buffer.handle), host.ctypes.data, host.nbytes)
+        if status != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemcpyHtoD failed: {status!r}")
+        # cuda.core's view of the Buffer, laid out as VALUES; it keeps the Buffer alive.
+        return CoreView.from_buffer(buffer, host.shape, None, dtype=numpy.dtype(numpy.float32))
+
+    def consume(view):
+        from cuda.core.utils import StridedMemoryView as CoreView
+
+        # cuda.core refuses stream_ptr=None even for host memory; device rows use the
+        # legacy default stream, as the report's own views do.
+        return CoreView.from_dlpack(view, stream_ptr=1 if view.is_device_accessible else -1)
+
+    return Library(
+        "cuda-core", "cuda.core", "cuda-core", devices, make, consume,
+        lambda core: int(core.ptr), _cuda_core_values,
+        writable=lambda core: not core.readonly,
+        takes=lambda: ["cpu", "cuda"],
+    )
+
+
+def _cuda_core_values(core) -> list:
+    """The values a cuda.core view addresses: read through DLPack on the host, copied to
+    the host with the driver (cuMemcpyDtoH of the bytes it spans) for device memory."""
+    import numpy
+
+    if not core.is_device_accessible:
+        return numpy.from_dlpack(core).tolist()
+    from cuda.bindings import driver
+
+    dtype = numpy.dtype(core.dtype)
+    shape = tuple(core.shape)
+    strides = core.strides
+    if strides is None:  # C order
+        strides = tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape)))
+    if any(stride < 0 for stride in strides):
+        raise ValueError(f"negative strides {strides} not read here")
+    span = sum((extent - 1) * stride for extent, stride in zip(shape, strides)) + 1
+    raw = numpy.empty(span * dtype.itemsize, dtype=numpy.uint8)
+    (status,) = driver.cuMemcpyDtoH(raw.ctypes.data, int(core.ptr), raw.nbytes)
+    if status != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuMemcpyDtoH failed: {status!r}")
+    return numpy.lib.stride_tricks.as_strided(
+        raw.view(dtype), shape, [stride * dtype.itemsize for stride in strides]
+    ).tolist()
+
+
 KNOWN_LIBRARIES = (
     _numpy_library,
     _torch_library,
@@ -291,6 +363,7 @@ KNOWN_LIBRARIES = (
     _array_api_strict_library,
     _cupy_library,
     _numba_library,
+    _cuda_core_library,
 )
 
 
@@ -597,11 +670,28 @@ def _tables(table: list[list[str]]) -> list[str]:
     return out
 
 
-def format_report(report: dict) -> str:
-    """The report as text: environment, the producer x consumer matrix, reasons, then caveats."""
+#: The environment lines about how the install was built, with their usual values: shown
+#: in the text only with ``--build`` (for maintainers) or where a value is not the usual
+#: one (a build without a C++ compiler, or without the fast paths), which a user may need
+#: to know.  The JSON has them always.
+BUILD_LINES = {
+    "build": "with the C++ exception guard",
+    "fast paths": "yes",
+}
+
+
+def _shown(key: str, value, build: bool) -> bool:
+    usual = BUILD_LINES.get(key)
+    return build or usual is None or not str(value).startswith(usual)
+
+
+def format_report(report: dict, build: bool = False) -> str:
+    """The report as text: environment, the producer x consumer matrix, reasons, then caveats.
+    ``build``: also the lines of BUILD_LINES where their values are the usual ones."""
     lines = ["stridedview interop report", ""]
     for key, value in report["environment"].items():
-        lines += _wrap(f"{key:<14} {value}", "  ", " " * 17)
+        if _shown(key, value, build):
+            lines += _wrap(f"{key:<14} {value}", "  ", " " * 17)
     for key, names in (
         ("libraries", [f"{name} {version}" for name, version in report["libraries"].items()]),
         ("not installed", report["not_installed"]),
@@ -675,9 +765,14 @@ def main(argv=None) -> int:
         "--no-timing", action="store_true",
         help="skip the view timings (the output is then the same on every run)",
     )
+    parser.add_argument(
+        "--build", action="store_true",
+        help="also say how this install was built (the C++ exception guard, the fast "
+        "paths), which the text shows otherwise only where it is not the usual build",
+    )
     args = parser.parse_args(argv)
     report = build_report(timing=not args.no_timing)
-    text = json.dumps(report, indent=2) if args.json else format_report(report)
+    text = json.dumps(report, indent=2) if args.json else format_report(report, build=args.build)
     status = 1 if failed(report) else 0
     try:
         print(text)

@@ -166,9 +166,10 @@ cdef class StridedMemoryView:
         ((4, 2), (3, 2), dtype('float32'), -1)
 
     For device memory, pass the stream your kernel will use, ``stream_ptr=stream``
-    (-1: order nothing).  The whole contract (which protocol is used, streams,
-    lifetime, every field and error) is in the documentation (concepts, API reference,
-    errors) and in the type stubs, stridedview/_view.pyi.
+    (-1: order nothing), and to keep memory a launch may outlive, ``record_stream``.
+    The whole contract (which protocol is used, streams, lifetime, every field and
+    error) is in the documentation: its concepts page, the API reference and the
+    errors page.
     """
 
     # The fields are declared in _view.pxd, with the C-level API.
