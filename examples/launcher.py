@@ -46,8 +46,9 @@ def axpy(
     *,
     stream_ptr: int | None = None,
 ) -> None:
-    """``y += alpha * x`` for float32 arrays of one shape; ``y`` writable.  Device
-    arrays need ``stream_ptr``, the stream the kernel runs on."""
+    """``y += alpha * x`` for float32 arrays of one shape; ``y`` writable.
+
+    Device arrays need ``stream_ptr``, the stream the kernel runs on."""
     xv = x.view(stream_ptr)
     yv = y.view(stream_ptr)
     f32 = np.dtype(np.float32)

@@ -488,6 +488,33 @@ def _no_bindings(monkeypatch):
     return host_view_then_device_id()
 
 
+def _launch_argument_field():
+    """A decorated launcher's body reading ``ptr`` from its argument instead of its view."""
+    @args_viewable_as_strided_memory([0])
+    def launch(x):
+        return x.ptr
+
+    return launch(np.zeros(2))
+
+
+def _c_api_device_id_of(obj):
+    """The C API table's device_id function called through ctypes on ``obj`` (docs/api.md)."""
+    import ctypes
+
+    import stridedview._view
+
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    table = get_pointer(stridedview._view._C_API, b"stridedview._view._C_API")
+    offsets = 8  # ptr, ndim, dims, itemsize, size, device_type, readonly, dtype
+    function = ctypes.c_void_p.from_address(table + 16 + 8 * offsets).value
+    call = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_int32))(function)
+    out = ctypes.c_int32()
+    call(obj, ctypes.byref(out))
+    return out.value
+
+
 def host_view_then_device_id():
     return view_cai().device_id
 
@@ -758,6 +785,11 @@ TRIGGERS = [
     ("view-last-axis", lambda f, m: host_view()[:, ::2].view(dtype=np.int16), BufferError, "view: the last axis must be contiguous to change the item size from 4 to 2"),
     ("view-last-bytes", lambda f, m: host_view().view(dtype=np.float64), BufferError, "view: the last axis holds 12 bytes, not a multiple of the new item size 8"),
     ("view-stride", lambda f, m: host_view()[:, :2].view(dtype=np.float64), BufferError, "view: stride 12 bytes of axis 0 is not a multiple of the new item size 8"),
+    ("view-layout-stream", lambda f, m: host_view().view(12345), TypeError, "view: layout must have shape, strides and itemsize, like cuda.core's _StridedLayout (got 12345 of type 'int'): a stream? StridedMemoryView.view(layout=None, dtype=None) takes none"),
+    ("launch-argument-field", lambda f, m: _launch_argument_field(), AttributeError, "'ViewableArgument' object has no attribute 'ptr': it is the launch argument, not its view"),
+    ("capsule-for-array", lambda f, m: StridedMemoryView(np.zeros(2).__dlpack__()), BufferError, "stridedview: a PyCapsule ('dltensor') is not an array: pass the array itself"),
+    ("numpy-big-endian", lambda f, m: StridedMemoryView(np.zeros(2, dtype=">i4")), BufferError, "dlpack: numpy cannot export the non-native byte order of '>i4' through DLPack ("),
+    ("c-api-device-id-type", lambda f, m: _c_api_device_id_of(np.zeros(2)), TypeError, "StridedView_DeviceId: the object must be a StridedMemoryView (got array([0., 0.]) of type 'ndarray')"),
     ("view-layout-type", lambda f, m: host_view().view((2, 3)), TypeError, "view: layout must have shape, strides and itemsize, like cuda.core's _StridedLayout (got (2, 3) of type 'tuple')"),
     ("view-layout-extent", lambda f, m: host_view().view(Layout((-1,), None, 4)), ValueError, "view: layout extents must be >= 0 and itemsize > 0 (got shape (-1,), itemsize 4)"),
     ("view-layout-strides", lambda f, m: host_view().view(Layout((6,), (1, 1), 4)), ValueError, "view: layout strides (1, 1) and shape (6,) differ in length"),
@@ -805,7 +837,7 @@ TRIGGERS = [
     ("init-twice", lambda f, m: _again(), TypeError, "StridedMemoryView is already initialised"),
     ("init-parked", lambda f, m: _init_parked_view(), TypeError, "StridedMemoryView is kept empty by a launcher, for its proxy's next view() to fill: make a new view, StridedMemoryView(obj)"),
     # handing a host view on
-    ("buffer-device", lambda f, m: memoryview(device_view()), BufferError, "buffer: the view holds CUDA device memory (device "),
+    ("buffer-device", lambda f, m: memoryview(device_view()), BufferError, "buffer: the view holds CUDA device memory, which the host cannot read"),
     ("buffer-writable", lambda f, m: get_buffer(StridedMemoryView(readonly_array()), PyBUF_WRITABLE), BufferError, "buffer: the view is read-only; a writable buffer was requested"),
     ("buffer-format", lambda f, m: memoryview(_bfloat16_view()), BufferError, "buffer: dtype bfloat16 has no PEP 3118 format"),
     ("buffer-c-contiguous", lambda f, m: get_buffer(StridedMemoryView(np.zeros((2, 3)).T), PyBUF_C_CONTIGUOUS), BufferError, "buffer: the view (shape (3, 2), strides (1, 3)) is not C-contiguous"),

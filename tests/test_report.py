@@ -46,6 +46,7 @@ MODULES = {
     "array-api-strict": "array_api_strict",
     "cupy": "cupy",
     "numba-cuda": "numba.cuda",
+    "cuda-core": "cuda.core",
 }
 
 #: The consumers that take device memory only: "n/a" for every host producer.
@@ -130,8 +131,11 @@ def test_command_prints_environment_and_matrix(text_run):
     completed, _ = text_run
     assert completed.returncode == 0, completed.stdout + completed.stderr
     out = completed.stdout
+    environment = _report.environment()
     for key in ENVIRONMENT_KEYS:
-        assert re.search(rf"^\s+{re.escape(key)}\s+\S", out, re.MULTILINE), key
+        shown = re.search(rf"^\s+{re.escape(key)}\s+\S", out, re.MULTILINE)
+        # The build lines show only where the build is not the usual one (or with --build).
+        assert bool(shown) == _report._shown(key, environment[key], build=False), key
     assert re.search(r"^\s+libraries\s+numpy \S+", out, re.MULTILINE)
     header = re.search(r"^\s+producer\s+view µs\s+numpy\b.*$", out, re.MULTILINE)
     assert header, out
@@ -242,11 +246,76 @@ def test_piped_into_a_reader_that_stops_early():
 
 
 def test_text_explains_view_us_and_the_build(text_run):
-    """The text says what "view µs" measures and how the install was built."""
+    """The text says what "view µs" measures and which torch reader is in use."""
     out = text_run[0].stdout
     assert "view µs = the median time, in microseconds, to make a view" in out
-    assert re.search(r"^  build\s+(with the C\+\+ exception guard|built without)", out, re.MULTILINE), out
     assert re.search(r"^  torch reader\s+\S", out, re.MULTILINE), out
+
+
+def test_build_lines_show_with_build_or_where_the_build_is_unusual(report):
+    """The build and fast paths lines are for maintainers: the text shows them with --build,
+    and otherwise only where the build is not the usual one (no C++ guard, no fast paths),
+    which a user needs to know; the JSON has them always."""
+    usual = dict(report, environment=dict(
+        report["environment"], build="with the C++ exception guard",
+        **{"fast paths": "yes (their state per process)"},
+    ))
+    plain, full = _report.format_report(usual), _report.format_report(usual, build=True)
+    for key in ("build", "fast paths"):
+        pattern = rf"^  {re.escape(key)}\s+\S"
+        assert not re.search(pattern, plain, re.MULTILINE), plain
+        assert re.search(pattern, full, re.MULTILINE), full
+    unusual = dict(report, environment=dict(
+        report["environment"], build=_report.WITHOUT_CXX_GUARD,
+        **{"fast paths": "no (built with -DSV_NO_GIL_FAST_PATHS: every view takes the general path)"},
+    ))
+    text = _report.format_report(unusual)
+    assert re.search(r"^  build\s+built without the C\+\+ exception guard", text, re.MULTILINE), text
+    assert re.search(r"^  fast paths\s+no \(built with", text, re.MULTILINE), text
+    assert {"build", "fast paths"} <= set(report["environment"])
+
+
+@pytest.mark.slow
+def test_build_option_prints_the_build_lines():
+    """`python -m stridedview --build --no-timing` prints the build and fast paths lines."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "stridedview", "--build", "--no-timing"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert re.search(r"^  build\s+(with the C\+\+ exception guard|built without)", completed.stdout, re.M)
+    assert re.search(r"^  fast paths\s+(yes|no)", completed.stdout, re.M)
+
+
+def test_cuda_core_is_a_consumer_of_host_views(monkeypatch):
+    """cuda-core (the test extra's) is a consumer column: numpy's host view handed to cuda.core's
+    StridedMemoryView shares the memory and values ("ok"); without a device it has no row."""
+    pytest.importorskip("cuda.core")
+    _only(monkeypatch, _report._numpy_library, _report._cuda_core_library)
+    report = _report.build_report(timing=False)
+    verdicts = _verdicts(report)
+    assert verdicts[("numpy", "cpu", "cuda-core")] == "ok"
+    if report["environment"]["gpus"] == 0:
+        assert [row["producer"] for row in report["rows"]] == ["numpy"]
+        assert "cuda-core" not in report["not_installed"]
+    assert "cuda-core" in _report.format_report(report)
+
+
+@pytest.mark.gpu
+@pytest.mark.numba
+def test_device_rows_bridge_cai_to_dlpack_through_cuda_core(monkeypatch):
+    """On a device (the simulated one in CI), numba-cuda's device row, a CUDA Array Interface
+    producer, hands its view to cuda-core through DLPack ("ok": same memory, same values), and
+    cuda-core has a device row of its own that numba-cuda consumes."""
+    pytest.importorskip("cuda.core")
+    pytest.importorskip("numba.cuda")
+    _only(monkeypatch, _report._numba_library, _report._cuda_core_library)
+    report = _report.build_report(timing=False)
+    verdicts = _verdicts(report)
+    assert verdicts[("numba-cuda", "cuda", "cuda-core")] == "ok"
+    assert verdicts[("cuda-core", "cuda", "cuda-core")] == "ok"
+    assert verdicts[("cuda-core", "cuda", "numba-cuda")] == "ok"
+    assert not _report.failed(report)
 
 
 def test_build_facts_match_the_module(report):
@@ -303,7 +372,7 @@ def test_report_lists_every_installed_library(report):
     """Every installed known library has a version and a CPU row (GPU-only libraries excepted) with a cell per consumer."""
     assert list(report["libraries"]) == INSTALLED
     cpu_rows = {row["producer"] for row in report["rows"] if row["device"] == "cpu"}
-    assert cpu_rows == {name for name in INSTALLED if name not in ("cupy", "numba-cuda")}
+    assert cpu_rows == {name for name in INSTALLED if name not in ("cupy", "numba-cuda", "cuda-core")}
     for row in report["rows"]:
         assert row["error"] == "", row
         assert [cell["consumer"] for cell in row["cells"]] == INSTALLED
@@ -546,7 +615,7 @@ def test_no_torch_no_torch_note(monkeypatch):
 
 def test_format_report_matrix(report):
     """format_report shows each environment line, a header with every consumer and a row per producer."""
-    text = _report.format_report(report)
+    text = _report.format_report(report, build=True)
     flowing = " ".join(text.split())  # long values are wrapped onto indented lines
     for key, value in report["environment"].items():
         assert re.search(rf"^\s+{re.escape(key)}\s+\S", text, re.MULTILINE), key

@@ -301,17 +301,17 @@ def _cuda_core_library():
 
     def make(device):
         import numpy
-        from cuda.bindings import driver
         from cuda.core import Device
         from cuda.core.utils import StridedMemoryView as CoreView
+
+        from stridedview import _driver
 
         gpu = Device(0)
         gpu.set_current()
         host = _aligned_host_array()
         buffer = gpu.allocate(host.nbytes, stream=gpu.default_stream)
-        (status,) = driver.cuMemcpyHtoD(int(buffer.handle), host.ctypes.data, host.nbytes)
-        if status != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuMemcpyHtoD failed: {status!r}")
+        api = _driver._driver()
+        _driver._call(api, "cuMemcpyHtoD", int(buffer.handle), host.ctypes.data, host.nbytes)
         # cuda.core's view of the Buffer, laid out as VALUES; it keeps the Buffer alive.
         return CoreView.from_buffer(buffer, host.shape, None, dtype=numpy.dtype(numpy.float32))
 
@@ -337,22 +337,24 @@ def _cuda_core_values(core) -> list:
 
     if not core.is_device_accessible:
         return numpy.from_dlpack(core).tolist()
-    from cuda.bindings import driver
+    from stridedview import _driver
 
     dtype = numpy.dtype(core.dtype)
     shape = tuple(core.shape)
     strides = core.strides
     if strides is None:  # C order
         strides = tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape)))
-    if any(stride < 0 for stride in strides):
-        raise ValueError(f"negative strides {strides} not read here")
-    span = sum((extent - 1) * stride for extent, stride in zip(shape, strides)) + 1
-    raw = numpy.empty(span * dtype.itemsize, dtype=numpy.uint8)
-    (status,) = driver.cuMemcpyDtoH(raw.ctypes.data, int(core.ptr), raw.nbytes)
-    if status != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuMemcpyDtoH failed: {status!r}")
+    if 0 in shape:
+        return numpy.empty(shape, dtype).tolist()
+    # Element offsets from element [0, ..., 0]: the lowest and highest the view reaches.
+    low = sum((extent - 1) * stride for extent, stride in zip(shape, strides) if stride < 0)
+    high = sum((extent - 1) * stride for extent, stride in zip(shape, strides) if stride > 0)
+    raw = numpy.empty((high - low + 1) * dtype.itemsize, dtype=numpy.uint8)
+    api = _driver._driver()
+    _driver._call(api, "cuMemcpyDtoH", raw.ctypes.data, int(core.ptr) + low * dtype.itemsize, raw.nbytes)
+    elements = raw.view(dtype)[-low:]
     return numpy.lib.stride_tricks.as_strided(
-        raw.view(dtype), shape, [stride * dtype.itemsize for stride in strides]
+        elements, shape, [stride * dtype.itemsize for stride in strides]
     ).tolist()
 
 

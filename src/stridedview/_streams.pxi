@@ -13,7 +13,7 @@ cdef extern from "Python.h":
     long long _exact_int_value "PyLong_AsLongLongAndOverflow"(object, int *) noexcept
 
 cdef object _STREAM_TYPE_MSG = (
-    "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got {!r})"
+    "stream: stream_ptr must be None, an int, or an object with __cuda_stream__ (got {!r}){}"
 )
 
 
@@ -59,7 +59,7 @@ cdef object _normalize_other_stream(object stream_ptr):
             return stream_ptr  # the common case (-1 or a handle below 2**63), checked in C
         handle = stream_ptr
     elif isinstance(stream_ptr, bool):
-        raise TypeError(_STREAM_TYPE_MSG.format(stream_ptr))
+        raise TypeError(_STREAM_TYPE_MSG.format(stream_ptr, ""))
     elif hasattr(stream_ptr, "__cuda_stream__"):
         handle = _handle_from_cuda_stream(stream_ptr)
     else:
@@ -67,7 +67,7 @@ cdef object _normalize_other_stream(object stream_ptr):
             handle = PyNumber_Index(stream_ptr)
         except TypeError:
             raise TypeError(
-                _STREAM_TYPE_MSG.format(stream_ptr) + _stream_object_hint(stream_ptr)
+                _STREAM_TYPE_MSG.format(stream_ptr, _stream_object_hint(stream_ptr))
             ) from None
     if handle < -1 or handle >= _UINTPTR_LIMIT:
         raise ValueError(
