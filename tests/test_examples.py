@@ -74,3 +74,93 @@ def test_gpu_example_runs(name, tmp_path):
     result = _run(name, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "skipped" not in result.stdout, result.stdout
+
+
+# --- launchers: ordering never silently off, temporaries kept (record_stream) ---------------
+
+
+def test_launcher_example_refuses_device_memory_without_a_stream():
+    """examples/launcher.py's axpy has no stream default that orders nothing: device arrays
+    passed without stream_ptr are refused as ambiguous (BufferError), host arrays need none."""
+    from producers import make_producer
+
+    module = _load("launcher.py")
+    x = make_producer(device=(2, 0), shape=(2, 3), dtype="float32")
+    y = make_producer(device=(2, 0), shape=(2, 3), dtype="float32")
+    with pytest.raises(BufferError, match=r"stream_ptr=None is ambiguous for CUDA memory"):
+        module.axpy(1.0, x, y)
+    import numpy as np
+
+    out = np.zeros((2, 3), np.float32)
+    module.axpy(2.0, np.ones((2, 3), np.float32), out)
+    assert (out == 2.0).all()
+
+
+@pytest.mark.slow
+def test_temporaries_example_without_a_driver_says_what_it_needs(tmp_path):
+    """Without a CUDA driver, examples/launcher_temporaries.py says what it needs and exits 0."""
+    result = _run("launcher_temporaries.py", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    if not has_cuda_gpu():
+        assert result.stdout.startswith(
+            "launcher_temporaries.py skipped: it needs a CUDA GPU or the simulated device"
+        ), result.stdout
+
+
+@pytest.mark.gpu
+def test_temporaries_example_keeps_every_temporary(tmp_path):
+    """On a device (the simulated one in CI), the record_stream=True launcher reads the temporary
+    it was given in every round, though each is dropped right after its launch."""
+    result = _run("launcher_temporaries.py", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "with record_stream=True: 20 of 20 launches read the temporary they were given, 0 read" \
+        in result.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.simgpu
+def test_temporaries_example_unsafe_reads_reused_memory(tmp_path):
+    """Control: the same example without record_stream, every stream operation delayed (the
+    simulator's SIMGPU_DELAY_US), reads memory the pool handed to the next allocation and exits
+    with 1: the safe run above can fail."""
+    import os
+    import re
+
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "launcher_temporaries.py"), "--unsafe"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, SIMGPU_DELAY_US="100"),
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    reused = re.search(r"without record_stream: \d+ of 20 launches read the temporary they were "
+                       r"given, (\d+) read memory reused", result.stdout)
+    assert reused and int(reused.group(1)) >= 1, result.stdout
+
+
+@pytest.mark.slow
+def test_with_simulator_runs_a_command_on_the_simulated_device(tmp_path):
+    """tests/simgpu/with-simulator.sh builds the simulator (into SIMGPU_BUILD_DIR), makes it the
+    command's libcuda.so.1 and runs the command in the caller's directory, its status kept."""
+    import os
+    import shutil
+
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("needs a C compiler")  # not skipped in CI: its machines have one
+    script = EXAMPLES.parent / "tests" / "simgpu" / "with-simulator.sh"
+    build = tmp_path / "sim"
+    probe = (
+        "import ctypes, os, sys\n"
+        "lib = ctypes.CDLL('libcuda.so.1')\n"
+        "print(hasattr(lib, 'simgpu_is_simulator'), os.environ['SIMGPU_LIB_DIR'], os.getcwd())\n"
+        "sys.exit(3)\n"
+    )
+    result = subprocess.run(
+        [str(script), sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+        timeout=600, env=dict(os.environ, SIMGPU_BUILD_DIR=str(build)),
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stdout.split() == ["True", str(build), str(tmp_path)]
+    assert (build / "libcuda.so.1").is_file()
+    usage = subprocess.run([str(script)], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: ")

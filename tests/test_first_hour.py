@@ -324,3 +324,108 @@ def test_help_points_at_the_documentation_not_the_stubs():
     doc = StridedMemoryView.__doc__
     assert "_view.pyi" not in doc and "record_stream" in doc
     assert "API reference" in doc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("simulated", [True, False], ids=["simulated-device", "real-gpu"])
+def test_gpu_import_names_the_extra_the_device_needs(pytester, monkeypatch, simulated):
+    """A gpu test whose library is missing fails naming the extra that device needs: on the
+    simulated device the full extra (its numba-cuda), not the gpu extra (whose CuPy cannot run
+    there); on a real GPU the gpu extra."""
+    from pathlib import Path
+
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("STRIDEDVIEW_REQUIRE_INTEROP", raising=False)
+    conftest = Path(__file__).with_name("conftest.py").read_text()
+    pytester.makeconftest(
+        conftest + f"\n\ndef has_cuda_gpu():\n    return True\n\n\ndef simulated_gpu():\n    return {simulated}\n"
+    )
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: gpu\n    real_gpu: real\n    simgpu: sim\n")
+    pytester.makepyfile(test_gpu=(
+        "import pytest\nfrom conftest import gpu_import\n\n\n@pytest.mark.gpu\n"
+        "def test_needs():\n    gpu_import('stridedview_no_such_gpu_library')\n"
+    ))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    if simulated:
+        assert "the simulated CUDA device (tests/simgpu) is this process's driver but " \
+            "stridedview_no_such_gpu_library cannot be imported" in out
+        assert 'pip install -e ".[test,full]"' in out and "has a CUDA GPU" not in out
+    else:
+        assert "this machine has a CUDA GPU but stridedview_no_such_gpu_library" in out
+        assert '".[test,gpu]"' in out and "simulated" not in out
+
+
+# --- the documentation a new user reads -----------------------------------------------------
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def _read(relative: str) -> str:
+    return (ROOT / relative).read_text()
+
+
+def test_record_stream_is_where_launcher_authors_look():
+    """README's 30 seconds and the quick start say when record_stream is needed (temporaries from
+    a stream-ordered allocator) and name the example that runs without a GPU; that example and
+    the launcher example exist, and the launcher example orders by default."""
+    for page in ("README.md", "docs/quickstart.md"):
+        text = " ".join(_read(page).split())
+        assert "record_stream" in text and "stream-ordered allocator" in text, page
+        assert "examples/launcher_temporaries.py" in text, page
+    launcher = _read("examples/launcher.py")
+    assert "stream_ptr: int | None = None" in launcher and "stream_ptr: int = -1" not in launcher
+
+
+def test_mpi_page_says_what_dlpack_stream_none_orders():
+    """docs/mpi.md no longer says a view's __dlpack__(stream=None) orders nothing: it records an
+    event and makes the legacy stream wait (docs/concepts.md's table; tests/test_export.py)."""
+    text = " ".join(_read("docs/mpi.md").split())
+    assert "`__dlpack__(stream=None)` orders nothing" not in text
+    assert "legacy default stream" in text and "wait" in text
+
+
+def test_testing_without_a_gpu_page_names_the_extra_and_the_command():
+    """The users' page on the simulated device names the full extra (not gpu), the wrapper
+    command, and what the simulator cannot show; it is in the user's part of the docs."""
+    text = " ".join(_read("docs/testing-without-a-gpu.md").split())
+    assert 'pip install -e ".[test,full]"' in text
+    assert "tests/simgpu/with-simulator.sh python -m pytest" in text
+    assert "not in the wheel" in text and "What it cannot show" in text
+    index = _read("docs/index.md")
+    users = index[index.index(":caption: Using stridedview"):index.index(":caption: Reference")]
+    assert "testing-without-a-gpu" in users
+    assert (ROOT / "tests" / "simgpu" / "with-simulator.sh").stat().st_mode & 0o111
+
+
+def test_maintainer_material_is_out_of_the_users_pages():
+    """The user's performance page has no commit hashes (the dated log is a maintainers' page),
+    the quick start names no maintainer tool, README says which Pythons run the slow tests,
+    the changelog lists the report's six verdicts, and the quick run's footer does not call
+    --rest the command that runs everything."""
+    import re
+
+    from stridedview import _report
+
+    performance = _read("docs/performance.md")
+    hashes = [h for h in re.findall(r"\b[0-9a-f]{7,40}\b", performance)
+              if re.search(r"[a-f]", h) and re.search(r"\d", h)]
+    assert hashes == []
+    index = _read("docs/index.md")
+    maintainers = index[index.index(":caption: For maintainers"):]
+    assert "performance-log" in maintainers
+    assert re.search(r"\b[0-9a-f]{7}\b", _read("docs/performance-log.md"))  # the log keeps them
+    assert "quickstart_report" not in _read("docs/quickstart.md") + _read("README.md")
+    assert "the whole suite on each" not in _read("README.md")
+    changelog = _read("docs/changelog.md")
+    assert all(f'"{mark}"' in changelog for mark in _report.MARKS.values())
+    assert "runs them all" not in _read("tests/conftest.py")
+
+
+def test_readme_says_what_to_do_when_the_torch_index_is_unreachable():
+    """README's torch step says how to fail fast when download.pytorch.org is unreachable and
+    how to go on without torch (not PyPI's several-GB CUDA build)."""
+    text = " ".join(_read("README.md").split())
+    assert "--timeout 10 --retries 0" in text
+    assert 'pip install -e ".[test]" jax numba-cuda' in text

@@ -17,6 +17,7 @@ CUDA runtime they need does not run on the simulated device.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import numpy as np
@@ -232,6 +233,38 @@ def test_dlpack_capsules_of_every_cuda_memory_kind(gpu, kind, memory):
     else:
         with pytest.raises(BufferError):
             np.asarray(ours)
+
+
+@pytest.mark.parametrize("resource", ["LegacyPinnedMemoryResource", "device"])
+def test_cuda_core_buffer_from_buffer_as_the_constructor_sees_it(gpu, resource):
+    """from_buffer on a cuda.core Buffer of a legacy pinned resource (whose device_id raises
+    RuntimeError: it is bound to no GPU) and of the device's pool: the memory kind, device and
+    pointer the constructor gets through the Buffer's own DLPack; the pinned bytes read back."""
+    import cuda.core
+
+    device = cuda.core.Device(0)
+    device.set_current()
+    stream = device.create_stream()
+    try:
+        if resource == "device":
+            buffer = device.allocate(HOST.nbytes, stream=stream)
+        else:
+            buffer = getattr(cuda.core, resource)().allocate(HOST.nbytes, stream=stream)
+            with pytest.raises(RuntimeError):
+                buffer.device_id  # cuda.core's own: the reason from_buffer had failed
+            np.ctypeslib.as_array((ctypes.c_float * HOST.size).from_address(int(buffer.handle)))[...] = HOST.ravel()
+        ours = StridedMemoryView.from_buffer(buffer, (4, 3), (6, 2), dtype=np.float32)
+        whole = StridedMemoryView(buffer, stream_ptr=stream if resource == "device" else None)
+        assert ours.__dlpack_device__() == whole.__dlpack_device__() == buffer.__dlpack_device__()
+        assert ours.device_id == whole.device_id and ours.ptr == whole.ptr == int(buffer.handle)
+        assert ours.is_device_accessible and ours.exporting_obj is buffer
+        if resource != "device":
+            assert np.array_equal(np.from_dlpack(ours), EXPECTED)
+        del ours, whole
+        buffer.close(stream)
+    finally:
+        stream.sync()
+        stream.close()
 
 
 # --- device_id: cuPointerGetAttribute through the real bindings ------------------------------
