@@ -44,8 +44,8 @@ EARLIER_WORK = 3
 def missing() -> str | None:
     """What this machine lacks to run the example, or None."""
     try:
-        import cuda.core  # noqa: F401
         from cuda.bindings import driver
+        from cuda.core import Device  # noqa: F401
     except ImportError as exc:
         return f"cuda.core is not installed ({exc}): pip install cuda-core"
     try:
