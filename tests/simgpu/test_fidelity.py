@@ -239,9 +239,13 @@ def test_occupancy_queries(kernel):
     min_grid, block = ok(drv.cuOccupancyMaxPotentialBlockSize(kernel, None, 0, 256))
     assert 0 < block <= 256 and min_grid > 0
     assert ok(drv.cuOccupancyMaxPotentialBlockSizeWithFlags(kernel, None, 0, 256, 0)) == (min_grid, block)
+    # At most what the function may use (48 KiB unless raised), less with more blocks.
+    function_max = ok(drv.cuFuncGetAttribute(
+        drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel))
+    assert 0 < function_max <= max_shared
     one = ok(drv.cuOccupancyAvailableDynamicSMemPerBlock(kernel, 1, 128))
-    four = ok(drv.cuOccupancyAvailableDynamicSMemPerBlock(kernel, 4, 128))
-    assert 0 < four <= one <= max_shared
+    eight = ok(drv.cuOccupancyAvailableDynamicSMemPerBlock(kernel, 8, 128))
+    assert one == function_max and 0 < eight < one
     stream = ok(drv.cuStreamCreate(0))
     try:
         config = launch_config(128, 64)

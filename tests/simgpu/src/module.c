@@ -960,13 +960,18 @@ static int blocks_per_sm(int block, size_t smem) {
     return n < SM_BLOCKS ? n : SM_BLOCKS;
 }
 
-static CUresult occupancy_function(CUfunction h) {
+/* Checks the function handle; *max_dynamic (when asked) gets the dynamic shared memory the
+ * function may use (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: 48 KiB unless raised). */
+static CUresult occupancy_function_limit(CUfunction h, size_t *max_dynamic) {
     callable c;
     pthread_mutex_lock(&sg_lock);
     int ok = callable_get(H(h), &c);
+    if (ok && max_dynamic) *max_dynamic = (size_t)*c.max_dynamic_shared;
     pthread_mutex_unlock(&sg_lock);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
+
+static CUresult occupancy_function(CUfunction h) { return occupancy_function_limit(h, NULL); }
 
 static CUresult max_active_blocks(int *n, CUfunction h, int block, size_t smem, unsigned flags) {
     if (n == NULL || block <= 0 || block > 1024 || (flags & ~1u)) return CUDA_ERROR_INVALID_VALUE;
@@ -1028,19 +1033,21 @@ SG_API CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *bl
 }
 
 /* The dynamic shared memory each block may use with `blocks` of `block` threads resident on
- * one multiprocessor (0 when that many cannot be resident at all). */
+ * one multiprocessor (0 when that many cannot be resident at all), at most what the function
+ * may use. */
 SG_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction h, int blocks,
                                                         int block) {
     API_BEGIN("cuOccupancyAvailableDynamicSMemPerBlock");
     API_NEED_INIT();
     if (bytes == NULL || blocks <= 0 || block <= 0 || block > 1024) API_RETURN(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = occupancy_function(h);
+    size_t limit = BLOCK_SHARED_MAX;
+    CUresult r = occupancy_function_limit(h, &limit);
     if (r != CUDA_SUCCESS) API_RETURN(r);
     size_t share = SM_SHARED / (size_t)blocks;
     if (blocks > SM_BLOCKS || (long long)blocks * block > SM_THREADS || share <= BLOCK_RESERVED)
         *bytes = 0;
     else
-        *bytes = share - BLOCK_RESERVED < BLOCK_SHARED_MAX ? share - BLOCK_RESERVED : BLOCK_SHARED_MAX;
+        *bytes = share - BLOCK_RESERVED < limit ? share - BLOCK_RESERVED : limit;
     API_RETURN(CUDA_SUCCESS);
 }
 
