@@ -349,3 +349,212 @@ def test_the_capture_ends_invalidated_elsewhere(door):
             StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
     assert caught.value.name == "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"
     assert _view._graph_owned() == 0
+
+
+# --- holds handed to a capturing stream belong to its graph ---------------------------------
+
+
+def marking_for(res):
+    from test_gpu_record_stream import Marking
+
+    return Marking(res, 64)
+
+
+def test_a_hold_lives_until_the_graph_and_its_executable_graphs_are_gone(door):
+    """``record_stream`` on a capturing stream: the hold is kept through the capture, every
+    replay and the graph's destruction (an executable graph still holds it), not waited for by
+    ``release_pending(wait=True)``, and released exactly once after the executable graph is
+    destroyed, after the replays' work (its marker) was done."""
+    marking = marking_for(door)
+    stream = door.stream()
+    producer = marking.producer()
+    with Capture(stream.handle) as capture:
+        view = StridedMemoryView(producer, stream_ptr=stream.ptr)
+        marking.mark(producer.last, stream)  # the graph's work on the view
+        view.record_stream(stream)
+        del view
+    assert marking.calls == {}
+    assert _view._pending_holds() == (0, 0, 0)  # not pending, not kept until exit: the graph's
+    assert _view._graph_owned() == 1
+    marking.markers[:] = 0
+    capture.replay(REPLAYS, lambda: None)
+    capture.destroy_graph()
+    assert release_pending(wait=True) == 0  # the executable graph still holds it
+    time.sleep(0.05)
+    assert release_pending() == 0 and marking.calls == {}
+    capture.destroy_exe()
+    assert settle(lambda: marking.calls != {})
+    time.sleep(0.05)
+    release_pending()
+    assert marking.calls == {producer.last: 1}
+    assert marking.early == []
+    assert _view._graph_owned() == 0
+
+
+def test_a_hold_of_a_graph_never_instantiated(door):
+    """A graph destroyed without ever being instantiated gives its hold back at once."""
+    marking = marking_for(door)
+    stream = door.stream()
+    producer = marking.producer()
+    with Capture(stream.handle) as capture:
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        view.record_stream(stream)
+        del view
+    capture.destroy_graph()
+    assert settle(lambda: marking.calls == {producer.last: 1})
+
+
+def test_an_executable_graph_destroyed_while_running_holds_until_its_launch_ran(door, simulator):
+    """Destroyed with a replay still queued (behind a gate on its stream), the executable graph
+    gives the hold back only once that replay has run."""
+    from driver_support import drv, ok
+    from simgpu.simgpu_support import Gate
+
+    marking = marking_for(door)
+    stream = door.stream()
+    producer = marking.producer()
+    with Capture(stream.handle) as capture:
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        marking.mark(producer.last, stream)
+        view.record_stream(stream)
+        del view
+    exe = ok(drv.cuGraphInstantiate(capture.graph, 0))
+    capture.destroy_graph()
+    marking.markers[:] = 0
+    gate = Gate().enqueue(stream.handle)
+    try:
+        ok(drv.cuGraphLaunch(exe, stream.handle))
+        ok(drv.cuGraphExecDestroy(exe))
+        time.sleep(0.1)
+        release_pending()
+        assert marking.calls == {}
+    finally:
+        gate.open()
+    assert settle(lambda: marking.calls == {producer.last: 1})
+    assert marking.early == []
+
+
+def test_a_hold_on_a_capturing_and_a_running_stream(door):
+    """A view recorded on a capturing stream and on an ordinary one with work queued (a gate):
+    after the graph is gone, the hold still waits for the ordinary stream."""
+    from simgpu.simgpu_support import Gate
+
+    marking = marking_for(door)
+    capturing, running = door.stream(), door.stream()
+    producer = marking.producer()
+    gate = Gate().enqueue(running.handle)
+    try:
+        with Capture(capturing.handle) as capture:
+            view = StridedMemoryView(producer, stream_ptr=-1)
+            view.record_stream(capturing)
+            view.record_stream(running)
+            marking.mark(producer.last, running)  # behind the gate
+            del view
+        capture.destroy_graph()
+        time.sleep(0.05)
+        release_pending()
+        assert marking.calls == {}  # the graph is gone, the running stream is not done
+    finally:
+        gate.open()
+    assert settle(lambda: marking.calls == {producer.last: 1})
+    assert marking.early == []
+
+
+def test_holds_of_many_captures_and_threads_released_exactly_once(door):
+    """Threads capture graphs at once, each handing holds to its capturing stream and
+    replaying; every hold is released once, after its graph is gone."""
+    from driver_support import make_current
+
+    marking = marking_for(door)
+    threads_n, holds = 4, 8
+    streams = [door.stream() for _ in range(threads_n)]
+    failures, made = [], []
+
+    def work(i):
+        try:
+            make_current(0)
+            stream = streams[i]
+            producer = marking.producer()
+            with Capture(stream.handle) as capture:
+                for _ in range(holds):
+                    view = StridedMemoryView(producer, stream_ptr=stream.ptr)
+                    marking.mark(producer.last, stream)
+                    made.append(producer.last)
+                    view.record_stream(stream)
+                    del view
+            capture.replay(3, lambda: None)
+            capture.close()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
+    assert settle(lambda: len(marking.calls) == threads_n * holds)
+    time.sleep(0.05)
+    release_pending()
+    assert marking.calls == {tensor_id: 1 for tensor_id in made}
+    assert marking.early == []
+    assert _view._graph_owned() == 0
+
+
+# --- decorated launches under capture ---------------------------------------------------------
+
+
+def test_a_decorated_launch_captured_and_not(door):
+    """One launcher (record_stream=True), used outside a capture, then captured, then outside
+    again: each replay reads the producer's data, the launch's hold belongs to the graph, and
+    the launches outside the capture behave as before."""
+    spot = Spot(door)
+    marking = marking_for(door)
+    consumer, producer = door.stream(), door.stream()
+
+    @args_viewable_as_strided_memory((0, 1), record_stream=True)
+    def launch(data, held, stream):
+        data.view(stream_ptr=stream.ptr)
+        held.view(stream_ptr=stream.ptr)
+        spot.capture_copy(stream.handle)
+        marking.mark(held.obj.last, stream)
+
+    def run_outside(value):
+        spot.write(producer.ptr, value)
+        launch(spot.array(producer.ptr), marking.producer(), consumer)
+        consumer.synchronize()
+        return bool((spot.out.array() == value).all())
+
+    assert run_outside(0x21)
+    spot.write(producer.ptr)
+    held = marking.producer()
+    with Capture(consumer.handle) as capture:
+        launch(spot.array(producer.ptr), held, consumer)
+    assert _view._graph_owned() == 2  # the ordering's event and the launch's hold
+    assert release_pending(wait=True) >= 0 and held.last not in marking.calls
+    assert replays_read(spot, capture) == REPLAYS
+    assert run_outside(0x22)
+    capture.close()
+    assert settle(lambda: marking.calls.get(held.last) == 1 and _view._graph_owned() == 0)
+    assert marking.early == []
+
+
+def test_a_producer_capturing_another_graph_is_refused_before_any_harm(door):
+    """Producer and consumer each capture a graph of their own: the consumer cannot depend on
+    the other capture.  A CUDAError says so (CUDA_ERROR_STREAM_CAPTURE_ISOLATION) before any
+    call that would invalidate either capture: both end valid."""
+    from stridedview import CUDAError
+
+    spot = Spot(door)
+    consumer, producer = door.stream(), door.stream()
+    with Capture(producer.handle) as first:
+        spot.write(producer.handle)
+        with Capture(consumer.handle) as second:
+            with pytest.raises(CUDAError) as caught:
+                StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+            spot.capture_copy(consumer.handle)
+    assert caught.value.name == "CUDA_ERROR_STREAM_CAPTURE_ISOLATION"
+    assert "order the streams yourself" in str(caught.value)
+    assert first.graph is not None and second.graph is not None
+    first.close()
+    second.close()

@@ -570,7 +570,8 @@ def _capture_status(api, stream) -> int:
     """``cuStreamIsCapturing(stream)`` in the current context; CUDAError on failure."""
     result = api.cuStreamIsCapturing(stream)
     if int(result[0]) != _CUDA_SUCCESS:
-        raise _failure(api, "cuStreamIsCapturing", result[0])
+        error = _failure(api, "cuStreamIsCapturing", result[0])
+        raise error
     return int(result[1])
 
 
@@ -615,7 +616,8 @@ def _capture_info(api, stream) -> tuple:
     (``cuStreamGetCaptureInfo``; the id and graph mean something only while ACTIVE)."""
     result = api.cuStreamGetCaptureInfo(stream)
     if int(result[0]) != _CUDA_SUCCESS:
-        raise _failure(api, "cuStreamGetCaptureInfo", result[0])
+        error = _failure(api, "cuStreamGetCaptureInfo", result[0])
+        raise error
     return int(result[1]), int(result[2]), result[3]
 
 
@@ -736,7 +738,7 @@ def give_to_graphs(graphs: list, obj) -> None:
         if int(code) != _CUDA_SUCCESS:
             error = _failure(api, "cuGraphRetainUserObject", code)
             api.cuUserObjectRelease(user_object, len(graphs) - index)  # the references not moved
-            raise GraphOwnedError(str(error), error.name)
+            raise GraphOwnedError(f"cuGraphRetainUserObject failed: {error.name}", error.name)
 
 
 def release_graph_event(held) -> None:
