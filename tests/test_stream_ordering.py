@@ -91,20 +91,21 @@ def test_no_calls_with_cuda_stream_object_naming_the_same_stream(fake):
 # --- the call sequence ---------------------------------------------------------------
 
 def test_first_ordering_call_sequence(fake):
-    """First ordering: cuInit(0), cuStreamGetCtx(producer), cuCtxGetCurrent, cuEventCreate(2), cuEventRecord, cuStreamWaitEvent(consumer, event, 0)."""
+    """First ordering: cuInit(0), cuStreamIsCapturing(consumer), cuStreamGetCtx(producer), cuCtxGetCurrent, cuEventCreate(2), cuEventRecord, cuStreamWaitEvent(consumer, event, 0)."""
     producer, consumer = fake.new_stream(), fake.new_stream()
     view = ordered_view(producer, consumer)
     calls = fake.calls
     assert names(calls) == [
-        "cuInit", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
-        "cuStreamWaitEvent",
+        "cuInit", "cuStreamIsCapturing", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate",
+        "cuEventRecord", "cuStreamWaitEvent",
     ]
     check_call(calls[0], "cuInit", 0)
-    check_call(calls[1], "cuStreamGetCtx", producer)
-    check_call(calls[3], "cuEventCreate", DISABLE_TIMING)
-    event = calls[4][1][0]
-    check_call(calls[4], "cuEventRecord", event, producer)
-    check_call(calls[5], "cuStreamWaitEvent", consumer, event, 0)
+    check_call(calls[1], "cuStreamIsCapturing", consumer)
+    check_call(calls[2], "cuStreamGetCtx", producer)
+    check_call(calls[4], "cuEventCreate", DISABLE_TIMING)
+    event = calls[5][1][0]
+    check_call(calls[5], "cuEventRecord", event, producer)
+    check_call(calls[6], "cuStreamWaitEvent", consumer, event, 0)
     model = fake.event(event)
     assert model.flags == DISABLE_TIMING
     assert model.context is fake.stream(producer).context
@@ -125,14 +126,15 @@ def test_default_stream_producer_resolved_in_data_device_primary(fake, producer_
     calls = fake.calls
     assert names(calls) == [
         "cuInit", "cuPointerGetAttribute", "cuDeviceGet", "cuDevicePrimaryCtxRetain",
-        "cuCtxPushCurrent", "cuEventCreate", "cuEventRecord", "cuCtxPopCurrent",
-        "cuStreamWaitEvent",
+        "cuStreamIsCapturing", "cuCtxPushCurrent", "cuEventCreate", "cuEventRecord",
+        "cuCtxPopCurrent", "cuStreamWaitEvent",
     ]
     check_call(calls[2], "cuDeviceGet", data_device)
-    check_call(calls[4], "cuCtxPushCurrent", primary)
-    event = calls[6][1][0]
-    check_call(calls[6], "cuEventRecord", event, producer_handle)
-    check_call(calls[8], "cuStreamWaitEvent", consumer, event, 0)
+    check_call(calls[4], "cuStreamIsCapturing", consumer)
+    check_call(calls[5], "cuCtxPushCurrent", primary)
+    event = calls[7][1][0]
+    check_call(calls[7], "cuEventRecord", event, producer_handle)
+    check_call(calls[9], "cuStreamWaitEvent", consumer, event, 0)
     assert fake.event(event).context is fake.context_of(primary)
     assert fake.current_context() == (None if current == "none" else fake.primary_contexts[0])
     assert fake.enqueue_read(consumer) == {"w"}
@@ -140,8 +142,8 @@ def test_default_stream_producer_resolved_in_data_device_primary(fake, producer_
     fake.clear_calls()
     ordered_view(producer_handle, consumer, data_device=data_device)
     assert names(fake.calls) == [
-        "cuPointerGetAttribute", "cuCtxPushCurrent", "cuEventRecord", "cuCtxPopCurrent",
-        "cuStreamWaitEvent",
+        "cuPointerGetAttribute", "cuStreamIsCapturing", "cuCtxPushCurrent", "cuEventRecord",
+        "cuCtxPopCurrent", "cuStreamWaitEvent",
     ]
 
 
@@ -158,15 +160,17 @@ def test_same_default_stream_orders_nothing(fake, producer_handle, consumer_hand
 
 
 def test_init_once_then_two_calls_per_view(fake):
-    """After warm-up every ordered view costs exactly cuEventRecord and cuStreamWaitEvent, with the same event."""
+    """After warm-up every ordered view costs exactly cuStreamIsCapturing (the consumer: is it capturing a graph?), cuEventRecord and cuStreamWaitEvent, with the same event."""
     producer, consumer = fake.new_stream(), fake.new_stream()
     ordered_view(producer, consumer)
     event = fake.calls[-1][1][1]
     fake.clear_calls()
     for _ in range(5):
         ordered_view(producer, consumer)
-    assert names(fake.calls) == ["cuEventRecord", "cuStreamWaitEvent"] * 5
-    for record, wait in zip(fake.calls[::2], fake.calls[1::2]):
+    assert names(fake.calls) == ["cuStreamIsCapturing", "cuEventRecord", "cuStreamWaitEvent"] * 5
+    for check in fake.calls[::3]:
+        check_call(check, "cuStreamIsCapturing", consumer)
+    for record, wait in zip(fake.calls[1::3], fake.calls[2::3]):
         check_call(record, "cuEventRecord", event, producer)
         check_call(wait, "cuStreamWaitEvent", consumer, event, 0)
 
