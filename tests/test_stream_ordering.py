@@ -216,12 +216,12 @@ def test_event_created_in_producer_context_with_push_pop(fake):
     current_before = fake.current_context()
     ordered_view(producer, consumer)
     assert names(fake.calls) == [
-        "cuInit", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxPushCurrent", "cuEventCreate",
-        "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
+        "cuInit", "cuStreamIsCapturing", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxPushCurrent",
+        "cuEventCreate", "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
     ]
-    check_call(fake.calls[3], "cuCtxPushCurrent", other)
-    check_call(fake.calls[4], "cuEventCreate", DISABLE_TIMING)
-    assert fake.event(fake.calls[6][1][0]).context is fake.context_of(other)
+    check_call(fake.calls[4], "cuCtxPushCurrent", other)
+    check_call(fake.calls[5], "cuEventCreate", DISABLE_TIMING)
+    assert fake.event(fake.calls[7][1][0]).context is fake.context_of(other)
     assert fake.current_context() == current_before
     assert fake.context_depth() == 1
 
@@ -248,20 +248,20 @@ def test_stale_context_retried_after_invalid_handle(fake):
     ordered_view(producer, consumer)
     calls = state_calls(fake)
     assert names(calls) == [
-        "cuEventRecord", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxPushCurrent", "cuEventCreate",
-        "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
+        "cuStreamIsCapturing", "cuEventRecord", "cuStreamGetCtx", "cuCtxGetCurrent",
+        "cuCtxPushCurrent", "cuEventCreate", "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
     ]
-    check_call(calls[0], "cuEventRecord", old_event, producer)
-    check_call(calls[1], "cuStreamGetCtx", producer)
-    new_event = calls[6][1][0]
+    check_call(calls[1], "cuEventRecord", old_event, producer)
+    check_call(calls[2], "cuStreamGetCtx", producer)
+    new_event = calls[7][1][0]
     assert int(new_event) != int(old_event)
     assert fake.event(new_event).context is fake.context_of(other)
-    check_call(calls[7], "cuStreamWaitEvent", consumer, new_event, 0)
+    check_call(calls[8], "cuStreamWaitEvent", consumer, new_event, 0)
     assert fake.enqueue_read(consumer) == {"after-reuse"}
-    # Warm again: two calls.
+    # Warm again: the capture check and two calls.
     fake.clear_calls()
     ordered_view(producer, consumer)
-    assert names(fake.calls) == ["cuEventRecord", "cuStreamWaitEvent"]
+    assert names(fake.calls) == ["cuStreamIsCapturing", "cuEventRecord", "cuStreamWaitEvent"]
 
 
 def test_legacy_stream_follows_the_data_not_the_current_context(fake):
@@ -276,10 +276,10 @@ def test_legacy_stream_follows_the_data_not_the_current_context(fake):
     ordered_view(1, consumer, data_device=0)
     calls = state_calls(fake)
     assert names(calls) == [
-        "cuPointerGetAttribute", "cuCtxPushCurrent", "cuEventRecord", "cuCtxPopCurrent",
-        "cuStreamWaitEvent",
+        "cuPointerGetAttribute", "cuStreamIsCapturing", "cuCtxPushCurrent", "cuEventRecord",
+        "cuCtxPopCurrent", "cuStreamWaitEvent",
     ]
-    assert fake.event(calls[2][1][0]).context is fake.context_of(fake.primary_contexts[0])
+    assert fake.event(calls[3][1][0]).context is fake.context_of(fake.primary_contexts[0])
     assert fake.enqueue_read(consumer) == {"legacy-of-device-0"}
 
 
@@ -290,7 +290,7 @@ def test_invalid_handle_on_fresh_lookup_is_not_retried(fake):
     with pytest.raises(CUDAError, match="^" + re.escape(prefix)) as excinfo:
         ordered_view(0xDEAD00, consumer)
     assert excinfo.value.name == "CUDA_ERROR_INVALID_HANDLE"
-    assert names(state_calls(fake)) == ["cuInit", "cuStreamGetCtx"]
+    assert names(state_calls(fake)) == ["cuInit", "cuStreamIsCapturing", "cuStreamGetCtx"]
 
 
 def test_record_failing_twice_raises(fake):
@@ -382,8 +382,8 @@ def test_use_api_resets_caches(fake):
     p2, c2 = second.new_stream(), second.new_stream()
     ordered_view(p2, c2)
     assert names(second.calls) == [
-        "cuInit", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
-        "cuStreamWaitEvent",
+        "cuInit", "cuStreamIsCapturing", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate",
+        "cuEventRecord", "cuStreamWaitEvent",
     ]
 
 
@@ -578,12 +578,13 @@ def test_separate_events_per_thread(fake):
         calls = fake.thread_calls(thread.ident)
         # ... and destroys it, in its own context, when it ends.
         assert names(calls) == [
-            "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent",
-            "cuCtxPushCurrent", "cuEventDestroy", "cuCtxPopCurrent",
+            "cuStreamIsCapturing", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate",
+            "cuEventRecord", "cuStreamWaitEvent", "cuCtxPushCurrent", "cuEventDestroy",
+            "cuCtxPopCurrent",
         ]
-        event = int(calls[3][1][0])
+        event = int(calls[4][1][0])
         assert created_by[event] == thread.ident
-        check_call(calls[6], "cuEventDestroy", event)
+        check_call(calls[7], "cuEventDestroy", event)
         events.add(event)
     events.add(int(fake.thread_calls()[-1][1][1]))
     assert len(events) == 4
