@@ -225,7 +225,7 @@ void sg_count(const char *counter, long long delta);
 /* ---- handles --------------------------------------------------------------------- */
 enum {
     K_CTX = 1, K_STREAM, K_EVENT, K_MODULE, K_FUNC, K_LIB, K_KERNEL, K_POOL,
-    K_GRAPH, K_GEXEC, K_LINK,
+    K_GRAPH, K_GEXEC, K_LINK, K_UOBJ,
 };
 typedef struct {
     uint64_t h;
@@ -428,5 +428,22 @@ void sg_modules_of_ctx_destroy(sg_ctx *c);
 
 /* ---- graphs (capture) ------------------------------------------------------------ */
 sg_op *sg_op_clone(const sg_op *op);
+
+/* ---- user objects (graph.c) ------------------------------------------------------- */
+typedef struct {
+    uint64_t obj;   /* a user object's handle */
+    unsigned count; /* references held */
+} sg_uref;
+typedef struct {
+    sg_uref *v;
+    int n, cap;
+} sg_urefs;
+/* The user-object references of a live graph (stream.c), or NULL; lock held. */
+sg_urefs *sg_graph_urefs(uint64_t graph);
+/* dst takes references of its own to every object src holds (instantiation). */
+int sg_urefs_copy(sg_urefs *dst, const sg_urefs *src);
+/* Drops every reference of l (emptied), once each point of after[] has run; an object
+ * whose last reference goes has its destructor run on the driver's release thread. */
+void sg_urefs_release(sg_urefs *l, const sg_dep *after, int nafter);
 
 #endif
