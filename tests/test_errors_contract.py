@@ -904,6 +904,24 @@ UNTRIGGERED = {
         "CUDAError",
         "cuStreamIsCapturing: the stream's capture was invalidated, and it takes no record until the capture is ended",
     ): "raised inside a hand-over only, which keeps the hand-over for later (tests/test_gpu_record_stream.py)",
+    (
+        "CUDAError",
+        "cuStreamIsCapturing: the consumer stream's capture was invalidated, and no wait can be added to it "
+        "until the capture is ended",
+    ): "needs stream capture: raised on the simulated device by tests/test_gpu_graphs.py",
+    (
+        "CUDAError",
+        "cuStreamWaitEvent: the producer stream is capturing another graph, which the consumer's capture "
+        "cannot depend on (CUDA_ERROR_STREAM_CAPTURE_ISOLATION); order the streams yourself and pass "
+        "stream_ptr=-1",
+    ): "needs two captures at once: raised on the simulated device by tests/test_gpu_graphs.py",
+    ("CUDAError", "cuStreamIsCapturing: the producer stream's capture was invalidated"): (
+        "needs two captures, one invalidated: the same path as the row before (tests/test_gpu_graphs.py)"
+    ),
+    ("GraphOwnedError", "cuGraphRetainUserObject failed: "): (
+        "a driver refusing a graph's reference to a live user object (an injected failure on the simulator)"
+    ),
+    ("MemoryError", "stridedview: no memory for a graph's user object"): "malloc failing for a 16-byte node",
 }
 
 

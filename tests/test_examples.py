@@ -29,9 +29,9 @@ def _load(name: str):
     return module
 
 
-def test_there_are_three_gpu_examples():
+def test_there_are_four_gpu_examples():
     """The examples checked below are the ones in examples/ (a new one is picked up)."""
-    assert GPU_EXAMPLES == ["gpu_cupy.py", "gpu_numba_jax.py", "gpu_torch.py"]
+    assert GPU_EXAMPLES == ["gpu_cupy.py", "gpu_graphs.py", "gpu_numba_jax.py", "gpu_torch.py"]
 
 
 @pytest.mark.slow
@@ -164,3 +164,26 @@ def test_with_simulator_runs_a_command_on_the_simulated_device(tmp_path):
     assert (build / "libcuda.so.1").is_file()
     usage = subprocess.run([str(script)], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and usage.stderr.startswith("usage: ")
+
+
+@pytest.mark.gpu
+@pytest.mark.simgpu
+def test_gpu_graphs_example_runs_on_the_simulated_device(tmp_path):
+    """examples/gpu_graphs.py needs only cuda-bindings and a driver: it runs on the simulated
+    device, every operation delayed (so that a replay not waiting for the producer reads
+    zeros and the example fails), and its holds come back after the graph is gone."""
+    import os
+
+    env = dict(os.environ, SIMGPU_DELAY_US="2000")
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "gpu_graphs.py")], cwd=tmp_path, capture_output=True,
+        text=True, timeout=600, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:3] == [
+        "captured one launch into a graph",
+        "replayed 10 times: every replay read the producer's bytes",
+        "destroying the graph and its executable graph",
+    ], result.stdout
+    assert lines[3:] == ["  producer array released"] * 2, result.stdout

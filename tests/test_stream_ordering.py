@@ -91,20 +91,21 @@ def test_no_calls_with_cuda_stream_object_naming_the_same_stream(fake):
 # --- the call sequence ---------------------------------------------------------------
 
 def test_first_ordering_call_sequence(fake):
-    """First ordering: cuInit(0), cuStreamGetCtx(producer), cuCtxGetCurrent, cuEventCreate(2), cuEventRecord, cuStreamWaitEvent(consumer, event, 0)."""
+    """First ordering: cuInit(0), cuStreamIsCapturing(consumer), cuStreamGetCtx(producer), cuCtxGetCurrent, cuEventCreate(2), cuEventRecord, cuStreamWaitEvent(consumer, event, 0)."""
     producer, consumer = fake.new_stream(), fake.new_stream()
     view = ordered_view(producer, consumer)
     calls = fake.calls
     assert names(calls) == [
-        "cuInit", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
-        "cuStreamWaitEvent",
+        "cuInit", "cuStreamIsCapturing", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate",
+        "cuEventRecord", "cuStreamWaitEvent",
     ]
     check_call(calls[0], "cuInit", 0)
-    check_call(calls[1], "cuStreamGetCtx", producer)
-    check_call(calls[3], "cuEventCreate", DISABLE_TIMING)
-    event = calls[4][1][0]
-    check_call(calls[4], "cuEventRecord", event, producer)
-    check_call(calls[5], "cuStreamWaitEvent", consumer, event, 0)
+    check_call(calls[1], "cuStreamIsCapturing", consumer)
+    check_call(calls[2], "cuStreamGetCtx", producer)
+    check_call(calls[4], "cuEventCreate", DISABLE_TIMING)
+    event = calls[5][1][0]
+    check_call(calls[5], "cuEventRecord", event, producer)
+    check_call(calls[6], "cuStreamWaitEvent", consumer, event, 0)
     model = fake.event(event)
     assert model.flags == DISABLE_TIMING
     assert model.context is fake.stream(producer).context
@@ -125,14 +126,15 @@ def test_default_stream_producer_resolved_in_data_device_primary(fake, producer_
     calls = fake.calls
     assert names(calls) == [
         "cuInit", "cuPointerGetAttribute", "cuDeviceGet", "cuDevicePrimaryCtxRetain",
-        "cuCtxPushCurrent", "cuEventCreate", "cuEventRecord", "cuCtxPopCurrent",
-        "cuStreamWaitEvent",
+        "cuStreamIsCapturing", "cuCtxPushCurrent", "cuEventCreate", "cuEventRecord",
+        "cuCtxPopCurrent", "cuStreamWaitEvent",
     ]
     check_call(calls[2], "cuDeviceGet", data_device)
-    check_call(calls[4], "cuCtxPushCurrent", primary)
-    event = calls[6][1][0]
-    check_call(calls[6], "cuEventRecord", event, producer_handle)
-    check_call(calls[8], "cuStreamWaitEvent", consumer, event, 0)
+    check_call(calls[4], "cuStreamIsCapturing", consumer)
+    check_call(calls[5], "cuCtxPushCurrent", primary)
+    event = calls[7][1][0]
+    check_call(calls[7], "cuEventRecord", event, producer_handle)
+    check_call(calls[9], "cuStreamWaitEvent", consumer, event, 0)
     assert fake.event(event).context is fake.context_of(primary)
     assert fake.current_context() == (None if current == "none" else fake.primary_contexts[0])
     assert fake.enqueue_read(consumer) == {"w"}
@@ -140,8 +142,8 @@ def test_default_stream_producer_resolved_in_data_device_primary(fake, producer_
     fake.clear_calls()
     ordered_view(producer_handle, consumer, data_device=data_device)
     assert names(fake.calls) == [
-        "cuPointerGetAttribute", "cuCtxPushCurrent", "cuEventRecord", "cuCtxPopCurrent",
-        "cuStreamWaitEvent",
+        "cuPointerGetAttribute", "cuStreamIsCapturing", "cuCtxPushCurrent", "cuEventRecord",
+        "cuCtxPopCurrent", "cuStreamWaitEvent",
     ]
 
 
@@ -158,15 +160,17 @@ def test_same_default_stream_orders_nothing(fake, producer_handle, consumer_hand
 
 
 def test_init_once_then_two_calls_per_view(fake):
-    """After warm-up every ordered view costs exactly cuEventRecord and cuStreamWaitEvent, with the same event."""
+    """After warm-up every ordered view costs exactly cuStreamIsCapturing (the consumer: is it capturing a graph?), cuEventRecord and cuStreamWaitEvent, with the same event."""
     producer, consumer = fake.new_stream(), fake.new_stream()
     ordered_view(producer, consumer)
     event = fake.calls[-1][1][1]
     fake.clear_calls()
     for _ in range(5):
         ordered_view(producer, consumer)
-    assert names(fake.calls) == ["cuEventRecord", "cuStreamWaitEvent"] * 5
-    for record, wait in zip(fake.calls[::2], fake.calls[1::2]):
+    assert names(fake.calls) == ["cuStreamIsCapturing", "cuEventRecord", "cuStreamWaitEvent"] * 5
+    for check in fake.calls[::3]:
+        check_call(check, "cuStreamIsCapturing", consumer)
+    for record, wait in zip(fake.calls[1::3], fake.calls[2::3]):
         check_call(record, "cuEventRecord", event, producer)
         check_call(wait, "cuStreamWaitEvent", consumer, event, 0)
 
@@ -212,12 +216,12 @@ def test_event_created_in_producer_context_with_push_pop(fake):
     current_before = fake.current_context()
     ordered_view(producer, consumer)
     assert names(fake.calls) == [
-        "cuInit", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxPushCurrent", "cuEventCreate",
-        "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
+        "cuInit", "cuStreamIsCapturing", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxPushCurrent",
+        "cuEventCreate", "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
     ]
-    check_call(fake.calls[3], "cuCtxPushCurrent", other)
-    check_call(fake.calls[4], "cuEventCreate", DISABLE_TIMING)
-    assert fake.event(fake.calls[6][1][0]).context is fake.context_of(other)
+    check_call(fake.calls[4], "cuCtxPushCurrent", other)
+    check_call(fake.calls[5], "cuEventCreate", DISABLE_TIMING)
+    assert fake.event(fake.calls[7][1][0]).context is fake.context_of(other)
     assert fake.current_context() == current_before
     assert fake.context_depth() == 1
 
@@ -244,20 +248,20 @@ def test_stale_context_retried_after_invalid_handle(fake):
     ordered_view(producer, consumer)
     calls = state_calls(fake)
     assert names(calls) == [
-        "cuEventRecord", "cuStreamGetCtx", "cuCtxGetCurrent", "cuCtxPushCurrent", "cuEventCreate",
-        "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
+        "cuStreamIsCapturing", "cuEventRecord", "cuStreamGetCtx", "cuCtxGetCurrent",
+        "cuCtxPushCurrent", "cuEventCreate", "cuCtxPopCurrent", "cuEventRecord", "cuStreamWaitEvent",
     ]
-    check_call(calls[0], "cuEventRecord", old_event, producer)
-    check_call(calls[1], "cuStreamGetCtx", producer)
-    new_event = calls[6][1][0]
+    check_call(calls[1], "cuEventRecord", old_event, producer)
+    check_call(calls[2], "cuStreamGetCtx", producer)
+    new_event = calls[7][1][0]
     assert int(new_event) != int(old_event)
     assert fake.event(new_event).context is fake.context_of(other)
-    check_call(calls[7], "cuStreamWaitEvent", consumer, new_event, 0)
+    check_call(calls[8], "cuStreamWaitEvent", consumer, new_event, 0)
     assert fake.enqueue_read(consumer) == {"after-reuse"}
-    # Warm again: two calls.
+    # Warm again: the capture check and two calls.
     fake.clear_calls()
     ordered_view(producer, consumer)
-    assert names(fake.calls) == ["cuEventRecord", "cuStreamWaitEvent"]
+    assert names(fake.calls) == ["cuStreamIsCapturing", "cuEventRecord", "cuStreamWaitEvent"]
 
 
 def test_legacy_stream_follows_the_data_not_the_current_context(fake):
@@ -272,10 +276,10 @@ def test_legacy_stream_follows_the_data_not_the_current_context(fake):
     ordered_view(1, consumer, data_device=0)
     calls = state_calls(fake)
     assert names(calls) == [
-        "cuPointerGetAttribute", "cuCtxPushCurrent", "cuEventRecord", "cuCtxPopCurrent",
-        "cuStreamWaitEvent",
+        "cuPointerGetAttribute", "cuStreamIsCapturing", "cuCtxPushCurrent", "cuEventRecord",
+        "cuCtxPopCurrent", "cuStreamWaitEvent",
     ]
-    assert fake.event(calls[2][1][0]).context is fake.context_of(fake.primary_contexts[0])
+    assert fake.event(calls[3][1][0]).context is fake.context_of(fake.primary_contexts[0])
     assert fake.enqueue_read(consumer) == {"legacy-of-device-0"}
 
 
@@ -286,7 +290,7 @@ def test_invalid_handle_on_fresh_lookup_is_not_retried(fake):
     with pytest.raises(CUDAError, match="^" + re.escape(prefix)) as excinfo:
         ordered_view(0xDEAD00, consumer)
     assert excinfo.value.name == "CUDA_ERROR_INVALID_HANDLE"
-    assert names(state_calls(fake)) == ["cuInit", "cuStreamGetCtx"]
+    assert names(state_calls(fake)) == ["cuInit", "cuStreamIsCapturing", "cuStreamGetCtx"]
 
 
 def test_record_failing_twice_raises(fake):
@@ -378,8 +382,8 @@ def test_use_api_resets_caches(fake):
     p2, c2 = second.new_stream(), second.new_stream()
     ordered_view(p2, c2)
     assert names(second.calls) == [
-        "cuInit", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord",
-        "cuStreamWaitEvent",
+        "cuInit", "cuStreamIsCapturing", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate",
+        "cuEventRecord", "cuStreamWaitEvent",
     ]
 
 
@@ -574,12 +578,13 @@ def test_separate_events_per_thread(fake):
         calls = fake.thread_calls(thread.ident)
         # ... and destroys it, in its own context, when it ends.
         assert names(calls) == [
-            "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent",
-            "cuCtxPushCurrent", "cuEventDestroy", "cuCtxPopCurrent",
+            "cuStreamIsCapturing", "cuStreamGetCtx", "cuCtxGetCurrent", "cuEventCreate",
+            "cuEventRecord", "cuStreamWaitEvent", "cuCtxPushCurrent", "cuEventDestroy",
+            "cuCtxPopCurrent",
         ]
-        event = int(calls[3][1][0])
+        event = int(calls[4][1][0])
         assert created_by[event] == thread.ident
-        check_call(calls[6], "cuEventDestroy", event)
+        check_call(calls[7], "cuEventDestroy", event)
         events.add(event)
     events.add(int(fake.thread_calls()[-1][1][1]))
     assert len(events) == 4

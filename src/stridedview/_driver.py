@@ -9,7 +9,15 @@ machine with no driver.  Tests replace the bindings with a fake through
 
 Ordering never blocks the host: an event is recorded on the producer's stream
 and the consumer's stream is made to wait on it (``cuEventRecord`` then
-``cuStreamWaitEvent``), which also works under CUDA graph capture.
+``cuStreamWaitEvent``), after asking whether the consumer is capturing a CUDA graph
+(``cuStreamIsCapturing``; not asked of the legacy stream, which never captures).  A
+plain wait would invalidate a capture (``CUDA_ERROR_STREAM_CAPTURE_ISOLATION``): a
+capturing consumer waits instead on a new event recorded on the producer's stream,
+with ``CU_EVENT_WAIT_EXTERNAL`` (an external event wait node: every replay of the graph
+waits for what the producer had queued when the capture was made), the event owned by
+the graph (a user object the graph holds; destroyed once the graph and its executable
+graphs are gone, through the compiled core's ``_graphs.pxi``).  A producer stream in the
+same capture is joined with a plain wait.
 
 What a stream handle names:
 
@@ -68,9 +76,10 @@ no event can be recorded to say when:
   forbids both the record and a host wait: the record fails with a name in
   ``LATER`` and the compiled core tries it again later.
 
-After warm-up, ordering after an ordinary producer stream costs two driver calls
-(record, wait); after a producer's default stream, four (push, record, pop,
-wait).
+After warm-up, ordering after an ordinary producer stream costs three driver calls
+(capture query, record, wait); after a producer's default stream, five (capture
+query, push, record, pop, wait); the capture query is not made for a legacy consumer
+stream.
 
 The C door (``_driver_door.pxi`` in the compiled core) does ``order_after`` without
 Python for an ordinary producer stream, and for a producer's default stream whose
@@ -415,6 +424,9 @@ def order_after(
         else:
             _order_after_default(api, state, producer_stream, consumer_stream, device)
         return
+    if _consumer_capturing(api, consumer_stream, device, ptr):
+        _order_into_capture(api, state, producer_stream, None, consumer_stream, device, ptr)
+        return
     event = _record_on_stream(api, state, producer_stream)
     _wait(api, event, consumer_stream, device, ptr)
 
@@ -434,6 +446,10 @@ def _order_after_default(api, state, producer_stream, consumer_stream, device) -
         if current in (0, int(primary)) and _same_default_stream(producer_stream, consumer_stream):
             return
 
+    if _consumer_capturing(api, consumer_stream, device, 0):
+        _order_into_capture(api, state, producer_stream, primary, consumer_stream, device, 0)
+        return
+
     def record():
         event = _record_in_current(api, state, primary, producer_stream)
         if wait_inside:
@@ -450,6 +466,9 @@ def _order_after_current_default(api, state, producer_stream, consumer_stream) -
     if consumer_stream in _DEFAULT_STREAMS and _same_default_stream(producer_stream, consumer_stream):
         return  # one context, one stream
     context = _call(api, "cuCtxGetCurrent")
+    if _consumer_capturing(api, consumer_stream, None, 0):
+        _order_into_capture(api, state, producer_stream, context, consumer_stream, None, 0)
+        return
     event = _record_in_current(api, state, context, producer_stream)
     _call(api, "cuStreamWaitEvent", consumer_stream, event, 0)
 
@@ -525,6 +544,252 @@ def _wait(api, event, consumer_stream, device, ptr) -> None:
         _primary_context(api, device),
         lambda: _call(api, "cuStreamWaitEvent", consumer_stream, event, 0),
     )
+
+
+# --- CUDA graphs: what a capture's graph must own ------------------------------------------
+
+_CU_EVENT_WAIT_EXTERNAL = 1  # the wait becomes the graph's external event wait node
+_CU_USER_OBJECT_NO_DESTRUCTOR_SYNC = 1  # the only flag cuUserObjectCreate takes
+_CU_GRAPH_USER_OBJECT_MOVE = 1  # the caller's references become the graph's
+_CAPTURE_ISOLATION = "CUDA_ERROR_STREAM_CAPTURE_ISOLATION"
+# Handles of the legacy default stream, which cannot capture: 1, and 0 unless
+# cuda-bindings makes 0 the per-thread stream (its per-thread mode).
+_LEGACY_HANDLES = (
+    (CU_STREAM_LEGACY,)
+    if os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
+    else (0, CU_STREAM_LEGACY)
+)
+
+
+class GraphOwnedError(CUDAError):
+    """A user object was made but a graph would not take it: what it carries is given back
+    (queued by its destructor) once the graphs that did take it are gone."""
+
+
+def _capture_status(api, stream) -> int:
+    """``cuStreamIsCapturing(stream)`` in the current context; CUDAError on failure."""
+    result = api.cuStreamIsCapturing(stream)
+    if int(result[0]) != _CUDA_SUCCESS:
+        error = _failure(api, "cuStreamIsCapturing", result[0])
+        raise error
+    return int(result[1])
+
+
+def _consumer_capturing(api, consumer_stream, device, ptr) -> bool:
+    """Whether ``consumer_stream`` is capturing a graph (one driver call; none for the
+    legacy stream, which never captures); a default stream with no current context is
+    the data device's primary context's.  CUDAError when its
+    capture was invalidated (no wait can be made on it until the capture ends) or the
+    query fails (``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT``: the legacy stream while a blocking
+    stream of its context captures, which it may not wait beside)."""
+    if consumer_stream in _LEGACY_HANDLES:
+        return False
+    result = api.cuStreamIsCapturing(consumer_stream)
+    code = int(result[0])
+    if code == _CUDA_SUCCESS:
+        status = int(result[1])
+    else:
+        error = _failure(api, "cuStreamIsCapturing", result[0])
+        if (
+            error.name != _INVALID_CONTEXT
+            or consumer_stream not in _DEFAULT_STREAMS
+            or (device is None and ptr == 0)
+            or int(_call(api, "cuCtxGetCurrent")) != 0
+        ):
+            raise error
+        if device is None:
+            device = _pointer_device(api, ptr, NO_DRIVER_HINT)
+        status = _in_context(
+            api, _primary_context(api, device), lambda: _capture_status(api, consumer_stream)
+        )
+    if status == _CAPTURE_INVALIDATED:
+        raise CUDAError(
+            "cuStreamIsCapturing: the consumer stream's capture was invalidated, and no wait "
+            "can be added to it until the capture is ended",
+            _CAPTURE_WAS_INVALIDATED,
+        )
+    return status == _CAPTURE_ACTIVE
+
+
+def _capture_info(api, stream) -> tuple:
+    """``(status, capture id, graph)`` of ``stream`` in the current context
+    (``cuStreamGetCaptureInfo``; the id and graph mean something only while ACTIVE)."""
+    result = api.cuStreamGetCaptureInfo(stream)
+    if int(result[0]) != _CUDA_SUCCESS:
+        error = _failure(api, "cuStreamGetCaptureInfo", result[0])
+        raise error
+    return int(result[1]), int(result[2]), result[3]
+
+
+def _consumer_place(api, consumer_stream, device, ptr):
+    """The context to make calls on ``consumer_stream`` in: None (the current one) but for
+    a default stream with no current context: the data device's primary context."""
+    if consumer_stream not in _DEFAULT_STREAMS or int(_call(api, "cuCtxGetCurrent")) != 0:
+        return None
+    if device is None:
+        device = _pointer_device(api, ptr, NO_DRIVER_HINT)
+    return _primary_context(api, device)
+
+
+def _maybe_in(api, context, action):
+    return action() if context is None else _in_place(api, context, action)
+
+
+def _order_into_capture(api, state, producer_stream, producer_context, consumer_stream, device, ptr):
+    """Order ``consumer_stream``, capturing a graph, after ``producer_stream``.
+
+    ``producer_context``: the context a default producer stream is recorded in (None for
+    an ordinary handle: its own).  A producer stream in the same capture (a stream the
+    capture forked to) is joined with an event of its own, created, recorded, waited on
+    and destroyed (the wait has become an edge of the graph).  A producer that is not
+    capturing gets a new event recorded on it, given to the graph (a user object whose
+    reference the graph takes; its destructor has the event destroyed once the graph and
+    every executable graph made from it are gone), and the consumer waits on it with
+    ``CU_EVENT_WAIT_EXTERNAL``: the graph's external event wait node, which each replay
+    makes wait for the event's record as it stands then (the producer's work queued at
+    capture time, as long as nothing records that event again: nothing does).  A producer
+    capturing another graph cannot be ordered after (``CUDA_ERROR_STREAM_CAPTURE_ISOLATION``,
+    raised before any call that would invalidate the consumer's capture).
+    """
+    wait_in = _consumer_place(api, consumer_stream, device, ptr)
+    status, capture_id, graph = _maybe_in(api, wait_in, lambda: _capture_info(api, consumer_stream))
+    if status != _CAPTURE_ACTIVE:  # its capture ended meanwhile: an ordinary wait then
+        event = _maybe_in(
+            api, producer_context, lambda: _record_fresh(api, state, producer_stream, producer_context)
+        )
+        _maybe_in(api, wait_in, lambda: _call(api, "cuStreamWaitEvent", consumer_stream, event, 0))
+        return
+    if producer_context is None:
+        producer_context = state.context_of_stream.get(producer_stream)
+        if producer_context is None:
+            producer_context = _call(api, "cuStreamGetCtx", producer_stream)
+            state.context_of_stream[producer_stream] = producer_context
+    p_status, p_id, _ = _in_place(api, producer_context, lambda: _capture_info(api, producer_stream))
+    if p_status == _CAPTURE_ACTIVE and p_id != capture_id:
+        raise CUDAError(
+            "cuStreamWaitEvent: the producer stream is capturing another graph, which the "
+            "consumer's capture cannot depend on (CUDA_ERROR_STREAM_CAPTURE_ISOLATION); "
+            "order the streams yourself and pass stream_ptr=-1",
+            _CAPTURE_ISOLATION,
+        )
+    if p_status == _CAPTURE_INVALIDATED:
+        raise CUDAError(
+            "cuStreamIsCapturing: the producer stream's capture was invalidated",
+            _CAPTURE_WAS_INVALIDATED,
+        )
+
+    def new_recorded_event():
+        event = _call(api, "cuEventCreate", _CU_EVENT_DISABLE_TIMING)
+        try:
+            _call(api, "cuEventRecord", event, producer_stream)
+        except BaseException:
+            _destroy_quietly(api, producer_context, event)
+            raise
+        return event
+
+    event = _in_place(api, producer_context, new_recorded_event)
+    if p_status == _CAPTURE_ACTIVE:  # one capture: a join, an edge of the graph
+        try:
+            _maybe_in(api, wait_in, lambda: _call(api, "cuStreamWaitEvent", consumer_stream, event, 0))
+        finally:
+            _destroy_quietly(api, producer_context, event)
+        return
+    try:
+        give_to_graphs([graph], (api, producer_context, event))
+    except GraphOwnedError:
+        raise  # the event is the graph's to give back: it is destroyed then
+    except BaseException:
+        _destroy_quietly(api, producer_context, event)
+        raise
+    _maybe_in(
+        api, wait_in,
+        lambda: _call(api, "cuStreamWaitEvent", consumer_stream, event, _CU_EVENT_WAIT_EXTERNAL),
+    )
+
+
+def _record_fresh(api, state, producer_stream, producer_context):
+    """This thread's cached event of the producer's context recorded on it (the ordinary
+    path's record, for a capture that ended between two queries)."""
+    if producer_context is None:
+        return _record_on_stream(api, state, producer_stream)
+    return _record_in_current(api, state, producer_context, producer_stream)
+
+
+def give_to_graphs(graphs: list, obj) -> None:
+    """Make ``obj`` live as long as each of ``graphs``: a user object whose destructor
+    queues ``obj`` for the compiled core (``_graphs.pxi``), one reference moved into each
+    graph.  Raises, ``obj`` not taken, when no user object can be made;
+    ``GraphOwnedError``, ``obj`` taken (given back once the graphs that took it are gone),
+    when a graph refuses its reference."""
+    from stridedview import _view
+
+    api = _api
+    node = _view._graph_node(obj)
+    try:
+        destroy = api.CUhostFn(_view._graph_release_address())
+        user_object = _call(
+            api, "cuUserObjectCreate", node, destroy, len(graphs), _CU_USER_OBJECT_NO_DESTRUCTOR_SYNC
+        )
+    except BaseException:
+        _view._graph_node_drop(node)
+        raise
+    for index, graph in enumerate(graphs):
+        code = api.cuGraphRetainUserObject(graph, user_object, 1, _CU_GRAPH_USER_OBJECT_MOVE)[0]
+        if int(code) != _CUDA_SUCCESS:
+            error = _failure(api, "cuGraphRetainUserObject", code)
+            api.cuUserObjectRelease(user_object, len(graphs) - index)  # the references not moved
+            raise GraphOwnedError(f"cuGraphRetainUserObject failed: {error.name}", error.name)
+
+
+def release_graph_event(held) -> None:
+    """Destroy an ordering's event that a graph owned (``(api, context, event)``), now
+    that the graph is gone; one of a driver since replaced (``use_api``) is left alone."""
+    api, context, event = held
+    if api is _api:
+        _destroy_quietly(api, context, event)
+
+
+def hand_to_graphs(places: list, held: tuple) -> int:
+    """Hand a hold to the graphs its capturing places are capturing into; how many graphs.
+
+    ``held`` is ``(entry, events)``: ``events`` (a list) gets the ``[context, event]`` pairs
+    recorded now on the places that are not capturing (released with the hold once they
+    complete, after the graphs are gone); the capturing places' graphs take a user object
+    carrying ``held`` (give_to_graphs).  0, nothing handed and the events given back, when
+    a place's capture ended between its two queries (its graph can no longer be known).  CUDAError as record_handover (nothing handed, the
+    events given back), or as give_to_graphs.
+    """
+    api = _driver()
+    state = _thread_state(api)
+    events = held[1]
+    graphs: dict = {}
+    lost = False
+    try:
+        for place in places:
+            pair = _record_place(api, state, place)
+            if pair is not None:
+                events.append(pair)
+                continue
+            handle, _, _, context, _ = place
+            status, capture_id, graph = _in_place(api, context, lambda: _capture_info(api, handle))
+            if status != _CAPTURE_ACTIVE:
+                lost = True  # its capture ended meanwhile: its graph is not known
+            else:
+                graphs.setdefault(capture_id, graph)
+        if lost:
+            graphs.clear()
+        elif graphs:
+            give_to_graphs(list(graphs.values()), held)
+    except GraphOwnedError:
+        raise
+    except BaseException:
+        give_back_events(events)
+        events.clear()
+        raise
+    if not graphs:
+        give_back_events(events)
+        events.clear()
+    return len(graphs)
 
 
 def with_context(api, device: int | None, action):

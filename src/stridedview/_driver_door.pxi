@@ -11,10 +11,12 @@
 # the CUDAError the Python path would raise for the same failing call
 # (``CUDAError(f"{name} failed: {error_name}", error_name)``, the name from the
 # driver's cuGetErrorName).  Warm, one ordering is two driver calls through
-# function pointers (cuEventRecord, cuStreamWaitEvent), the same two the Python
-# path makes, with the same semantics (_driver.py's docstring); after a
-# producer's default stream, the same four (push the device's primary context,
-# record, pop, wait; plus cuPointerGetAttribute when only ``ptr`` is known).
+# function pointers (cuStreamIsCapturing on the consumer, cuEventRecord,
+# cuStreamWaitEvent), the same three the Python path makes, with the same semantics
+# (_driver.py's docstring); after a producer's default stream, the same five
+# (capture query, push the device's primary context, record, pop, wait; plus
+# cuPointerGetAttribute when only ``ptr`` is known).  A legacy consumer stream (0,
+# 1) is not queried: it never captures.
 #
 # Invariants:
 #
@@ -79,6 +81,11 @@
 #   same stream of the same context is a no-op (_driver.py's
 #   _order_after_default, exactly).  With no device and no pointer (a view's
 #   ready stream 1 or 2) both are the current context's: the Python path.
+# - A consumer stream that may capture (any but the legacy stream, 0 and 1) is asked
+#   first (cuStreamIsCapturing, one call): anything but "not capturing" (a capture, a
+#   failing query: a per-thread stream with no context current) leaves the ordering to
+#   the Python path, whose capture path makes the graph's external event wait
+#   (_driver.py's _order_into_capture): a plain wait would invalidate the capture.
 # - Not built on Windows or without gcc/clang builtins (SV_DOOR_AVAILABLE 0): the
 #   door then stays off and everything takes the Python path.
 #
@@ -542,6 +549,17 @@ cdef extern from *:
         return r == SV_CUDA_ERROR_INVALID_HANDLE || r == SV_CUDA_ERROR_INVALID_CONTEXT;
     }
 
+    /* Whether ``consumer`` may be capturing a graph (or its status cannot be had here):
+       the ordering is then _driver.py's, whose capture path makes the graph's external
+       event wait.  One driver call, but none for the legacy stream (0 and 1: the door
+       is off in cuda-bindings' per-thread mode), which never captures. */
+    static inline int sv_door_consumer_capturing(uintptr_t consumer) {
+        int status = 0;
+        if (consumer <= 1) return 0;
+        return sv_door_fn.cuStreamIsCapturing((void *)consumer, &status) != SV_CUDA_SUCCESS
+               || status != 0;
+    }
+
     /* ``consumer`` waits for the ordinary stream ``producer``'s work so far.
        SV_CUDA_SUCCESS: done; SV_DOOR_NOT_HANDLED: left to the Python path;
        else the failing call's CUresult, its name in *call. */
@@ -551,6 +569,7 @@ cdef extern from *:
         int looked_up, created;
         sv_CUresult r;
         if (t == NULL) return SV_DOOR_NOT_HANDLED;
+        if (sv_door_consumer_capturing(consumer)) return SV_DOOR_NOT_HANDLED;
         r = sv_door_context_of(t, producer, &context, &looked_up, call);
         if (r != SV_CUDA_SUCCESS) return r;
         r = sv_door_event_in(t, context, &event, &created, call);
@@ -664,6 +683,8 @@ cdef extern from *:
             if ((current == NULL || current == primary) && sv_door_same_default(producer, consumer))
                 return SV_CUDA_SUCCESS;  /* one stream */
         }
+        /* (A per-thread consumer with no current context: the wait is the Python path's.) */
+        if (sv_door_consumer_capturing(consumer)) return SV_DOOR_NOT_HANDLED;
         r = sv_door_fn.cuCtxPushCurrent(primary);
         if (r != SV_CUDA_SUCCESS) { *call = "cuCtxPushCurrent"; return r; }
         r = sv_door_record_in_current(t, primary, producer, &event, call);

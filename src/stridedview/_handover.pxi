@@ -73,8 +73,13 @@
 #   (cuEventSynchronize) until the count is back under the bound: back-pressure,
 #   as the driver's own launch queue gives when a program runs that far ahead
 #   of the device.  Holds handed to a stream that is capturing a CUDA graph
-#   cannot be waited for (the graph runs later, maybe many times): they are
-#   kept, outside the bound, until interpreter exit.
+#   cannot be waited for (the graph runs later, maybe many times): they belong to
+#   the graph (_graphs.pxi: a user object its graphs hold), outside the bound,
+#   and come back when the graph and its executable graphs are gone: to the
+#   registry with the events recorded then on the entry's other streams, or
+#   released at once.  Only when that cannot be arranged (no user object could be
+#   made, a capture that ended between two queries) is such a hold kept until
+#   interpreter exit.
 # - Exit: an atexit function (registered at the first hand-over, so after the
 #   producers' libraries have registered theirs, and run before them) waits for
 #   every pending entry and releases it; a hand-over after that waits at once.
@@ -110,12 +115,21 @@ cdef extern from *:
     #else
     #define SV_HANDOVER_LOCK() ((void)0)
     #define SV_HANDOVER_UNLOCK() ((void)0)
-    #define SV_PENDING_LOAD(x) (x)
-    #define SV_PENDING_ADD(x, d) ((void)((x) += (d)))
+    /* Atomic even with the GIL: a user object's destructor adds to sv_pending_entries
+       from a driver thread (_graphs.pxi).  The load is a plain load. */
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    #define SV_PENDING_LOAD(x) (*(volatile Py_ssize_t *)&(x))
+    #define SV_PENDING_ADD(x, d) ((void)_InterlockedExchangeAdd64((volatile __int64 *)&(x), (d)))
+    #else
+    #define SV_PENDING_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+    #define SV_PENDING_ADD(x, d) ((void)__atomic_fetch_add(&(x), (d), __ATOMIC_RELAXED))
+    #endif
     #define SV_COUNTDOWN(x) (--(x))
     #define SV_COUNTDOWN_RESET(x, v) ((void)((x) = (v)))
     #endif
-    /* Sealed hand-overs in the registry or being checked by a thread. */
+    /* Sealed hand-overs in the registry or being checked by a thread, and resources
+       given back by destroyed graphs not yet drained (_graphs.pxi). */
     static Py_ssize_t sv_pending_entries = 0;
     /* Of those, hand-overs not yet recorded (_deferred_entries). */
     static Py_ssize_t sv_deferred_entries = 0;
@@ -620,14 +634,41 @@ cdef int _record_entry(_Handover entry) noexcept:
             )
         return _ENTRY_RELEASED
     if events is None:  # a stream is capturing: no event can say when the graph is done
-        SV_HANDOVER_LOCK()
-        _captured_entries.append(entry)
-        SV_HANDOVER_UNLOCK()
-        return _ENTRY_CAPTURED
+        return _hand_to_graphs(entry)
     entry.events = events
     if not entry.sealed:  # (a group's was set under the lock, and is read under it)
         entry.sealed = True
     return _ENTRY_RECORDED
+
+
+cdef int _hand_to_graphs(_Handover entry) noexcept:
+    """``entry`` has a place capturing a graph: it is given to the graphs being captured
+    (_driver.hand_to_graphs: events recorded on its other places, a user object the
+    graphs hold, _graphs.pxi drains it back); _ENTRY_CAPTURED.  When that cannot be
+    arranged, it is kept until exit (the host cannot wait for a graph); a capture
+    invalidated meanwhile defers it (_ENTRY_DEFERRED), as a record would."""
+    cdef list events = []
+    try:
+        if _driver_module().hand_to_graphs(_entry_places(entry), (entry, events)):
+            return _ENTRY_CAPTURED
+    except BaseException as exc:
+        name = getattr(exc, "name", None)
+        if type(exc).__name__ == "GraphOwnedError":  # taken: given back with its graphs
+            sv_write_unraisable(exc, "stridedview: handing a hold to a captured graph")
+            return _ENTRY_CAPTURED
+        if not _exiting and name in _LATER:
+            return _ENTRY_DEFERRED
+        if name not in _GONE and name not in _LATER:
+            sv_write_unraisable(
+                exc, "stridedview: handing a hold to a captured graph (kept until exit)"
+            )
+    try:
+        SV_HANDOVER_LOCK()
+        _captured_entries.append(entry)
+        SV_HANDOVER_UNLOCK()
+    except BaseException as exc:  # (no memory): nothing can keep it; the graph may run
+        sv_write_unraisable(exc, "stridedview: keeping a captured hold until exit")
+    return _ENTRY_CAPTURED
 
 
 cdef bint _door_record_entry(_Handover entry) noexcept:
@@ -754,6 +795,33 @@ cdef void _seal_and_register(_Handover entry) noexcept:
         SV_PENDING_ADD(sv_pending_entries, 1)
         _release_entry(entry)
         return
+    _list_recorded(entry)
+
+
+cdef Py_ssize_t _register_recorded(_Handover entry) noexcept:
+    """List an entry whose events were recorded (one a graph gave back), without checking
+    the registry (its caller is checking it); after the exit function, wait and release
+    at once.  How many holds were released."""
+    if _exiting:
+        _entry_wait(entry)
+        SV_PENDING_ADD(sv_pending_entries, 1)
+        return _release_entry(entry)
+    try:
+        SV_HANDOVER_LOCK()
+        _pending_entries.append(entry)
+        SV_PENDING_ADD(sv_pending_entries, 1)
+        SV_HANDOVER_UNLOCK()
+    except BaseException as exc:
+        _entry_wait(entry)  # no room to list it: its streams are waited for now
+        SV_PENDING_ADD(sv_pending_entries, 1)
+        sv_write_unraisable(exc, "stridedview: listing a hand-over (its streams were waited for)")
+        return _release_entry(entry)
+    return 0
+
+
+cdef void _list_recorded(_Handover entry) noexcept:
+    """_seal_and_register's listing of a recorded entry: the oldest checked first, the
+    bound kept."""
     cdef bint checked = (
         entry.c_events != NULL and SV_PENDING_LOAD(sv_pending_entries) < _pending_limit
     )
@@ -897,9 +965,11 @@ cdef Py_ssize_t _check_oldest(int limit) noexcept:
     cdef _Handover entry
     cdef int i
     cdef bint done
+    if sv_graph_any():
+        released = _drain_graphs()
     if SV_PENDING_LOAD(sv_deferred_entries) > 0:
         try:
-            released = _retry_deferred(False)
+            released += _retry_deferred(False)
         except BaseException as exc:  # (no memory, a KeyboardInterrupt): they stay deferred
             sv_write_unraisable(exc, "stridedview: checking pending hand-overs")
     for i in range(limit):
@@ -921,7 +991,9 @@ cdef Py_ssize_t _check_oldest(int limit) noexcept:
 
 cdef void _poll_on_creation() noexcept:
     """Called by _new_view while hand-overs are pending: every _POLL_EVERY calls, the
-    oldest entries are checked."""
+    oldest entries are checked; what destroyed graphs gave back, at once."""
+    if sv_graph_any():
+        _drain_graphs()
     if SV_COUNTDOWN(sv_poll_countdown) > 0:
         return
     SV_COUNTDOWN_RESET(sv_poll_countdown, _POLL_EVERY)  # (other threads count down atomically)
@@ -956,8 +1028,10 @@ cdef Py_ssize_t _release_pending(bint wait) except -1:
     cdef list kept = []
     cdef Py_ssize_t released = 0, done = 0, head
     cdef _Handover entry
+    if sv_graph_any():
+        released = _drain_graphs()
     if SV_PENDING_LOAD(sv_deferred_entries) > 0:
-        released = _retry_deferred(wait)
+        released += _retry_deferred(wait)
     SV_HANDOVER_LOCK()
     claimed = _pending_entries
     head = _pending_head
@@ -1010,8 +1084,9 @@ def _drain_pending():
 
 
 def _release_at_exit():
-    """At interpreter exit: wait for every pending hand-over's streams and release it;
-    from now on a hand-over waits at once."""
+    """At interpreter exit: wait for every pending hand-over's streams and release it
+    (those given back by graphs already destroyed included; graphs still alive keep
+    theirs); from now on a hand-over waits at once."""
     global _exiting
     _exiting = True
     for _ in range(8):  # releases may hand more over (a root view's own record)
@@ -1033,11 +1108,13 @@ def release_pending(wait=False):
     also released as their streams finish, checked on later view creations and
     hand-overs, so calling this is never needed for correctness; it releases now.
     ``wait=True`` first waits on the host for every pending hold's streams
-    (``cuEventSynchronize``), so that none is left; holds handed to a stream that
-    was capturing a CUDA graph are kept until interpreter exit either way, and a
-    hold whose stream cannot be recorded on yet (the legacy stream while a blocking
-    stream of its context captures, a stream whose capture was invalidated) is
-    tried again, recorded and waited for if it now can be, else kept.
+    (``cuEventSynchronize``), so that none is left, but for those a CUDA graph owns:
+    a hold handed to a stream that was capturing a graph comes back only once that
+    graph and every executable graph made from it are destroyed (then released here,
+    or at a later view creation, once its other streams are done), and is never
+    waited for.  A hold whose stream cannot be recorded on yet (the legacy stream
+    while a blocking stream of its context captures, a stream whose capture was
+    invalidated) is tried again, recorded and waited for if it now can be, else kept.
     """
     if type(wait) is not bool:
         raise TypeError(f"release_pending: wait must be a bool (got {wait!r})")

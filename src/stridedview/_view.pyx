@@ -1051,6 +1051,7 @@ cdef bint _is_contiguous(tuple shape, tuple strides, int64_t size, bint reversed
 include "_intern.pxi"
 include "_driver_door.pxi"
 include "_handover.pxi"
+include "_graphs.pxi"
 include "_view_lifecycle.pxi"
 include "_attributes.pxi"
 include "_producer_types.pxi"

@@ -317,8 +317,13 @@ static void desc_2d_to_3d(const sg_copy2d_desc *a, sg_copy3d_desc *b) {
     b->depth = 1;
 }
 
+/* The 2-D copies refuse a pitch above CU_DEVICE_ATTRIBUTE_MAX_PITCH (the driver documents
+ * it for each of them), whatever the height; a CUDA array end has no pitch. */
 static CUresult copy_2d(const sg_copy2d_desc *d, uint64_t stream, int sync_api) {
     if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
+    if ((d->src_type != SG_MEMTYPE_ARRAY && d->src_pitch > SG_MAX_PITCH) ||
+        (d->dst_type != SG_MEMTYPE_ARRAY && d->dst_pitch > SG_MAX_PITCH))
+        return CUDA_ERROR_INVALID_VALUE;
     sg_copy3d_desc full;
     desc_2d_to_3d(d, &full);
     return copy_3d(&full, stream, sync_api, 0);

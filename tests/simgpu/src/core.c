@@ -11,6 +11,7 @@ sg_config sg_cfg;
 pthread_mutex_t sg_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t sg_progress = PTHREAD_COND_INITIALIZER;
 int sg_initialized;
+volatile sig_atomic_t sg_forked_child;
 
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 
@@ -31,7 +32,7 @@ static long env_long(const char *name, long fallback, long lo, long hi) {
 static void load_config_once(void) {
     sg_cfg.devices = (int)env_long("SIMGPU_DEVICES", 2, 0, 64);
     sg_cfg.delay_us = (unsigned)env_long("SIMGPU_DELAY_US", 0, 0, 10000000);
-    sg_cfg.trace = (int)env_long("SIMGPU_TRACE", 0, 0, 1);
+    sg_cfg.trace = (int)env_long("SIMGPU_TRACE", 0, 0, 2);
     sg_cfg.device_bytes = (size_t)env_long("SIMGPU_MEMORY_MB", 8192, 16, 1 << 20) << 20;
     sg_cfg.driver_version = (int)env_long("SIMGPU_DRIVER_VERSION", 13000, 12000, 99999);
 }
@@ -89,6 +90,23 @@ typedef struct {
 static fault_rule faults[MAX_FAULTS];
 static atomic_int faults_active; /* rules set: the fast path checks only this */
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A child forked after the parent initialised the driver cannot use it: every call there
+ * answers CUDA_ERROR_NOT_INITIALIZED, cuInit included (as the driver does), and returns at
+ * once.  The parent's stream workers do not exist in the child, so a wait would never end;
+ * the locks may have been held by a thread of the parent at the fork, so the handler gives
+ * the child fresh ones (the child's only thread is the one that forked). */
+static void forked_child(void) {
+    if (sg_initialized) sg_forked_child = 1;
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    sg_lock = fresh;
+    api_lock = fresh;
+    fault_lock = fresh;
+}
+
+__attribute__((constructor)) static void register_fork_handler(void) {
+    pthread_atfork(NULL, NULL, forked_child);
+}
 
 /* "cuFoo" names cuFoo and cuFoo_v<digits>. */
 static int fault_matches(const char *rule, const char *entry) {
@@ -410,6 +428,7 @@ static const struct {
      "operation not permitted on an event last recorded in a capturing stream"},
     {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
      "attempt to terminate a thread-local capture sequence from another thread"},
+    {CUDA_ERROR_INVALID_CLUSTER_SIZE, "CUDA_ERROR_INVALID_CLUSTER_SIZE", "invalid cluster size"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -448,6 +467,17 @@ SG_API CUresult cuDriverGetVersion(int *version) {
     API_RETURN(CUDA_SUCCESS);
 }
 
+/* The driver's private export tables (asked for by the CUDA runtime and by NVRTC, by UUID)
+ * are undocumented: the simulator serves none, and answers every id "not found" with a NULL
+ * table, as the driver answers an id it does not know.  Without the entry point at all,
+ * NVRTC 13 calls through a NULL pointer at its first compile. */
+SG_API CUresult cuGetExportTable(const void **table, const sg_uuid *id) {
+    API_BEGIN("cuGetExportTable");
+    if (table == NULL || id == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *table = NULL;
+    API_RETURN(CUDA_ERROR_NOT_FOUND);
+}
+
 static unsigned long long next_ctx_id = 1;
 
 static sg_ctx *ctx_new(int dev, int primary) {
@@ -475,6 +505,7 @@ static void ctx_activate(sg_ctx *c) {
 
 SG_API CUresult cuInit(unsigned int flags) {
     API_BEGIN("cuInit");
+    if (sg_forked_child) API_RETURN(CUDA_ERROR_NOT_INITIALIZED);
     if (flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
     if (!sg_initialized) {
@@ -576,7 +607,7 @@ static int attribute_value(int attrib, int dev, int *value) {
     case 8: *value = 49152; return 1;             /* shared memory per block */
     case 9: *value = 65536; return 1;             /* constant memory */
     case 10: *value = 32; return 1;               /* warp size */
-    case 11: *value = 2147483647; return 1;       /* max pitch */
+    case 11: *value = SG_MAX_PITCH; return 1;     /* max pitch (cuMemcpy2D enforces it) */
     case 12: *value = 65536; return 1;            /* registers per block */
     case 13: *value = 1980000; return 1;          /* clock rate (kHz) */
     case 14: *value = 512; return 1;              /* texture alignment */
@@ -619,7 +650,7 @@ static int attribute_value(int attrib, int dev, int *value) {
     case 86: *value = 0; return 1;
     case 87: *value = 2; return 1;
     case 88: *value = 0; return 1;                /* pageable memory access */
-    case 89: *value = 1; return 1;                /* concurrent managed access */
+    case 89: *value = 0; return 1;                /* concurrent managed access: no managed pools */
     case 90: *value = 1; return 1;                /* compute preemption */
     case 91: *value = 1; return 1;                /* host pointer usable for registered memory */
     case 92: case 93: case 94: *value = 0; return 1;
@@ -630,28 +661,28 @@ static int attribute_value(int attrib, int dev, int *value) {
     case 99: *value = 1; return 1;                /* host register */
     case 100: *value = 0; return 1;
     case 101: *value = 0; return 1;
-    case 102: *value = 1; return 1;               /* virtual memory management */
-    case 103: *value = 1; return 1;               /* POSIX fd handles */
+    case 102: *value = 0; return 1;               /* virtual memory management: absent */
+    case 103: *value = 0; return 1;               /* POSIX fd handles: no IPC, no VMM */
     case 104: case 105: *value = 0; return 1;
     case 106: *value = 32; return 1;              /* blocks per multiprocessor */
     case 107: *value = 1; return 1;
     case 108: *value = 34078720; return 1;
     case 109: *value = 134213632; return 1;
-    case 110: *value = 1; return 1;
+    case 110: *value = 0; return 1;               /* GPUDirect RDMA with VMM: no VMM */
     case 111: *value = 1024; return 1;            /* reserved shared memory per block */
-    case 112: *value = 1; return 1;
-    case 113: *value = 1; return 1;
-    case 114: *value = 1; return 1;
+    case 112: *value = 0; return 1;               /* sparse CUDA arrays: no CUDA arrays */
+    case 113: *value = 1; return 1;               /* read-only host registration */
+    case 114: *value = 0; return 1;               /* timeline semaphores: no external semaphores */
     case 115: *value = 1; return 1;               /* memory pools */
     case 116: *value = 1; return 1;
     case 117: *value = 1; return 1;
     case 118: *value = 100; return 1;
-    case 119: *value = 1; return 1;               /* pool handle types: POSIX fd */
+    case 119: *value = 0; return 1;               /* pool handle types: none (no pool export) */
     case 120: *value = 1; return 1;               /* cluster launch */
-    case 121: *value = 1; return 1;
-    case 122: case 123: *value = 1; return 1;
+    case 121: *value = 0; return 1;               /* deferred-mapping CUDA arrays: no CUDA arrays */
+    case 122: case 123: *value = 0; return 1;     /* stream memory operations: absent */
     case 124: *value = 0; return 1;
-    case 125: *value = 1; return 1;
+    case 125: *value = 0; return 1;               /* IPC events: no IPC */
     case 126: *value = 4; return 1;
     case 127: *value = 1; return 1;               /* tensor maps */
     case 128: *value = 0; return 1;

@@ -667,14 +667,19 @@ void sg_pool_free_reached(uint64_t pool, uint64_t token) {
         if (p->blocks[i].token == token) p->blocks[i].reached = 1;
 }
 
+/* A zero-byte stream-ordered allocation succeeds, as the driver's does, and gives the null
+ * pointer, which cuMemFreeAsync accepts (and does nothing with). */
 static CUresult alloc_async(CUdeviceptr *dptr, size_t size, sg_pool *given, uint64_t stream) {
-    if (dptr == NULL || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&sg_lock);
     sg_stream *s = sg_stream_resolve(stream, &err);
     CUresult r = err;
     if (s != NULL) {
-        if (s->capture != NULL) {
+        if (size == 0) {
+            *dptr = 0;
+            r = CUDA_SUCCESS;
+        } else if (s->capture != NULL) {
             r = CUDA_ERROR_NOT_SUPPORTED; /* graph memory nodes are not simulated */
         } else {
             /* The pool current to the stream's device, unless one is given. */
@@ -713,6 +718,8 @@ SG_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
     CUresult r = CUDA_SUCCESS;
     if (s == NULL) {
         r = err;
+    } else if (dptr == 0) {
+        r = CUDA_SUCCESS; /* what a zero-byte cuMemAllocAsync gave */
     } else if (a == NULL || a->base != dptr) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else if (s->capture != NULL) {
@@ -798,9 +805,21 @@ SG_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
     API_RETURN(r);
 }
 
+/* The (location, allocation type) pairs CUDA 13 documents for cuMemGetMemPool and its
+ * siblings: a device, the host or a host NUMA node, with pinned or managed allocations, and
+ * pinned in a device locality domain, managed with no location (type 0,
+ * CU_MEM_LOCATION_TYPE_NONE); anything else is
+ * INVALID_VALUE.  The simulator has pools for device memory only: a valid pair naming the
+ * host or managed memory is NOT_SUPPORTED (and the device attributes say so:
+ * HOST_MEMORY_POOLS_SUPPORTED and HOST_NUMA_MEMORY_POOLS_SUPPORTED are 0, and so is
+ * CONCURRENT_MANAGED_ACCESS, which managed pools need). */
 static CUresult location_device(const sg_mem_location *loc, int type, int *dev) {
-    if (loc == NULL || type != 1 || loc->type != 1) return CUDA_ERROR_INVALID_VALUE;
-    if (!sg_device_valid(loc->id)) return CUDA_ERROR_INVALID_DEVICE;
+    if (loc == NULL || (type != 1 && type != 2)) return CUDA_ERROR_INVALID_VALUE;
+    int known = loc->type == 1 || loc->type == 2 || loc->type == 3 || (loc->type == 0 && type == 2) ||
+                (loc->type == 6 && type == 1); /* 6: a device locality domain */
+    if (!known) return CUDA_ERROR_INVALID_VALUE;
+    if (loc->type == 1 && !sg_device_valid(loc->id)) return CUDA_ERROR_INVALID_DEVICE;
+    if (loc->type != 1 || type != 1) return CUDA_ERROR_NOT_SUPPORTED;
     *dev = loc->id;
     return CUDA_SUCCESS;
 }
@@ -853,8 +872,10 @@ SG_API CUresult cuMemSetMemPool(sg_mem_location *loc, int type, CUmemoryPool poo
 SG_API CUresult cuMemPoolCreate(CUmemoryPool *out, const sg_pool_props *props) {
     API_BEGIN("cuMemPoolCreate");
     API_NEED_INIT();
-    if (out == NULL || props == NULL || props->alloc_type != 1) API_RETURN(CUDA_ERROR_INVALID_VALUE);
-    if (props->location.type != 1) API_RETURN(CUDA_ERROR_NOT_SUPPORTED); /* host pools */
+    if (out == NULL || props == NULL || (props->alloc_type != 1 && props->alloc_type != 2))
+        API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    /* managed pools and host pools are not simulated */
+    if (props->alloc_type != 1 || props->location.type != 1) API_RETURN(CUDA_ERROR_NOT_SUPPORTED);
     if (!sg_device_valid(props->location.id)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
     if (props->handle_types & ~1) API_RETURN(CUDA_ERROR_NOT_SUPPORTED);
     pthread_mutex_lock(&sg_lock);

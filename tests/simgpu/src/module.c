@@ -946,36 +946,156 @@ SG_API CUresult cuFuncLoad(CUfunction h) {
     API_RETURN(ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
 }
 
+/* Occupancy of a Hopper-class multiprocessor (the device attributes' numbers): 2048 threads,
+ * 32 blocks, 233472 bytes of shared memory of which each block reserves 1024, at most 232448
+ * bytes of dynamic shared memory per block; kernels use no static shared memory. */
+enum { SM_THREADS = 2048, SM_BLOCKS = 32, SM_SHARED = 233472, BLOCK_RESERVED = 1024,
+       BLOCK_SHARED_MAX = 232448, SM_COUNT = 132, CLUSTER_PORTABLE_MAX = 8 };
+
+static int blocks_per_sm(int block, size_t smem) {
+    if (smem > BLOCK_SHARED_MAX) return 0;
+    int by_threads = SM_THREADS / block;
+    int by_smem = (int)(SM_SHARED / (smem + BLOCK_RESERVED));
+    int n = by_threads < by_smem ? by_threads : by_smem;
+    return n < SM_BLOCKS ? n : SM_BLOCKS;
+}
+
+/* Checks the function handle; *max_dynamic (when asked) gets the dynamic shared memory the
+ * function may use (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: 48 KiB unless raised). */
+static CUresult occupancy_function_limit(CUfunction h, size_t *max_dynamic) {
+    callable c;
+    pthread_mutex_lock(&sg_lock);
+    int ok = callable_get(H(h), &c);
+    if (ok && max_dynamic) *max_dynamic = (size_t)*c.max_dynamic_shared;
+    pthread_mutex_unlock(&sg_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult occupancy_function(CUfunction h) { return occupancy_function_limit(h, NULL); }
+
+static CUresult max_active_blocks(int *n, CUfunction h, int block, size_t smem, unsigned flags) {
+    if (n == NULL || block <= 0 || block > 1024 || (flags & ~1u)) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = occupancy_function(h);
+    if (r == CUDA_SUCCESS) *n = blocks_per_sm(block, smem);
+    return r;
+}
+
 SG_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction h, int block,
                                                             size_t smem) {
     API_BEGIN("cuOccupancyMaxActiveBlocksPerMultiprocessor");
     API_NEED_INIT();
-    if (n == NULL || block <= 0 || block > 1024) API_RETURN(CUDA_ERROR_INVALID_VALUE);
-    callable c;
-    pthread_mutex_lock(&sg_lock);
-    int ok = callable_get(H(h), &c);
-    pthread_mutex_unlock(&sg_lock);
-    if (!ok) API_RETURN(CUDA_ERROR_INVALID_HANDLE);
-    int by_threads = 2048 / block, by_smem = smem ? (int)(233472 / (smem + 1024)) : 32;
-    *n = by_threads < by_smem ? by_threads : by_smem;
-    if (*n > 32) *n = 32;
-    API_RETURN(CUDA_SUCCESS);
+    API_RETURN(max_active_blocks(n, h, block, smem, 0));
+}
+
+SG_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction h, int block,
+                                                                     size_t smem, unsigned flags) {
+    API_BEGIN("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
+    API_NEED_INIT();
+    API_RETURN(max_active_blocks(n, h, block, smem, flags));
+}
+
+/* The block size (a multiple of the warp size, at most `limit` when given) with the most
+ * resident threads per multiprocessor, the largest such on a tie; `to_smem` (when given)
+ * tells each block size's dynamic shared memory, else `smem` is used for all. */
+static CUresult potential_block_size(int *min_grid, int *block, CUfunction h, size_t (*to_smem)(int),
+                                     size_t smem, int limit, unsigned flags) {
+    if (min_grid == NULL || block == NULL || (flags & ~1u)) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = occupancy_function(h);
+    if (r != CUDA_SUCCESS) return r;
+    int top = limit > 0 && limit < 1024 ? limit : 1024;
+    int best = 0, best_blocks = 0, best_threads = 0;
+    for (int size = 32; size <= top; size += 32) {
+        int n = blocks_per_sm(size, to_smem ? to_smem(size) : smem);
+        if (n * size >= best_threads && n > 0) {
+            best = size;
+            best_blocks = n;
+            best_threads = n * size;
+        }
+    }
+    *block = best;
+    *min_grid = best_blocks * SM_COUNT;
+    return CUDA_SUCCESS;
 }
 
 SG_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction h,
                                                  size_t (*to_smem)(int), size_t smem, int limit) {
     API_BEGIN("cuOccupancyMaxPotentialBlockSize");
     API_NEED_INIT();
-    (void)to_smem;
-    (void)smem;
-    if (min_grid == NULL || block == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
-    callable c;
-    pthread_mutex_lock(&sg_lock);
-    int ok = callable_get(H(h), &c);
-    pthread_mutex_unlock(&sg_lock);
-    if (!ok) API_RETURN(CUDA_ERROR_INVALID_HANDLE);
-    *block = limit > 0 && limit < 1024 ? limit : 1024;
-    *min_grid = 132 * (2048 / *block);
+    API_RETURN(potential_block_size(min_grid, block, h, to_smem, smem, limit, 0));
+}
+
+SG_API CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *block, CUfunction h,
+                                                          size_t (*to_smem)(int), size_t smem,
+                                                          int limit, unsigned flags) {
+    API_BEGIN("cuOccupancyMaxPotentialBlockSizeWithFlags");
+    API_NEED_INIT();
+    API_RETURN(potential_block_size(min_grid, block, h, to_smem, smem, limit, flags));
+}
+
+/* The dynamic shared memory each block may use with `blocks` of `block` threads resident on
+ * one multiprocessor (0 when that many cannot be resident at all), at most what the function
+ * may use. */
+SG_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction h, int blocks,
+                                                        int block) {
+    API_BEGIN("cuOccupancyAvailableDynamicSMemPerBlock");
+    API_NEED_INIT();
+    if (bytes == NULL || blocks <= 0 || block <= 0 || block > 1024) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    size_t limit = BLOCK_SHARED_MAX;
+    CUresult r = occupancy_function_limit(h, &limit);
+    if (r != CUDA_SUCCESS) API_RETURN(r);
+    size_t share = SM_SHARED / (size_t)blocks;
+    if (blocks > SM_BLOCKS || (long long)blocks * block > SM_THREADS || share <= BLOCK_RESERVED)
+        *bytes = 0;
+    else
+        *bytes = share - BLOCK_RESERVED < limit ? share - BLOCK_RESERVED : limit;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+/* The cluster dimensions a launch configuration asks for (1x1x1 without the attribute). */
+static CUresult config_cluster(const sg_launch_config *cfg, unsigned cluster[3]) {
+    cluster[0] = cluster[1] = cluster[2] = 1;
+    if (cfg == NULL || (cfg->num_attrs > 0 && cfg->attrs == NULL)) return CUDA_ERROR_INVALID_VALUE;
+    const unsigned *b = cfg->block;
+    if (b[0] == 0 || b[1] == 0 || b[2] == 0 || (unsigned long long)b[0] * b[1] * b[2] > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < cfg->num_attrs; i++)
+        if (cfg->attrs[i].id == 4) memcpy(cluster, cfg->attrs[i].value, 3 * sizeof(unsigned));
+    if (cluster[0] == 0 || cluster[1] == 0 || cluster[2] == 0) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* The largest portable cluster (8 blocks on compute capability 9.0); the configuration's own
+ * cluster dimensions are ignored, as the driver documents. */
+SG_API CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction h, const sg_launch_config *cfg) {
+    API_BEGIN("cuOccupancyMaxPotentialClusterSize");
+    API_NEED_INIT();
+    unsigned cluster[3];
+    if (size == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = config_cluster(cfg, cluster);
+    if (r == CUDA_SUCCESS) r = occupancy_function(h);
+    if (r != CUDA_SUCCESS) API_RETURN(r);
+    unsigned threads = cfg->block[0] * cfg->block[1] * cfg->block[2];
+    int n = blocks_per_sm((int)threads, cfg->shared_bytes);
+    *size = n > 0 ? CLUSTER_PORTABLE_MAX : 0;
+    API_RETURN(CUDA_SUCCESS);
+}
+
+/* How many clusters of the configuration's size fit on the device at once: the blocks resident
+ * on all multiprocessors, whole clusters of them (a cluster above the portable size is
+ * CUDA_ERROR_INVALID_CLUSTER_SIZE). */
+SG_API CUresult cuOccupancyMaxActiveClusters(int *count, CUfunction h, const sg_launch_config *cfg) {
+    API_BEGIN("cuOccupancyMaxActiveClusters");
+    API_NEED_INIT();
+    unsigned cluster[3];
+    if (count == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = config_cluster(cfg, cluster);
+    if (r == CUDA_SUCCESS) r = occupancy_function(h);
+    if (r != CUDA_SUCCESS) API_RETURN(r);
+    unsigned long long blocks_in_cluster = (unsigned long long)cluster[0] * cluster[1] * cluster[2];
+    if (blocks_in_cluster > CLUSTER_PORTABLE_MAX) API_RETURN(CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    unsigned threads = cfg->block[0] * cfg->block[1] * cfg->block[2];
+    long long resident = (long long)blocks_per_sm((int)threads, cfg->shared_bytes) * SM_COUNT;
+    *count = (int)(resident / (long long)blocks_in_cluster);
     API_RETURN(CUDA_SUCCESS);
 }
 

@@ -14,6 +14,7 @@
 
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,6 +59,7 @@ enum {
     CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
     CUDA_ERROR_CAPTURED_EVENT = 907,
     CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
+    CUDA_ERROR_INVALID_CLUSTER_SIZE = 912,
     CUDA_ERROR_UNKNOWN = 999,
 };
 
@@ -183,10 +185,15 @@ typedef struct {
 } sg_config;
 extern sg_config sg_cfg;
 
+/* The largest pitch a 2-D copy accepts (CU_DEVICE_ATTRIBUTE_MAX_PITCH). */
+#define SG_MAX_PITCH 2147483647
+
 /* ---- global lock, progress condition, initialisation ---------------------------- */
 extern pthread_mutex_t sg_lock;
 extern pthread_cond_t sg_progress;
 extern int sg_initialized;
+/* Set in a child forked after cuInit: every call there answers NOT_INITIALIZED. */
+extern volatile sig_atomic_t sg_forked_child;
 void sg_load_config(void);
 double sg_now_ms(void);
 
@@ -209,7 +216,8 @@ CUresult sg_api_leave(int index, CUresult result);
 extern __thread int sg_in_host_fn;
 #define API_NEED_INIT()                                                          \
     do {                                                                         \
-        if (!sg_initialized) API_RETURN(CUDA_ERROR_NOT_INITIALIZED);             \
+        if (!sg_initialized || sg_forked_child)                                  \
+            API_RETURN(CUDA_ERROR_NOT_INITIALIZED);                              \
         if (sg_in_host_fn) API_RETURN(CUDA_ERROR_NOT_PERMITTED);                 \
     } while (0)
 void sg_count(const char *counter, long long delta);
@@ -217,7 +225,7 @@ void sg_count(const char *counter, long long delta);
 /* ---- handles --------------------------------------------------------------------- */
 enum {
     K_CTX = 1, K_STREAM, K_EVENT, K_MODULE, K_FUNC, K_LIB, K_KERNEL, K_POOL,
-    K_GRAPH, K_GEXEC, K_LINK,
+    K_GRAPH, K_GEXEC, K_LINK, K_UOBJ,
 };
 typedef struct {
     uint64_t h;
@@ -420,5 +428,22 @@ void sg_modules_of_ctx_destroy(sg_ctx *c);
 
 /* ---- graphs (capture) ------------------------------------------------------------ */
 sg_op *sg_op_clone(const sg_op *op);
+
+/* ---- user objects (graph.c) ------------------------------------------------------- */
+typedef struct {
+    uint64_t obj;   /* a user object's handle */
+    unsigned count; /* references held */
+} sg_uref;
+typedef struct {
+    sg_uref *v;
+    int n, cap;
+} sg_urefs;
+/* The user-object references of a live graph (stream.c), or NULL; lock held. */
+sg_urefs *sg_graph_urefs(uint64_t graph);
+/* dst takes references of its own to every object src holds (instantiation). */
+int sg_urefs_copy(sg_urefs *dst, const sg_urefs *src);
+/* Drops every reference of l (emptied), once each point of after[] has run; an object
+ * whose last reference goes has its destructor run on the driver's release thread. */
+void sg_urefs_release(sg_urefs *l, const sg_dep *after, int nafter);
 
 #endif

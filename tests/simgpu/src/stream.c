@@ -302,6 +302,7 @@ typedef struct sg_graph {
     sg_obj o;
     sg_op **nodes;
     int n, cap;
+    sg_urefs refs; /* user objects it holds (graph.c) */
 } sg_graph;
 
 typedef struct sg_capture {
@@ -336,6 +337,7 @@ static void graph_add(sg_graph *g, sg_op *op) {
 }
 
 static void graph_free(sg_graph *g) {
+    sg_urefs_release(&g->refs, NULL, 0);
     for (int i = 0; i < g->n; i++) sg_op_free(g->nodes[i]);
     free(g->nodes);
     free(g);
@@ -1220,7 +1222,35 @@ typedef struct {
     sg_obj o;
     sg_op **nodes;
     int n;
+    sg_urefs refs;     /* its own references to its graph's user objects */
+    sg_dep *launched;  /* per stream, the last operation of its latest launch there */
+    int nlaunched, cap_launched;
 } sg_graph_exec;
+
+sg_urefs *sg_graph_urefs(uint64_t h) {
+    sg_graph *g = sg_handle_get(h, K_GRAPH);
+    return g != NULL ? &g->refs : NULL;
+}
+
+/* The launch just enqueued on s: the exec's references wait for it at its destruction. */
+static void exec_launched(sg_graph_exec *x, sg_stream *s) {
+    for (int i = 0; i < x->nlaunched; i++) {
+        if (x->launched[i].stream == s->o.h) {
+            x->launched[i].seq = s->submitted;
+            return;
+        }
+    }
+    if (x->nlaunched == x->cap_launched) {
+        int cap = x->cap_launched ? x->cap_launched * 2 : 4;
+        sg_dep *grown = realloc(x->launched, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return;
+        x->launched = grown;
+        x->cap_launched = cap;
+    }
+    x->launched[x->nlaunched].stream = s->o.h;
+    x->launched[x->nlaunched].seq = s->submitted;
+    x->nlaunched++;
+}
 
 SG_API CUresult cuGraphCreate(CUgraph *ph, unsigned int flags) {
     API_BEGIN("cuGraphCreate");
@@ -1287,6 +1317,7 @@ static CUresult instantiate(CUgraphExec *ph, uint64_t graph) {
     for (int i = 0; i < g->n; i++) nodes[i] = sg_op_clone(g->nodes[i]);
     x->nodes = nodes;
     x->n = g->n;
+    sg_urefs_copy(&x->refs, &g->refs);
     sg_handle_new(x, K_GEXEC);
     *ph = P(x->o.h);
     pthread_mutex_unlock(&sg_lock);
@@ -1327,8 +1358,11 @@ SG_API CUresult cuGraphExecDestroy(CUgraphExec h) {
     sg_graph_exec *x = sg_handle_get(H(h), K_GEXEC);
     if (x != NULL) {
         sg_handle_drop(x->o.h);
+        /* Its references go once the launches already made have run. */
+        sg_urefs_release(&x->refs, x->launched, x->nlaunched);
         for (int i = 0; i < x->n; i++) sg_op_free(x->nodes[i]);
         free(x->nodes);
+        free(x->launched);
         free(x);
     }
     pthread_mutex_unlock(&sg_lock);
@@ -1376,6 +1410,7 @@ SG_API CUresult cuGraphLaunch(CUgraphExec h, CUstream stream) {
             e->time_valid = 0;
         }
     }
+    if (x != NULL && r == CUDA_SUCCESS && s->capture == NULL) exec_launched(x, s);
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
 }
