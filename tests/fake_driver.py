@@ -22,20 +22,13 @@ tests/simgpu, whose C entry points can now be made to fail: ``Simulator.fail``):
 - the host-only tests of the error contract (test_errors_contract.py) and of the views'
   fields (test_cai.py, test_export.py, ...), which must run without a device.
 
-Duplicated on the simulated device, with real data read back (tests/test_gpu_driver_faults.py;
-the lead decides whether these fake tests go): from test_stream_ordering.py,
-test_record_failing_twice_raises, test_failing_call_raises_cuda_error_with_its_name (all eight
-calls), test_ordering_works_after_a_failure (all five),
-test_event_create_failure_in_other_context_pops (but its exact last two calls),
-test_cuinit_retried_after_failure,
-test_failing_pop_does_not_hide_the_first_error, test_no_event_leaks_when_pop_fails_after_create,
-and the retry rule (not the handle reuse) of test_stale_context_retried_after_invalid_handle and
-test_invalid_handle_on_fresh_lookup_is_not_retried; from test_record_stream.py,
-test_a_failed_record_releases_at_once_and_is_reported; test_errors_contract.py's
-"driver-call-failed" message.  A process with no ``libcuda.so.1`` at all is a child process
-(test_cai.py's test_process_with_no_libcuda_is_cuda_error_no_driver), not a fake.
-test_ordering_calls_accepted_by_real_bindings (the fake's calls replayed on the real bindings)
-is made redundant by every gpu test, which calls the real bindings.
+The fake's tests that the simulated device repeats with real data read back
+(tests/test_gpu_driver_faults.py: each failing ordering call and its error, the retry after a
+failure, a failed ``cuInit`` not remembered, a failing pop not hiding the first error, no event
+leaked when a pop fails, a failed hand-over record released and reported) were removed from the
+host suite; the real bindings' acceptance of every call's arguments is proven by every gpu test.
+A process with no ``libcuda.so.1`` at all is a child process (test_cai.py's
+test_process_with_no_libcuda_is_cuda_error_no_driver), not a fake.
 
 Device memory, copies and tensor maps are no longer modelled here: those tests run on the
 simulated device.  Install it with ``stridedview._driver.use_api(FakeDriver())`` (and

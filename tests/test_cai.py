@@ -1033,47 +1033,6 @@ def test_no_driver_error_from_a_bindings_module_that_raises():
 # Reading device_id asks the real driver (cuPointerGetAttribute): tests/test_gpu_interop.py,
 # on the simulated device or a GPU.
 
-def libcuda_loadable():
-    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            ctypes.CDLL(name)
-            return True
-        except OSError:
-            pass
-    return False
-
-
-def replay_on_real_bindings(calls, safe_only=False):
-    """Call the real cuda.bindings.driver with the arguments the package gave the fake.
-
-    Returns the (name, error) of each call whose arguments the real bindings refuse
-    (TypeError, AttributeError, ValueError, OverflowError raised while converting
-    them, which they do before loading the driver).  Fake handles and enums become
-    the real types of the same name.  ``safe_only``: only replay calls that cannot
-    harm a real driver when given made-up handles.
-    """
-    driver = pytest.importorskip("cuda.bindings.driver")
-
-    safe = {"cuInit", "cuGetErrorName", "cuPointerGetAttribute", "cuCtxGetCurrent", "cuCtxGetDevice"}
-    refused = []
-    for name, args in calls:
-        if safe_only and name not in safe:
-            continue
-        real_args = []
-        for arg in args:
-            real_type = getattr(driver, type(arg).__name__, None)
-            if type(arg).__module__ == "fake_driver" and real_type is not None:
-                arg = real_type(int(arg))
-            real_args.append(arg)
-        try:
-            getattr(driver, name)(*real_args)
-        except (TypeError, AttributeError, ValueError, OverflowError) as exc:
-            refused.append((name, f"{type(exc).__name__}: {exc}"))
-        except Exception:  # noqa: BLE001 - the driver library itself is missing: arguments passed
-            pass
-    return refused
-
-
 def test_real_bindings_refuse_an_int_pointer_attribute():
     """The real cuda-bindings refuse a plain int attribute in cuPointerGetAttribute, and so does the fake (enum_attributes)."""
     driver = pytest.importorskip("cuda.bindings.driver")

@@ -478,26 +478,6 @@ def test_context_reset_under_a_pending_hold_releases_it(fake_streams):
     fake.finish(stream)
     assert release_pending() == 1 and producers.deleter_calls(producer) == 2
 
-
-def test_a_failed_record_releases_at_once_and_is_reported(fake_streams, monkeypatch):
-    """A record failing for another reason (no memory for an event) cannot be raised from a
-    deallocation: the hold is released at once and the error reported as unraisable."""
-    fake = fake_streams
-    reported = []
-    monkeypatch.setattr(sys, "unraisablehook", reported.append)
-    stream = fake.new_stream()
-    producer = device_capsule_producer()
-    view = StridedMemoryView(producer, stream_ptr=-1)
-    view.record_stream(stream)
-    fake.fail("cuEventCreate", CUresult.CUDA_ERROR_OUT_OF_MEMORY)
-    del view
-    assert producers.deleter_calls(producer) == 1 and pending() == (0, 0)
-    assert len(reported) == 1
-    assert isinstance(reported[0].exc_value, CUDAError)
-    assert reported[0].exc_value.name == "CUDA_ERROR_OUT_OF_MEMORY"
-    assert "hand-over" in str(reported[0].object)
-
-
 # --- the bound, threads, exit ---------------------------------------------------------------
 
 

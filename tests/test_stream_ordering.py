@@ -21,7 +21,7 @@ from conftest import gpu_import
 from fake_driver import HOST_BLOCKING_CALLS, CUresult, FakeDriver
 from stridedview import CUDAError, StridedMemoryView
 from stridedview import _driver
-from test_cai import CAIProducer, CudaStream, libcuda_loadable, replay_on_real_bindings
+from test_cai import CAIProducer, CudaStream
 
 DISABLE_TIMING = 2
 
@@ -293,63 +293,7 @@ def test_invalid_handle_on_fresh_lookup_is_not_retried(fake):
     assert names(state_calls(fake)) == ["cuInit", "cuStreamIsCapturing", "cuStreamGetCtx"]
 
 
-def test_record_failing_twice_raises(fake):
-    """If the retried record fails again with INVALID_HANDLE, CUDAError is raised (one retry only)."""
-    producer, consumer = fake.new_stream(), fake.new_stream()
-    ordered_view(producer, consumer)
-    fake.fail("cuEventRecord", CUresult.CUDA_ERROR_INVALID_HANDLE, times=5)
-    fake.clear_calls()
-    with pytest.raises(CUDAError) as excinfo:
-        ordered_view(producer, consumer)
-    assert excinfo.value.name == "CUDA_ERROR_INVALID_HANDLE"
-    assert names(state_calls(fake)).count("cuEventRecord") == 2
-    assert "cuStreamWaitEvent" not in names(fake.calls)
-
-
 # --- failures ------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(
-    "call, code",
-    [
-        ("cuInit", CUresult.CUDA_ERROR_NO_DEVICE),
-        ("cuStreamGetCtx", CUresult.CUDA_ERROR_INVALID_HANDLE),
-        ("cuCtxGetCurrent", CUresult.CUDA_ERROR_DEINITIALIZED),
-        ("cuCtxPushCurrent", CUresult.CUDA_ERROR_INVALID_CONTEXT),
-        ("cuEventCreate", CUresult.CUDA_ERROR_OUT_OF_MEMORY),
-        ("cuCtxPopCurrent", CUresult.CUDA_ERROR_INVALID_CONTEXT),
-        ("cuEventRecord", CUresult.CUDA_ERROR_ILLEGAL_ADDRESS),
-        ("cuStreamWaitEvent", CUresult.CUDA_ERROR_LAUNCH_FAILED),
-    ],
-    ids=lambda value: value if isinstance(value, str) else value.name,
-)
-def test_failing_call_raises_cuda_error_with_its_name(fake, call, code):
-    """A failing driver call raises stridedview.CUDAError (a RuntimeError) with .name the CUresult name and message '<call> failed: <NAME>'."""
-    other = fake.new_context(1)
-    producer, consumer = fake.new_stream(other), fake.new_stream()  # push/pop path
-    fake.fail(call, code)
-    with pytest.raises(CUDAError, match="^" + re.escape(f"{call} failed: {code.name}")) as excinfo:
-        ordered_view(producer, consumer)
-    assert excinfo.value.name == code.name
-    assert isinstance(excinfo.value, RuntimeError)
-    if call != "cuCtxPopCurrent":
-        # The calling thread's context stack is as it was.
-        assert fake.current_context() == fake.primary_contexts[0]
-        assert fake.context_depth() == 1
-
-
-@pytest.mark.parametrize(
-    "call", ["cuInit", "cuStreamGetCtx", "cuEventCreate", "cuEventRecord", "cuStreamWaitEvent"]
-)
-def test_ordering_works_after_a_failure(fake, call):
-    """After a failed ordering the next one succeeds and is correct (no poisoned cache)."""
-    producer, consumer = fake.new_stream(), fake.new_stream()
-    fake.fail(call, CUresult.CUDA_ERROR_UNKNOWN)
-    with pytest.raises(CUDAError):
-        ordered_view(producer, consumer)
-    fake.enqueue_write(producer, "w")
-    ordered_view(producer, consumer)
-    assert fake.enqueue_read(consumer) == {"w"}
-
 
 def test_event_create_failure_in_other_context_pops(fake):
     """If cuEventCreate fails after cuCtxPushCurrent, cuCtxPopCurrent still runs and the caller's context is current again."""
@@ -361,17 +305,6 @@ def test_event_create_failure_in_other_context_pops(fake):
     assert names(state_calls(fake))[-2:] == ["cuEventCreate", "cuCtxPopCurrent"]
     assert fake.current_context() == fake.primary_contexts[0]
     assert fake.context_depth() == 1
-
-
-def test_cuinit_retried_after_failure(fake):
-    """A failed cuInit is not remembered as done: the next ordering calls cuInit again."""
-    producer, consumer = fake.new_stream(), fake.new_stream()
-    fake.fail("cuInit", CUresult.CUDA_ERROR_NO_DEVICE)
-    with pytest.raises(CUDAError):
-        ordered_view(producer, consumer)
-    ordered_view(producer, consumer)
-    assert names(fake.calls).count("cuInit") == 2
-
 
 def test_use_api_resets_caches(fake):
     """use_api forgets cuInit, contexts and events: a new fake sees the full warm-up sequence."""
@@ -493,32 +426,6 @@ def test_cuda_error_raised_inside_a_call_is_not_no_driver(fake):
     assert excinfo.value.name == "CUDA_ERROR_LAUNCH_FAILED"
     assert "could not be used" not in str(excinfo.value)
 
-
-def test_failing_pop_does_not_hide_the_first_error(fake):
-    """When cuEventCreate fails in a pushed context and cuCtxPopCurrent fails too, the CUDAError raised is cuEventCreate's."""
-    producer, consumer = fake.new_stream(fake.primary_contexts[1]), fake.new_stream()
-    fake.fail("cuEventCreate", CUresult.CUDA_ERROR_OUT_OF_MEMORY)
-    fake.fail("cuCtxPopCurrent", CUresult.CUDA_ERROR_INVALID_CONTEXT)
-    with pytest.raises(CUDAError) as excinfo:
-        ordered_view(producer, consumer)
-    assert excinfo.value.name == "CUDA_ERROR_OUT_OF_MEMORY"
-
-
-def test_no_event_leaks_when_pop_fails_after_create(fake):
-    """If cuCtxPopCurrent fails after the event was created, the event is kept (and reused), not leaked."""
-    producer, consumer = fake.new_stream(fake.primary_contexts[1]), fake.new_stream()
-    fake.fail("cuCtxPopCurrent", CUresult.CUDA_ERROR_INVALID_CONTEXT)
-    with pytest.raises(CUDAError, match="^cuCtxPopCurrent failed"):
-        ordered_view(producer, consumer)
-    fake.set_current(fake.primary_contexts[0])  # the failed pop left the pushed context current
-    fake.enqueue_write(producer, "w")
-    ordered_view(producer, consumer)
-    assert fake.enqueue_read(consumer) == {"w"}
-    assert len(fake.created_events) == 1
-    _driver.use_api(None)
-    assert fake.live_events() == 0
-
-
 # --- ready_stream ----------------------------------------------------------------------
 
 def test_ready_stream(fake):
@@ -634,29 +541,6 @@ def test_interleaved_threads_each_wait_for_their_own_producer(fake):
 
 
 # --- argument types against the real bindings ---------------------------------------------------
-
-def test_ordering_calls_accepted_by_real_bindings(fake):
-    """Every driver call made for ordering has arguments the real cuda-bindings accept (checked before the driver loads)."""
-    other = fake.new_context(1)
-    a, b, c = fake.new_stream(), fake.new_stream(other), fake.new_stream()
-    ordered_view(a, c)
-    ordered_view(b, c)
-    ordered_view(1, c)
-    ordered_view(a, CudaStream(2))
-    ordered_view(1, 0, data_device=1)
-    exchange_view(1, 0, c)
-    fake.set_current(None)
-    ordered_view(a, 1, data_device=1)
-    fake.set_current(fake.primary_contexts[0])
-    fake.fail("cuEventRecord", CUresult.CUDA_ERROR_ILLEGAL_ADDRESS)
-    with pytest.raises(CUDAError):
-        ordered_view(a, c)
-    _driver.use_api(None)  # destroys the events, releases the primary contexts
-    made = set(names(fake.calls))
-    assert {"cuGetErrorName", "cuDeviceGet", "cuDevicePrimaryCtxRetain", "cuCtxPushCurrent",
-            "cuCtxPopCurrent", "cuEventDestroy", "cuDevicePrimaryCtxRelease"} <= made
-    assert replay_on_real_bindings(fake.calls, safe_only=libcuda_loadable()) == []
-
 
 # --- real producers and kernels on a real GPU (skipped without one, and on the simulated device) --
 
