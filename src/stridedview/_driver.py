@@ -723,7 +723,7 @@ def give_to_graphs(graphs: list, obj) -> None:
     when a graph refuses its reference."""
     from stridedview import _view
 
-    api = _api
+    api = _driver()  # (loaded and initialised: a capture was found through it)
     node = _view._graph_node(obj)
     try:
         destroy = api.CUhostFn(_view._graph_release_address())

@@ -231,8 +231,10 @@ cdef StridedMemoryView _proxy_view_joining(
     if stream_ptr is None:
         _proxy_view_without_stream(view, proxy, info)
     else:
-        stream = _normalize_stream(stream_ptr)  # once, for the view and its group
-        _view_from_normalized(view, proxy.obj, stream, info)
+        # Normalized once, for the view and its group (_view_from_any takes it as it is:
+        # one type test, and the host path keeps _view_from_any's body inlined).
+        stream = _normalize_stream(stream_ptr)
+        _view_from_any(view, proxy.obj, stream, info)
         if group is not None:
             _join_group(view, group, stream)
     return view

@@ -496,14 +496,9 @@ cdef inline int _view_from_any(
 ) except -1:
     """The constructor's work: the first protocol ``obj`` offers, in this order:
     DLPack, the CAI, numpy's array interface, the buffer protocol; else BufferError.
-    ``info`` is ``_producer_type(obj)`` when the caller has it (None: looked up here)."""
-    return _view_from_normalized(view, obj, _normalize_stream(stream_ptr), info)
-
-
-cdef inline int _view_from_normalized(
-    StridedMemoryView view, object obj, object stream, _ProducerType info
-) except -1:
-    """_view_from_any with ``stream`` already normalized (_normalize_stream)."""
+    ``info`` is ``_producer_type(obj)`` when the caller has it (None: looked up here).
+    A stream already normalized is taken as it is (_normalize_stream gives it back)."""
+    stream = _normalize_stream(stream_ptr)
     if info is None:
         info = _producer_type(obj)
     if info.has_dlpack:  # the common case first, every check below left out of line
