@@ -54,3 +54,53 @@ def test_every_reader_gives_numpy_s_view_of_the_same_memory(direct):
     want = StridedMemoryView(array)
     fields = ("ptr", "shape", "strides", "dtype", "device_id", "is_device_accessible", "readonly")
     assert [getattr(got, f) for f in fields] == [getattr(want, f) for f in fields]
+
+
+class _PythonDispatchTensor(torch.Tensor):
+    """A wrapper subclass whose sizes and strides torch asks its Python __torch_dispatch__
+    for (dispatch_sizes_strides_policy="sizes"), as tensor subclasses of torch.compile and
+    FSDP are: each operator it is asked is recorded, and any but dim/size/stride refused."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, inner.shape, strides=inner.stride(), dtype=inner.dtype,
+            dispatch_sizes_strides_policy="sizes",
+        )
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.asked = []
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        args[0].asked.append(str(func))
+        if func in (torch.ops.aten.sym_size.default, torch.ops.aten.size.default):
+            return args[0].inner.shape
+        if func in (torch.ops.aten.sym_stride.default, torch.ops.aten.stride.default):
+            return args[0].inner.stride()
+        if func is torch.ops.aten.dim.default:
+            return args[0].inner.dim()
+        raise NotImplementedError(f"wrapper refuses {func}")
+
+
+def test_a_python_dispatch_subclass_is_asked_through_torch_s_own_export_only():
+    """A __torch_dispatch__ subclass is never read by the direct readers, whose stable-ABI
+    getters would run its Python code where none may run (they asked aten.dim and aten.size
+    first, and a refusal there left an exception set): torch's exchange API alone asks it
+    (aten.numel first, on 2.13 and 2.14), and its refusal is a BufferError that says where
+    the producer's own reason is (torch's exchange API passes on an empty RuntimeError)."""
+    StridedMemoryView(torch.ones(2), stream_ptr=-1)  # the readers calibrated first
+    wrapper = _PythonDispatchTensor(torch.ones(2, 3))
+    with pytest.raises(BufferError) as excinfo:
+        StridedMemoryView(wrapper, stream_ptr=-1)
+    message = str(excinfo.value)
+    assert message.startswith("dlpack: the producer refused to export a '_PythonDispatchTensor' object (")
+    assert "object ()" not in message
+    layout_operators = {
+        "aten.dim.default", "aten.size.default", "aten.stride.default",
+        "aten.sym_size.default", "aten.sym_stride.default",
+    }
+    assert wrapper.asked and not layout_operators & set(wrapper.asked), wrapper.asked

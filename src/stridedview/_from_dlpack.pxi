@@ -269,7 +269,9 @@ cdef int _exchange_failed(object obj, str function) except -1:
     try:
         _raise_pending()
     except (RuntimeError, ValueError, TypeError) as error:
-        first_line = str(error).partition("\n")[0]
+        first_line = str(error).partition("\n")[0] or (
+            "it gave no reason: its own __dlpack__() raises the producer's error"
+        )
         raise BufferError(
             f"dlpack: the producer refused to export a {type(obj).__name__!r} object "
             f"({first_line}){_torch_way_out(obj)}"

@@ -244,12 +244,15 @@ cdef _ProducerType _describe_type(type tp):
             info.current_work_stream = api.current_work_stream
             info.exchange_api_owner = owner
     # A real torch tensor object (the C layout the calibrated offset is valid in)
-    # whose table is torch.Tensor's own.
+    # whose table is torch.Tensor's own, and whose type handles no operator in Python
+    # (a __torch_dispatch__ subclass's sizes, strides and data may be answered by its
+    # Python code, which the direct readers must never run: the exchange API asks it).
     tensor_base = getattr(getattr(torch, "_C", None), "TensorBase", None) if info.is_torch else None
     info.torch_layout_direct = (
         isinstance(tensor_base, type)
         and info.dltensor_from_py_object != NULL
         and PyType_IsSubtype(tp, <type>tensor_base)
+        and _same_definition(tp, torch.Tensor, "__torch_dispatch__")
         and (
             tp is torch.Tensor
             or info.dltensor_from_py_object == _look_up_type(torch.Tensor).dltensor_from_py_object
