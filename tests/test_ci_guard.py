@@ -688,14 +688,14 @@ def test_each_stage_runs_by_name_and_a_full_run_runs_each_once(tmp_path):
         result, ran = run_stubbed(script, name)
         assert result.returncode == 0, result.stdout + result.stderr
         assert ran == [name]
-        assert re.search(rf"^-- stage {re.escape(name)} passed in \d+ s$", result.stdout, re.M)
+        assert re.search(rf"^-- stage {re.escape(name)} passed in \d+ s \(\d+ s of CPU\)$", result.stdout, re.M)
     result, ran = run_stubbed(script)
     assert result.returncode == 0, result.stdout + result.stderr
     assert ran[:2] == ["quick-start", "readme-tests"]
     assert sorted(ran) == sorted(stages)
     summary = result.stdout.split("== stage times", 1)[1]
     for name in stages:
-        assert re.search(rf"^  {re.escape(name)} +\d+ s  passed$", summary, re.M), name
+        assert re.search(rf"^  {re.escape(name)} +\d+ s  passed +\d+ s of CPU$", summary, re.M), name
     assert re.search(r"^== total: \d+ s ", summary, re.M)
 
 
@@ -707,7 +707,7 @@ def test_a_failing_stage_fails_the_run_and_stops_there(tmp_path):
     result, ran = run_stubbed(script)
     assert result.returncode == 1
     assert "py3.12" not in ran and "py3.13t" in ran
-    assert re.search(r"^  py3\.12 +\d+ s  FAILED$", result.stdout, re.M)
+    assert re.search(r"^  py3\.12 +\d+ s  FAILED +\d+ s of CPU$", result.stdout, re.M)
     result, ran = run_stubbed(script, "py3.12")
     assert result.returncode == 1 and ran == []
     result, _ = run_stubbed(script, "no-such-stage")
