@@ -1,5 +1,5 @@
 """tests/conftest.py run in pytester (the STRIDEDVIEW_REQUIRE_INTEROP=1 guard, the gpu skip, the quick
-run and the rest), and .ci/run checked against README.md."""
+run and the rest), and .ci/run checked against README.md and run, its stages stubbed, by name and whole."""
 
 from __future__ import annotations
 
