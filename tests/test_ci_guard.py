@@ -1,5 +1,5 @@
 """tests/conftest.py run in pytester (the STRIDEDVIEW_REQUIRE_INTEROP=1 guard, the gpu skip, the quick
-run and the rest), and .ci/run checked against README.md."""
+run and the rest), and .ci/run checked against README.md and run, its stages stubbed, by name and whole."""
 
 from __future__ import annotations
 
@@ -577,21 +577,141 @@ def test_readme_gives_the_rest_command_the_quick_run_prints():
     assert readme_rest_command() == REST_COMMAND
 
 
+def shell_function(name: str) -> list[str]:
+    """The body of the shell function ``name`` of .ci/run: its non-blank, non-comment lines, stripped."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    (start,) = [i for i, line in enumerate(lines) if line.startswith(f"{name}() {{")]
+    if lines[start].rstrip().endswith("}"):  # one line: name() { body; }
+        return [lines[start].split("{", 1)[1].rsplit("}", 1)[0].strip().rstrip(";")]
+    end = lines.index("}", start)
+    return [line.strip() for line in lines[start + 1:end] if line.strip() and not line.strip().startswith("#")]
+
+
+DEVELOP_STAGES = ("rest", "simgpu", "types", "docs")
+
+
 def test_ci_runs_the_rest_once_in_the_readme_test_environment():
-    """.ci/run runs `python -m pytest --rest` once, right after the README's test command and in
-    its environment, having installed the full extra there; no later run in it is a bare (quick)
-    one; the -O run (an interpreter of the matrix) takes --all."""
+    """.ci/run runs `python -m pytest --rest` once, in the stage `rest`, in the README test command's
+    environment, having installed the full extra there; no run in that environment is a bare
+    (quick) one but the README's; the -O run (an interpreter of the matrix) takes --all."""
     lines = ci_lines()
-    second = lines.index(readme_quick_start_commands()[1])
     rest = [i for i, line in enumerate(lines) if line == "python -m pytest --rest"]
-    assert len(rest) == 1 and rest[0] > second
-    between = lines[second + 1:rest[0]]
-    assert not [line for line in between if line.startswith(("fresh_venv ", "deactivate"))]
-    assert any('["full"]' in line for line in between)
-    assert any(line.endswith('pip install "${full_requirements[@]}"') for line in between)
-    end = next(i for i in range(second + 1, len(lines)) if lines[i].startswith(("fresh_venv ", "deactivate")))
-    develop = lines[second + 1:end]
-    bare = [line for line in develop if re.fullmatch(r"python (-O )?-m pytest( -q| -p no:cacheprovider)*", line)]
-    assert bare == []
+    assert len(rest) == 1
+    body = shell_function("stage_rest")
+    assert body[:2] == ["enter_develop", "install_full"] and "python -m pytest --rest" in body
+    # enter_develop activates the environment README command 2 made (fresh_venv develop), or,
+    # where a stage runs by name without it, makes it as that command does.
+    assert "fresh_venv develop" in shell_function("stage_readme_tests")
+    develop = shell_function("enter_develop")
+    assert 'source "$work/develop/bin/activate"' in develop
+    assert any(line.endswith('install -q -e ".[test]"') for line in develop)
+    full = shell_function("install_full")
+    assert any("extra_requirements full" in line for line in full)
+    assert any(line.endswith('pip install -q "${full_requirements[@]}"') for line in full)
+    assert any('["project"]["optional-dependencies"]' in line for line in shell_function("extra_requirements"))
+    for stage in DEVELOP_STAGES:
+        body = shell_function(f"stage_{stage}")
+        # The stages after rest need its full extra: run by name, they install it first.
+        assert body[0] == ("enter_develop" if stage == "rest" else "enter_develop full"), stage
+        bare = [line for line in body if re.fullmatch(r"python (-O )?-m pytest( -q| -p no:cacheprovider)*", line)]
+        assert bare == [], stage
     assert '[ "$minor" = 3.10 ] && python_flags=(-O)' in lines
     assert any('"${python_flags[@]}" -m pytest --all -q' in line for line in lines)
+
+
+# --- .ci/run's stages, each runnable by name ------------------------------------------
+
+
+def ci_stages() -> list[str]:
+    """The stage names `.ci/run --list` prints, in order."""
+    import subprocess
+
+    listing = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "run"), "--list"], capture_output=True, text=True, check=True
+    ).stdout
+    return [line.split()[0] for line in listing.splitlines()]
+
+
+def stubbed_ci(tmp_path: Path, failing: str = "") -> Path:
+    """A copy of .ci/run (with pyproject.toml beside it, as in the clone) whose stage functions are
+    replaced by ones that record their name and directory in order; the stage ``failing`` runs
+    `false` and then records, which errexit must stop."""
+    text = (ROOT / ".ci" / "run").read_text()
+    dispatch = 'if [ "${1:-}" = --in-stage ]; then'
+    assert text.count(dispatch) == 1
+    stubs = "".join(
+        f"stage_{name.replace('-', '_')}() {{ {'false; ' if name == failing else ''}"
+        f'echo {name} >> "$STUBS_LOG"; echo "ran {name}"; }}\n'
+        for name in ci_stages()
+    )
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_text(text.replace(dispatch, stubs + dispatch))
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    return tmp_path / ".ci" / "run"
+
+
+def run_stubbed(script: Path, *arguments: str):
+    import os
+    import subprocess
+
+    log = script.parent.parent / "stubs.log"
+    log.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "STRIDEDVIEW_CI_WORK"}
+    result = subprocess.run(
+        ["bash", str(script), *arguments], capture_output=True, text=True, env={**env, "STUBS_LOG": str(log)},
+        timeout=120,
+    )
+    ran = log.read_text().split() if log.exists() else []
+    return result, ran
+
+
+def test_every_stage_listed_is_a_function_and_in_the_full_run_once():
+    """Each stage of `.ci/run --list` has its function; a full run runs the README's two first and
+    every other stage in exactly one of its jobs."""
+    text = (ROOT / ".ci" / "run").read_text()
+    stages = ci_stages()
+    assert stages[:2] == ["quick-start", "readme-tests"]
+    assert len(set(stages)) == len(stages)
+    for name in stages:
+        assert re.search(rf"^stage_{re.escape(name.replace('-', '_'))}\(\) {{", text, re.M), name
+    jobs = text.split("\njobs=(\n", 1)[1].split("\n)\n", 1)[0]
+    in_jobs = [name for line in jobs.splitlines() for name in line.strip().strip('"').split()]
+    assert sorted(in_jobs) == sorted(stages[2:])
+
+
+@pytest.mark.slow
+def test_each_stage_runs_by_name_and_a_full_run_runs_each_once(tmp_path):
+    """`.ci/run NAME` runs that stage alone and prints its time; a full run runs
+    the README's stages first, then every other once, and prints each stage's time and the total."""
+    script = stubbed_ci(tmp_path)
+    stages = ci_stages()
+    for name in stages:
+        result, ran = run_stubbed(script, name)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert ran == [name]
+        assert re.search(rf"^-- stage {re.escape(name)} passed in \d+ s \(\d+ s of CPU\)$", result.stdout, re.M)
+    result, ran = run_stubbed(script)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ran[:2] == ["quick-start", "readme-tests"]
+    assert sorted(ran) == sorted(stages)
+    summary = result.stdout.split("== stage times", 1)[1]
+    for name in stages:
+        assert re.search(rf"^  {re.escape(name)} +\d+ s  passed +\d+ s of CPU$", summary, re.M), name
+    assert re.search(r"^== total: \d+ s ", summary, re.M)
+
+
+@pytest.mark.slow
+def test_a_failing_stage_fails_the_run_and_stops_there(tmp_path):
+    """A command that fails inside a stage ends that stage (errexit holds inside it) and fails the
+    run; every other stage still runs, those of its own job too; an unknown stage name is
+    refused with the list."""
+    script = stubbed_ci(tmp_path, failing="rest")
+    result, ran = run_stubbed(script)
+    assert result.returncode == 1
+    assert "rest" not in ran and sorted(ran) == sorted(set(ci_stages()) - {"rest"})
+    assert re.search(r"^  rest +\d+ s  FAILED +\d+ s of CPU$", result.stdout, re.M)
+    result, ran = run_stubbed(script, "rest", "py3.12")
+    assert result.returncode == 1 and ran == []
+    result, _ = run_stubbed(script, "no-such-stage")
+    assert result.returncode == 2
+    assert "no stage no-such-stage" in result.stdout and "py3.13t" in result.stdout
