@@ -57,7 +57,12 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
             dims[count + i] = 0
     elif overflow:
         return 1  # the element count passes int64
-    cdef Py_ssize_t itemsize = lent.dtype.bits // 8
+    cdef int64_t itemsize
+    # torch flags nothing (no padded sub-byte type); a packed one is left to the
+    # general path, which checks its layout.
+    dtype = _dtype_from_dlpack(lent.dtype, 0, &itemsize)
+    if itemsize == 0:
+        return 1
     cdef int64_t nbytes
     if (
         (size > 0 and lent.data == NULL)
@@ -70,7 +75,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     view.ptr = _address_int(view._ptr)
     view.shape = _int64_tuple(dims, count)
     view.strides = _int64_tuple(dims + count, count)
-    view.dtype = _dtype_from_dlpack(lent.dtype, 0)
+    view.dtype = dtype
     view._dl_dtype = lent.dtype
     view._itemsize = itemsize
     view._size = size
