@@ -58,7 +58,7 @@ cdef int _api_dltensor_from_py_object(void *py_object, DLTensor *out) except -1:
     tensor for those.
     """
     cdef StridedMemoryView view = _exchange_view(py_object)
-    cdef DLDataType dl_dtype = _exported_dl_dtype(view, "dlpack")
+    cdef DLDataType dl_dtype = _exported_dl_dtype(view)
     if view.readonly:
         raise BufferError(
             "dlpack: a read-only view cannot be lent as a DLTensor, which has no "

@@ -9,11 +9,11 @@ cdef extern from "Python.h":
     void Py_DecRef(PyObject *)
     int Py_IsInitialized() nogil
 
-cdef DLDataType _exported_dl_dtype(StridedMemoryView view, str where) except *:
+cdef DLDataType _exported_dl_dtype(StridedMemoryView view) except *:
     """The DLPack type a view hands on: its own (``_dl_dtype``), or BufferError naming
     ``view.dtype`` when no DLPack type describes it (bits 0)."""
     if view._dl_dtype.bits == 0:
-        raise BufferError(f"{where}: dtype {view.dtype} has no DLPack equivalent")
+        raise BufferError(f"dlpack: dtype {view.dtype} has no DLPack equivalent")
     return view._dl_dtype
 
 
@@ -88,7 +88,7 @@ cdef void *_export_managed_tensor(
 ) except NULL:
     """A new DLPack managed tensor over ``view``'s memory, holding a reference to ``view``
     that its deleter drops."""
-    cdef DLDataType dl_dtype = _exported_dl_dtype(view, "dlpack")
+    cdef DLDataType dl_dtype = _exported_dl_dtype(view)
     cdef Py_ssize_t ndim = view._ndim
     cdef size_t header = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)
     cdef char *block

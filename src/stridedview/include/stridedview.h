@@ -14,7 +14,7 @@
  *         int ndim = StridedView_Ndim(obj);
  *         const int64_t *shape = StridedView_Shape(obj);      // ndim extents
  *         const int64_t *strides = StridedView_Strides(obj);  // ndim strides, in ELEMENTS
- *         int64_t itemsize = StridedView_Itemsize(obj);       // bytes per element
+ *         int64_t itemsize = StridedView_Itemsize(obj);       // bytes per element (0: packed)
  *         StridedViewDType dtype = StridedView_DType(obj);    // e.g. code 2, bits 32: float32
  *     }
  *
@@ -35,13 +35,18 @@
  *
  * Device and element type: StridedView_DeviceType() is the DLPack device type
  * (1 CPU, 2 CUDA, 3 CUDA pinned host, 13 CUDA managed).  StridedView_DType() is
- * the element type as DLPack describes it (the layout of DLPack's DLDataType):
- * code (0 int, 1 uint, 2 float, 4 bfloat, 5 complex, 6 bool, 7 to 17 the
- * float8, float6 and float4 kinds), bits per element (4 or 6 for the sub-byte
- * kinds, each stored in a byte: StridedView_Itemsize() is 1) and lanes (1);
- * bits 0 when no DLPack type describes the elements (a structured, datetime or
- * bytes dtype from an array interface or a buffer: the view's Python `dtype`
- * says).  For the device ordinal or a DLTensor, use the view's DLPack C
+ * the element type as DLPack describes it (the layout of DLPack's DLDataType),
+ * exactly as the producer gave it: code (0 int, 1 uint, 2 float, 4 bfloat,
+ * 5 complex, 6 bool, 7 to 17 the float8, float6 and float4 kinds, 18 bcomplex),
+ * bits per lane and lanes (torch's float4_e2m1fn_x2 pairs: code 17, bits 4,
+ * lanes 2, one byte each); bits 0 when no DLPack type describes the elements (a
+ * structured, datetime or bytes dtype from an array interface or a buffer: the
+ * view's Python `dtype` says).  An element takes bits * lanes bits.  Sub-byte
+ * elements are either padded, one to a byte (ml_dtypes' int4, float4_e2m1fn...:
+ * StridedView_Itemsize() is 1), or packed, DLPack's default: element i at bit
+ * i * bits from the data pointer, several to a byte, the view row-major and
+ * gap-free; StridedView_Itemsize() is then 0 (no whole-byte size) and
+ * StridedView_ItemsizeBits() says the bits.  For the device ordinal or a DLTensor, use the view's DLPack C
  * exchange API (PyCapsule `type(view).__dlpack_c_exchange_api__`,
  * "dlpack_exchange_api").
  */
@@ -171,6 +176,17 @@ static inline int StridedView_Readonly(PyObject *view)
 static inline StridedViewDType StridedView_DType(PyObject *view)
 {
     return STRIDEDVIEW__FIELD(view, dtype_offset, StridedViewDType);
+}
+
+/* Bits per element as stored: 8 * itemsize, or a packed sub-byte type's bits * lanes. */
+static inline int64_t StridedView_ItemsizeBits(PyObject *view)
+{
+    int64_t itemsize = StridedView_Itemsize(view);
+    StridedViewDType dtype;
+    if (itemsize != 0)
+        return 8 * itemsize;
+    dtype = StridedView_DType(view);
+    return (int64_t)dtype.bits * dtype.lanes;
 }
 
 #endif /* STRIDEDVIEW_BUILDING_MODULE */
