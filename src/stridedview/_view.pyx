@@ -288,14 +288,12 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @property
     def dlpack_dtype(self):
-        """The element type as DLPack says it, a ``DLPackDType(code, bits, lanes)``, or
-        None where no DLPack type describes the elements (structured, datetime, bytes)."""
+        """The element type as DLPack says it, a DLPackDType(code, bits, lanes), or None."""
         return _dlpack_dtype_object(self._dl_dtype)
 
     @property
     def nbytes(self):
-        """``size * itemsize``: the bytes the elements occupy, gaps not counted (packed
-        sub-byte elements: ``size * itemsize_bits / 8``, rounded up to whole bytes)."""
+        """``size * itemsize``: the bytes the elements occupy, gaps not counted (bits / 8, rounded up, if packed)."""
         if self._itemsize == 0 and self.dtype is None and self.shape is not None:
             return (self._size * self.itemsize_bits + 7) // 8
         return _view_nbytes(self, "layout")

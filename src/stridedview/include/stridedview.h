@@ -81,7 +81,7 @@ typedef struct StridedViewCAPI {
 
 /* The element type, laid out as DLPack's DLDataType. */
 typedef struct StridedViewDType {
-    uint8_t code;    /* STRIDEDVIEW_DTYPE_INT, ..._UINT, ..._FLOAT, ..._BFLOAT, ..._COMPLEX, ..._BOOL, or 7 to 17 */
+    uint8_t code;    /* STRIDEDVIEW_DTYPE_INT, ..._UINT, ..._FLOAT, ..._BFLOAT, ..._COMPLEX, ..._BOOL, 7 to 17, ..._BCOMPLEX */
     uint8_t bits;    /* bits per element; 0: no DLPack type describes the elements */
     uint16_t lanes;  /* 1 */
 } StridedViewDType;
@@ -92,6 +92,8 @@ typedef struct StridedViewDType {
 #define STRIDEDVIEW_DTYPE_BFLOAT 4
 #define STRIDEDVIEW_DTYPE_COMPLEX 5
 #define STRIDEDVIEW_DTYPE_BOOL 6
+#define STRIDEDVIEW_DTYPE_FLOAT4_E2M1FN 17
+#define STRIDEDVIEW_DTYPE_BCOMPLEX 18  /* DLPack 1.3: a pair of bfloat16 */
 
 #ifndef STRIDEDVIEW_BUILDING_MODULE
 
