@@ -24,6 +24,15 @@ stream ordering without a GPU) and which known libraries are not installed.
 With a driver that has devices (a GPU, or the simulated device of tests/simgpu,
 which the environment names as such), device producers (numba-cuda, CuPy, torch
 or jax with CUDA) get a "cuda" row of their own.
+
+A second table, element types, hands host arrays of the types kernels take beyond
+the numeric ones (bfloat16, float8, complex32, bcomplex32, sub-byte types padded
+and packed, torch's float4_e2m1fn_x2 pairs) from each producer that makes them,
+through a view, to each DLPack consumer installed (numpy, torch, jax, tvm-ffi).
+Its verdicts: "ok" (the consumer's array is the same memory, and a view of it
+has the same DLPack type), "refuses" (the consumer raised: it does not take the
+type; no failure of the view) and "fail" (it took the array but another memory
+or type, or the view itself failed).
 """
 
 from __future__ import annotations
@@ -127,15 +136,19 @@ def _taken(library: Library) -> set:
         return set()
 
 
-def _aligned_host_array():
-    """VALUES as a float32 numpy array whose first element is HOST_ALIGNMENT-aligned."""
+def _aligned_host_array(dtype=None, zeros=False):
+    """VALUES as a float32 numpy array (or zeros of ``dtype`` in VALUES' shape) whose first
+    element is HOST_ALIGNMENT-aligned."""
     import numpy
 
-    want = numpy.asarray(VALUES, dtype=numpy.float32)
-    raw = numpy.empty(want.nbytes + HOST_ALIGNMENT, dtype=numpy.uint8)
+    dtype = numpy.dtype(numpy.float32 if dtype is None else dtype)
+    shape = numpy.shape(VALUES)
+    nbytes = int(numpy.prod(shape)) * dtype.itemsize
+    raw = numpy.zeros(nbytes + HOST_ALIGNMENT, dtype=numpy.uint8)
     start = -raw.ctypes.data % HOST_ALIGNMENT
-    array = raw[start:start + want.nbytes].view(numpy.float32).reshape(want.shape)
-    array[...] = want
+    array = raw[start:start + nbytes].view(dtype).reshape(shape)
+    if not zeros:
+        array[...] = numpy.asarray(VALUES, dtype=dtype)
     return array
 
 
@@ -301,6 +314,144 @@ class Cell:
     consumer: str
     verdict: str
     reason: str = ""
+
+
+#: The element-type table's verdicts, and how each shows.
+DTYPE_VERDICTS = {
+    "ok": "same memory, same DLPack type",
+    "copies": "same DLPack type in a copy (works, but not zero-copy)",
+    "refuses": "the consumer does not take the type (it raised; the view is fine)",
+    "legacy": "refused, as it must be: the consumer asks for a legacy capsule, which "
+    "cannot say read-only or padded",
+    "fail": "another type, or the view failed",
+}
+DTYPE_MARKS = {"ok": "ok", "copies": "copies", "refuses": "no", "legacy": "r/o", "fail": "FAIL"}
+#: How the view refuses a legacy capsule for a read-only or padded sub-byte view.
+LEGACY_REFUSED = "dlpack: a "
+
+
+def _element_type_arrays() -> list:
+    """(producer, type label, () -> host array) for each element type each installed
+    producer makes: ml_dtypes' types as numpy arrays, torch's and jax's own, and
+    packed sub-byte types (which only a view of bytes makes, DLPack's default layout)."""
+    makers = []
+    if _installed("numpy") and _installed("ml_dtypes"):
+        for name in (
+            "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "complex32",
+            "bcomplex32", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn",
+        ):
+            def make(name=name):
+                import ml_dtypes
+
+                return _aligned_host_array(getattr(ml_dtypes, name), zeros=True)
+            makers.append(("numpy", name, make))
+    if _installed("torch"):
+        for name in (
+            "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "complex32",
+            "float4_e2m1fn_x2",
+        ):
+            def make(name=name):
+                import torch
+
+                dtype = getattr(torch, name)
+                if name == "float4_e2m1fn_x2":  # no zeros() of its own
+                    return torch.zeros((2, 4), dtype=torch.uint8).view(dtype)
+                return torch.zeros((2, 4), dtype=dtype)
+            makers.append(("torch", name, make))
+    if _installed("jax"):
+        for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"):
+            def make(name=name):
+                import jax.numpy as jnp
+
+                with jax_on_cpu():
+                    return jnp.zeros((2, 4), getattr(jnp, name))
+            makers.append(("jax", name, make))
+    if _installed("numpy"):
+        for name, dl_type in (("float4_e2m1fn packed", (17, 4, 1)), ("int4 packed", (0, 4, 1))):
+            def make(dl_type=dl_type):
+                import numpy
+
+                from stridedview import DLPackDType, StridedMemoryView
+
+                return StridedMemoryView(numpy.zeros((2, 2), numpy.uint8)).view(
+                    dtype=DLPackDType(*dl_type)
+                )
+            makers.append(("stridedview", name, make))
+    return makers
+
+
+class jax_on_cpu:
+    """``jax.default_device`` of jax's first CPU device, for host arrays whatever jax's
+    default platform is."""
+
+    def __enter__(self):
+        import jax
+
+        self._context = jax.default_device(jax.devices("cpu")[0])
+        return self._context.__enter__()
+
+    def __exit__(self, *exc_info):
+        return self._context.__exit__(*exc_info)
+
+
+def _dtype_consumers() -> list:
+    """(name, view -> array) for each installed DLPack consumer of host memory."""
+    consumers = []
+    if _installed("numpy"):
+        consumers.append(("numpy", lambda view: __import__("numpy").from_dlpack(view)))
+    if _installed("torch"):
+        consumers.append(("torch", lambda view: __import__("torch").from_dlpack(view)))
+    if _installed("jax"):
+        def to_jax(view):
+            import jax.numpy as jnp
+
+            return jnp.from_dlpack(view)
+        consumers.append(("jax", to_jax))
+    if _installed("tvm_ffi"):
+        consumers.append(("tvm-ffi", lambda view: __import__("tvm_ffi").from_dlpack(view)))
+    return consumers
+
+
+def build_dtype_matrix() -> list:
+    """The element-type table as plain data: one dict per (producer, type), with the
+    view's DLPack type and dtype, and a cell per consumer."""
+    from stridedview import StridedMemoryView
+
+    consumers = _dtype_consumers()
+    rows = []
+    for producer, label, make in _element_type_arrays():
+        row = {"producer": producer, "type": label, "dlpack": None, "dtype": None,
+               "error": "", "cells": []}
+        rows.append(row)
+        try:
+            view = StridedMemoryView(make())
+            row["dlpack"] = list(view.dlpack_dtype)
+            row["dtype"] = str(view.dtype)
+        except Exception as exc:
+            row["error"] = _reason(exc)
+            continue
+        for name, consume in consumers:
+            try:
+                received = consume(view)
+            except BufferError as exc:
+                legacy = str(exc).startswith(LEGACY_REFUSED) and "legacy capsule" in str(exc)
+                row["cells"].append(asdict(Cell(name, "legacy" if legacy else "refuses", _reason(exc))))
+                continue
+            except Exception as exc:
+                row["cells"].append(asdict(Cell(name, "refuses", _reason(exc))))
+                continue
+            try:
+                again = StridedMemoryView(received)
+                if again.dlpack_dtype != view.dlpack_dtype:
+                    verdict, reason = "fail", f"{name} gave {again.dlpack_dtype}"
+                elif again.ptr != view.ptr:
+                    verdict, reason = "copies", "the consumer's array is a copy at another address"
+                else:
+                    verdict, reason = "ok", ""
+            except Exception as exc:
+                verdict, reason = "fail", f"its array cannot be viewed: {_reason(exc)}"
+            row["cells"].append(asdict(Cell(name, verdict, reason)))
+    return rows
 
 
 @dataclass
@@ -502,6 +653,7 @@ def build_report(timing: bool = True) -> dict:
         ),
         "notes": [TORCH_NEGATIVE_STRIDES] if "torch" in names else [],
         "rows": [asdict(row) for row in rows],
+        "dtypes": build_dtype_matrix(),
     }
 
 
@@ -541,7 +693,7 @@ def failed(report: dict) -> bool:
     "read-only" are not failures)."""
     return any(
         row["error"] or any(cell["verdict"] == "fail" for cell in row["cells"])
-        for row in report["rows"]
+        for row in [*report["rows"], *report.get("dtypes", ())]
     )
 
 
@@ -649,12 +801,64 @@ def format_report(report: dict) -> str:
         lines.append("")
         for reason in reasons:
             lines += _wrap(reason)
+    lines += _format_dtypes(report.get("dtypes", []))
     for title, texts in (("not checked here:", report["not_checked"]), ("note:", report["notes"])):
         if texts:
             lines += ["", title]
             for text in texts:
                 lines += _wrap(text, "  - ", "    ")
     return "\n".join(lines)
+
+
+def _format_dtypes(rows: list) -> list[str]:
+    """The element-type table as text lines (none when no producer makes such types)."""
+    if not rows:
+        return []
+    consumers: list[str] = []
+    for row in rows:
+        for cell in row["cells"]:
+            if cell["consumer"] not in consumers:
+                consumers.append(cell["consumer"])
+    lines = ["", "element types, host memory: producer -> view -> consumer:"]
+    mark_width = max(len(mark) for mark in DTYPE_MARKS.values())
+    for verdict, meaning in DTYPE_VERDICTS.items():
+        lines += _wrap(
+            f"{DTYPE_MARKS[verdict]:<{mark_width}} = {meaning}", "  ", " " * (mark_width + 5)
+        )
+    lines.append("")
+    table = [["producer", "type", "DLPack", *consumers]]
+    reasons: list[str] = []
+    numbers: dict = {}
+    for row in rows:
+        label = [row["producer"], row["type"]]
+        if row["error"]:
+            reasons.append(f"[{len(reasons) + 1}] {' '.join(label)}: view failed: {row['error']}")
+            table.append([*label, f"view FAILED [{len(reasons)}]"])
+            continue
+        marks = []
+        by_consumer = {cell["consumer"]: cell for cell in row["cells"]}
+        for name in consumers:
+            cell = by_consumer.get(name)
+            if cell is None:
+                marks.append("")
+            elif cell["verdict"] in ("ok", "copies"):
+                marks.append(DTYPE_MARKS[cell["verdict"]])
+            else:
+                # One number per consumer and reason: numpy refuses every such type alike.
+                key = (name, cell["reason"])
+                if key not in numbers:
+                    reasons.append(f"[{len(reasons) + 1}] -> {name}: {cell['reason']}")
+                    numbers[key] = len(reasons)
+                marks.append(f"{DTYPE_MARKS[cell['verdict']]} [{numbers[key]}]")
+        table.append([*label, str(tuple(row["dlpack"])), *marks])
+    width = len(table[0])
+    lines += _table([line + [""] * (width - len(line)) for line in table], right=set())
+    lines += _wrap("DLPack = the view's (code, bits, lanes), as the producer gave it", "  ", "    ")
+    if reasons:
+        lines.append("")
+        for reason in reasons:
+            lines += _wrap(reason)
+    return lines
 
 
 def main(argv=None) -> int:
