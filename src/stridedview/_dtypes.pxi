@@ -150,7 +150,10 @@ cdef object _checked_dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags, int6
     if dl_dtype.lanes == 0:
         raise BufferError("dlpack: dtype lanes must be >= 1 (got 0)")
     name = _dlpack_type_name(dl_dtype.code, dl_dtype.bits)  # code and bits checked
-    if padded and (dl_dtype.lanes != 1 or element_bits >= 8):
+    # The flag speaks of sub-byte types only: on whole-byte ones it says nothing (and
+    # the fast path above never reads it); on a vector of sub-byte lanes it is
+    # ambiguous (a byte a lane, or a byte a vector?): refused.
+    if padded and dl_dtype.bits < 8 and dl_dtype.lanes != 1:
         raise BufferError(
             f"dlpack: IS_SUBBYTE_TYPE_PADDED is set on dtype {name} with "
             f"{dl_dtype.bits} bits and {dl_dtype.lanes} lanes (DLPack pads only "
@@ -158,7 +161,7 @@ cdef object _checked_dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags, int6
         )
     if element_bits % 8 == 0:
         itemsize[0] = element_bits // 8
-    elif padded:
+    elif padded and element_bits < 8:
         itemsize[0] = 1
     else:
         itemsize[0] = 0

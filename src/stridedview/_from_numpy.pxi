@@ -193,7 +193,7 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     cdef PyArrayObject *array = <PyArrayObject *>obj
     cdef PyArray_Descr *descr = PyArray_DESCR(array)
     cdef DLDataType dl_dtype
-    cdef npy_intp itemsize
+    cdef npy_intp itemsize = 0
     if not PyArray_ISNBO(descr.byteorder):
         return False
     if _numpy_dtype(descr.type_num, &dl_dtype):
