@@ -28,6 +28,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     if (
         _fill_by_stable_abi(_tensor_cdata(tensor), &lent) != 0
         or lent.dtype.bits < 8  # every torch dtype mapped is whole bytes
+        or lent.dtype.lanes != 1  # vectors (float4_e2m1fn_x2 pairs): the general path's
         or (lent.device.device_type == kDLCUDA and lent.device.device_id < 0)
         or lent.ndim > _INLINE_DIMS
         or (lent.ndim > 0 and (lent.shape == NULL or lent.strides == NULL))
@@ -57,12 +58,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
             dims[count + i] = 0
     elif overflow:
         return 1  # the element count passes int64
-    cdef int64_t itemsize
-    # torch flags nothing (no padded sub-byte type); a packed one is left to the
-    # general path, which checks its layout.
-    dtype = _dtype_from_dlpack(lent.dtype, 0, &itemsize)
-    if itemsize == 0:
-        return 1
+    cdef int64_t itemsize = lent.dtype.bits // 8
     cdef int64_t nbytes
     if (
         (size > 0 and lent.data == NULL)
@@ -75,7 +71,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     view.ptr = _address_int(view._ptr)
     view.shape = _int64_tuple(dims, count)
     view.strides = _int64_tuple(dims + count, count)
-    view.dtype = dtype
+    view.dtype = _dtype_from_dlpack(lent.dtype, 0, &itemsize)
     view._dl_dtype = lent.dtype
     view._itemsize = itemsize
     view._size = size

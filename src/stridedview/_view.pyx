@@ -41,11 +41,14 @@ cdef extern from *:
     #endif
     /* The hot path's small helpers, inlined at every call whatever the compiler's
        size estimate: setup.py puts it on their prototypes in the generated C
-       (Cython has no syntax for a function attribute), and C helpers here use it. */
+       (Cython has no syntax for a function attribute), and C helpers here use it;
+       SV_NEVER_INLINE keeps a hot function's cold helpers out of it. */
     #if defined(__GNUC__) || defined(__clang__)
     #define SV_ALWAYS_INLINE __attribute__((always_inline))
+    #define SV_NEVER_INLINE __attribute__((noinline))
     #else
     #define SV_ALWAYS_INLINE
+    #define SV_NEVER_INLINE
     #endif
     """
     bint SV_GIL_FAST_PATHS
