@@ -148,7 +148,8 @@ extensions = [
 # gcc's and clang's always_inline, nothing elsewhere), after Cython writes the file.
 ALWAYS_INLINE = (
     "_address_int", "_byte_offsets_fit", "_c_dims_storage", "_describes",
-    "_drop_proxy", "_dtype_from_dlpack", "_instance_overrides_dlpack", "_int64_tuple",
+    "_drop_proxy", "_dtype_and_itemsize", "_dtype_from_dlpack", "_instance_overrides_dlpack",
+    "_int64_tuple",
     "_launch_with", "_new_proxy", "_new_view", "_numpy_dtype", "_park_proxy",
     "_producer_type", "_proxy_view", "_tuple_slot_holds", "_view_from_any",
     "_view_from_dlpack", "_viewable",

@@ -147,6 +147,7 @@ def torch_tensor(name, shape=(3, 4)):
     return raw.view(dtype).reshape(shape)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("name", list(TORCH_TYPES))
 @pytest.mark.parametrize("path", ["fast", "general"])
 def test_torch_types_viewed_exactly(name, path):
@@ -167,6 +168,7 @@ def test_torch_types_viewed_exactly(name, path):
     assert view.nbytes == 9 * tensor.element_size()
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("name", list(TORCH_TYPES))
 def test_torch_types_round_trip_through_the_view(name):
     """torch.from_dlpack(view) is the same tensor type over the same memory, and the bytes
@@ -181,6 +183,7 @@ def test_torch_types_round_trip_through_the_view(name):
     assert raw_bytes(view) == tensor.view(torch.uint8).numpy().tobytes()
 
 
+@pytest.mark.torch
 def test_torch_fp4_pairs_seen_as_bytes_and_as_packed_values():
     """A view of torch's fp4 pairs seen as uint8 (one byte a pair) and as packed
     float4_e2m1fn (two values a pair, low nibble first): the same bytes."""
@@ -196,6 +199,7 @@ def test_torch_fp4_pairs_seen_as_bytes_and_as_packed_values():
     assert (pairs.dlpack_dtype, pairs.shape) == ((17, 4, 2), (2, 3))
 
 
+@pytest.mark.torch
 def test_torch_complex32_values_read_through_ml_dtypes():
     """torch's complex32 viewed as ml_dtypes' complex32: numpy reads the same values."""
     torch = pytest.importorskip("torch")
@@ -210,6 +214,7 @@ def test_torch_complex32_values_read_through_ml_dtypes():
 
 # --- JAX: bfloat16, fp8, packed fp4 ------------------------------------------------------------
 
+@pytest.mark.jax
 @pytest.mark.parametrize(
     "name, dl_type", [("bfloat16", (4, 16, 1)), ("float8_e4m3fn", (10, 8, 1)), ("float8_e5m2", (12, 8, 1))]
 )
@@ -226,6 +231,7 @@ def test_jax_types_viewed_exactly(name, dl_type):
     assert raw_bytes(view) == np.asarray(array).tobytes()
 
 
+@pytest.mark.jax
 def test_jax_float4_is_packed_two_values_a_byte():
     """jax stores float4_e2m1fn packed on the host, as DLPack's default says: the view's
     dtype is None, its bits in itemsize_bits, and the byte holds two values, the first in
@@ -255,6 +261,7 @@ def test_tvm_ffi_takes_packed_views_and_hands_them_back(dl_type):
     assert again.dtype is None and again.nbytes == 8
 
 
+@pytest.mark.torch
 def test_tvm_ffi_takes_torch_fp4_pairs():
     """torch's fp4 pairs, through a view, to tvm-ffi and back: the (17, 4, 2) type kept."""
     tvm_ffi = pytest.importorskip("tvm_ffi")

@@ -108,11 +108,10 @@ cdef extern from *:
     int _set_dtype_slot "sv_set_dtype_slot"(object, Py_ssize_t, object) except -1
 
 
-cdef inline object _dtype_from_dlpack(
-    DLDataType dl_dtype, uint64_t flags, int64_t *itemsize
-):
+cdef inline object _dtype_from_dlpack(DLDataType dl_dtype, uint64_t flags):
     """The view's dtype for one DLPack element type (None for a packed sub-byte type),
-    its bytes per element in ``itemsize[0]`` (0: packed), or BufferError.
+    or BufferError; for callers that know the item size (a whole-byte, one-lane type's
+    is bits / 8).
 
     A whole-byte, one-lane type resolved before is one slot read here; everything
     else (the checks, the first lookup) is _checked_dtype_from_dlpack's.
@@ -122,7 +121,6 @@ cdef inline object _dtype_from_dlpack(
     if dl_dtype.code < 32 and dl_dtype.lanes == 1 and dl_dtype.bits >= 8:
         # A filled slot with bits >= 8 is a whole-byte type: every such entry of
         # _DLPACK_DTYPES is a multiple of 8 bits.
-        itemsize[0] = dl_dtype.bits >> 3
         if SV_FAST_PATHS:
             # The index is within the list (code < 32, bits < 256): a borrowed read
             # (sv_dtype_slot says why it is safe with or without the GIL).
@@ -133,6 +131,22 @@ cdef inline object _dtype_from_dlpack(
             dtype = _dtype_slots[dl_dtype.code * 256 + dl_dtype.bits]
             if dtype is not None:
                 return dtype
+    return _dtype_without_itemsize(dl_dtype, flags)
+
+
+cdef object _dtype_without_itemsize(DLDataType dl_dtype, uint64_t flags):
+    """_checked_dtype_from_dlpack with the item size left out (out of line: the hot
+    callers' frames keep no address-taken local)."""
+    cdef int64_t itemsize
+    return _checked_dtype_from_dlpack(dl_dtype, flags, &itemsize)
+
+
+cdef inline object _dtype_and_itemsize(DLDataType dl_dtype, uint64_t flags, int64_t *itemsize):
+    """_dtype_from_dlpack, and the bytes per element in ``itemsize[0]`` (0: packed
+    sub-byte elements), for callers that take any DLPack type."""
+    if dl_dtype.code < 32 and dl_dtype.lanes == 1 and dl_dtype.bits >= 8:
+        itemsize[0] = dl_dtype.bits >> 3
+        return _dtype_from_dlpack(dl_dtype, flags)
     return _checked_dtype_from_dlpack(dl_dtype, flags, itemsize)
 
 

@@ -183,7 +183,7 @@ cdef DLManagedTensorVersioned *_new_host_tensor(DLTensor *prototype) except NULL
     if prototype.dtype.lanes == 1 and prototype.dtype.bits < 8:
         flags = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED  # one element per byte
     cdef int64_t itemsize  # 0: packed sub-byte elements (lanes > 1 of a few bits)
-    _dtype_from_dlpack(prototype.dtype, flags, &itemsize)  # refuses what no view can hold
+    _dtype_and_itemsize(prototype.dtype, flags, &itemsize)  # refuses what no view can hold
     cdef int64_t count = 1
     for i in range(ndim):
         if prototype.shape[i] < 0:

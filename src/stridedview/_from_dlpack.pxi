@@ -473,7 +473,7 @@ cdef int _fill_from_dltensor(
     # The item size comes with the dtype, from the DLPack type it was checked
     # against: bits * lanes / 8, 1 for a padded sub-byte element, 0 for packed ones.
     cdef int64_t itemsize
-    view.dtype = _dtype_from_dlpack(tensor.dtype, flags, &itemsize)
+    view.dtype = _dtype_and_itemsize(tensor.dtype, flags, &itemsize)
     view._dl_dtype = tensor.dtype
     if itemsize == 0:
         _check_packed_layout("dlpack", tensor.dtype, shape, strides, size)

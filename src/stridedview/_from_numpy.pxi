@@ -125,23 +125,26 @@ cdef inline bint _numpy_dtype(int type_num, DLDataType *dl_dtype) noexcept:
 
 
 # numpy type number of each ml_dtypes type -> its DLPack type packed as
-# code | bits << 8 | lanes << 16, and its item size << 32; built on the first numpy
-# array of a user-defined type seen once ml_dtypes is imported, and published once.
+# code | bits << 8; built on the first numpy array of a user-defined type seen once
+# ml_dtypes is imported, and published once.
 cdef PyObject *_ml_dtypes_by_type_num = NULL
 
 
-cdef bint _ml_dtype(int type_num, DLDataType *dl_dtype, npy_intp *itemsize) except -1:
-    """The DLPack type of ml_dtypes' numpy type ``type_num``; False for any other.
+cdef uint32_t _ml_dtype(int type_num) except? 0:
+    """ml_dtypes' numpy type ``type_num`` as its DLPack type packed as code | bits << 8
+    (one lane); 0 for any other type.
 
     numpy's ``__dlpack__`` refuses every user-defined type, so these arrays are
     read only here.  ml_dtypes registers its types with numpy when imported: a user
-    type seen while it is not imported is not one of them.
+    type seen while it is not imported is not one of them.  Out of line
+    (setup.py's NEVER_INLINE), taking and giving values only: the adapter's locals
+    stay in registers.
     """
     cdef PyObject *table = _load_published(&_ml_dtypes_by_type_num)
     if table == NULL:
         ml_dtypes = _sys.modules.get("ml_dtypes")
         if ml_dtypes is None:
-            return False
+            return 0
         import numpy
         built = {}
         for code, (_, by_bits) in _DLPACK_DTYPES.items():
@@ -149,18 +152,9 @@ cdef bint _ml_dtype(int type_num, DLDataType *dl_dtype, npy_intp *itemsize) exce
                 scalar_type = getattr(ml_dtypes, name, None)
                 if name in _NUMPY_DTYPE_NAMES or scalar_type is None:
                     continue
-                dtype = numpy.dtype(scalar_type)
-                built[dtype.num] = code | bits << 8 | 1 << 16 | dtype.itemsize << 32
+                built[numpy.dtype(scalar_type).num] = code | bits << 8
         table = _publish_once(&_ml_dtypes_by_type_num, built)
-    entry = (<dict>table).get(type_num)
-    if entry is None:
-        return False
-    cdef uint64_t packed = entry
-    dl_dtype.code = <uint8_t>(packed & 0xFF)
-    dl_dtype.bits = <uint8_t>((packed >> 8) & 0xFF)
-    dl_dtype.lanes = 1
-    itemsize[0] = <npy_intp>(packed >> 32)
-    return True
+    return (<dict>table).get(type_num, 0)
 
 
 cdef inline bint _is_user_type_array(object obj) noexcept:
@@ -193,13 +187,23 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     cdef PyArrayObject *array = <PyArrayObject *>obj
     cdef PyArray_Descr *descr = PyArray_DESCR(array)
     cdef DLDataType dl_dtype
-    cdef npy_intp itemsize = 0
+    cdef uint32_t ml_dtype
+    cdef npy_intp itemsize
     if not PyArray_ISNBO(descr.byteorder):
         return False
     if _numpy_dtype(descr.type_num, &dl_dtype):
-        itemsize = dl_dtype.bits // 8
-    elif descr.type_num < NPY_USERDEF or not _ml_dtype(descr.type_num, &dl_dtype, &itemsize):
-        return False
+        itemsize = dl_dtype.bits >> 3
+    else:
+        if descr.type_num < NPY_USERDEF:
+            return False
+        ml_dtype = _ml_dtype(descr.type_num)
+        if ml_dtype == 0:
+            return False
+        dl_dtype.code = <uint8_t>(ml_dtype & 0xFF)
+        dl_dtype.bits = <uint8_t>(ml_dtype >> 8)
+        dl_dtype.lanes = 1
+        # ml_dtypes' sub-byte types take a byte each (padded).
+        itemsize = (dl_dtype.bits + 7) >> 3
     # numpy reports the device of memory it imported through DLPack (the capsule
     # at the end of the base chain): only the general path asks it.
     cdef PyObject *base = PyArray_BASE(array)
@@ -270,12 +274,9 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     # (checked above): only other layouts are checked element by element.
     if not c_contiguous and not _byte_offsets_fit(ndim, shape, element_strides, size, itemsize):
         return False
-    # ml_dtypes' sub-byte types take a byte each: padded, in DLPack's terms.
-    cdef int64_t dtype_itemsize
-    dtype = _dtype_from_dlpack(
-        dl_dtype, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED if dl_dtype.bits < 8 else 0,
-        &dtype_itemsize,
-    )
+    # ml_dtypes' sub-byte types take a byte each: padded, in DLPack's terms (the flag
+    # says nothing of whole-byte types).
+    dtype = _dtype_from_dlpack(dl_dtype, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
 
     view._ptr = <uintptr_t>data
     view.ptr = _address_int(view._ptr)

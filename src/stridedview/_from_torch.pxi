@@ -71,7 +71,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     view.ptr = _address_int(view._ptr)
     view.shape = _int64_tuple(dims, count)
     view.strides = _int64_tuple(dims + count, count)
-    view.dtype = _dtype_from_dlpack(lent.dtype, 0, &itemsize)
+    view.dtype = _dtype_from_dlpack(lent.dtype, 0)
     view._dl_dtype = lent.dtype
     view._itemsize = itemsize
     view._size = size

@@ -561,7 +561,7 @@ cdef object _dtype_of_dlpack_type(object dl_type):
     c_type.code = code
     c_type.bits = bits
     c_type.lanes = lanes
-    return _dtype_from_dlpack(c_type, 0, &itemsize)
+    return _dtype_and_itemsize(c_type, 0, &itemsize)
 
 
 cdef object _view_by_bits(StridedMemoryView base, object layout, object new_dtype, object dl_type):

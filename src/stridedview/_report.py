@@ -28,7 +28,8 @@ or jax with CUDA) get a "cuda" row of their own.
 A second table, element types, hands host arrays of the types kernels take beyond
 the numeric ones (bfloat16, float8, complex32, bcomplex32, sub-byte types padded
 and packed, torch's float4_e2m1fn_x2 pairs) from each producer that makes them,
-through a view, to each DLPack consumer installed (numpy, torch, jax, tvm-ffi).
+through a view, to each DLPack consumer installed (numpy, torch, jax; tvm-ffi too with
+``--tvm-ffi``, whose import takes seconds).
 Its verdicts: "ok" (the consumer's array is the same memory, and a view of it
 has the same DLPack type), "refuses" (the consumer raised: it does not take the
 type; no failure of the view) and "fail" (it took the array but another memory
@@ -330,12 +331,13 @@ DTYPE_MARKS = {"ok": "ok", "copies": "copies", "refuses": "no", "legacy": "r/o",
 LEGACY_REFUSED = "dlpack: a "
 
 
-def _element_type_arrays() -> list:
-    """(producer, type label, () -> host array) for each element type each installed
-    producer makes: ml_dtypes' types as numpy arrays, torch's and jax's own, and
-    packed sub-byte types (which only a view of bytes makes, DLPack's default layout)."""
+def _element_type_arrays(names) -> list:
+    """(producer, type label, () -> host array) for each element type each producer of
+    ``names`` (the report's installed libraries) makes: ml_dtypes' types as numpy arrays,
+    torch's and jax's own, and packed sub-byte types (which only a view of bytes makes,
+    DLPack's default layout: the "bytes" rows)."""
     makers = []
-    if _installed("numpy") and _installed("ml_dtypes"):
+    if "numpy" in names and _installed("ml_dtypes"):
         for name in (
             "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "complex32",
             "bcomplex32", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn",
@@ -345,7 +347,7 @@ def _element_type_arrays() -> list:
 
                 return _aligned_host_array(getattr(ml_dtypes, name), zeros=True)
             makers.append(("numpy", name, make))
-    if _installed("torch"):
+    if "torch" in names:
         for name in (
             "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "complex32",
             "float4_e2m1fn_x2",
@@ -353,21 +355,29 @@ def _element_type_arrays() -> list:
             def make(name=name):
                 import torch
 
+                import warnings
+
                 dtype = getattr(torch, name)
                 if name == "float4_e2m1fn_x2":  # no zeros() of its own
                     return torch.zeros((2, 4), dtype=torch.uint8).view(dtype)
-                return torch.zeros((2, 4), dtype=dtype)
+                with warnings.catch_warnings():  # complex32: "support is experimental"
+                    warnings.simplefilter("ignore", UserWarning)
+                    return torch.zeros((2, 4), dtype=dtype)
             makers.append(("torch", name, make))
-    if _installed("jax"):
+    if "jax" in names and _installed("ml_dtypes"):
         for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"):
             def make(name=name):
-                import jax.numpy as jnp
+                import jax
+                import ml_dtypes
 
-                with jax_on_cpu():
-                    return jnp.zeros((2, 4), getattr(jnp, name))
+                # A host array put on jax's CPU device (jnp.zeros would compile a kernel).
+                return jax.device_put(
+                    _aligned_host_array(getattr(ml_dtypes, name), zeros=True),
+                    jax.devices("cpu")[0],
+                )
             makers.append(("jax", name, make))
-    if _installed("numpy"):
-        for name, dl_type in (("float4_e2m1fn packed", (17, 4, 1)), ("int4 packed", (0, 4, 1))):
+    if "numpy" in names:
+        for name, dl_type in (("float4, packed", (17, 4, 1)), ("int4, packed", (0, 4, 1))):
             def make(dl_type=dl_type):
                 import numpy
 
@@ -376,50 +386,45 @@ def _element_type_arrays() -> list:
                 return StridedMemoryView(numpy.zeros((2, 2), numpy.uint8)).view(
                     dtype=DLPackDType(*dl_type)
                 )
-            makers.append(("stridedview", name, make))
+            makers.append(("bytes", name, make))
     return makers
 
 
-class jax_on_cpu:
-    """``jax.default_device`` of jax's first CPU device, for host arrays whatever jax's
-    default platform is."""
-
-    def __enter__(self):
-        import jax
-
-        self._context = jax.default_device(jax.devices("cpu")[0])
-        return self._context.__enter__()
-
-    def __exit__(self, *exc_info):
-        return self._context.__exit__(*exc_info)
+#: DLPack consumers the element-type table asks beyond the report's libraries, when asked
+#: to (``--tvm-ffi``: importing it takes seconds), as (module, name): tvm-ffi takes the
+#: packed sub-byte types no other library takes.
+EXTRA_DTYPE_CONSUMERS = (("tvm_ffi", "tvm-ffi"),)
 
 
-def _dtype_consumers() -> list:
-    """(name, view -> array) for each installed DLPack consumer of host memory."""
+def _dtype_consumers(names, extra: bool) -> list:
+    """(name, view -> array) for each DLPack consumer of host memory among ``names``, and
+    of EXTRA_DTYPE_CONSUMERS that is installed if ``extra``."""
     consumers = []
-    if _installed("numpy"):
+    if "numpy" in names:
         consumers.append(("numpy", lambda view: __import__("numpy").from_dlpack(view)))
-    if _installed("torch"):
+    if "torch" in names:
         consumers.append(("torch", lambda view: __import__("torch").from_dlpack(view)))
-    if _installed("jax"):
+    if "jax" in names:
         def to_jax(view):
             import jax.numpy as jnp
 
             return jnp.from_dlpack(view)
         consumers.append(("jax", to_jax))
-    if _installed("tvm_ffi"):
-        consumers.append(("tvm-ffi", lambda view: __import__("tvm_ffi").from_dlpack(view)))
+    for module, name in EXTRA_DTYPE_CONSUMERS if extra else ():
+        if _installed(module):
+            consumers.append((name, lambda view, module=module: __import__(module).from_dlpack(view)))
     return consumers
 
 
-def build_dtype_matrix() -> list:
-    """The element-type table as plain data: one dict per (producer, type), with the
-    view's DLPack type and dtype, and a cell per consumer."""
+def build_dtype_matrix(names, extra_consumers: bool = False) -> list:
+    """The element-type table as plain data for the report's installed libraries
+    ``names``: one dict per (producer, type), with the view's DLPack type and dtype, and
+    a cell per consumer (tvm-ffi's too if ``extra_consumers``)."""
     from stridedview import StridedMemoryView
 
-    consumers = _dtype_consumers()
+    consumers = _dtype_consumers(names, extra_consumers)
     rows = []
-    for producer, label, make in _element_type_arrays():
+    for producer, label, make in _element_type_arrays(names):
         row = {"producer": producer, "type": label, "dlpack": None, "dtype": None,
                "error": "", "cells": []}
         rows.append(row)
@@ -607,7 +612,7 @@ def _not_checked(gpus: int, installed_names: list[str], simulated: bool = False)
     return missing
 
 
-def build_report(timing: bool = True) -> dict:
+def build_report(timing: bool = True, extra_consumers: bool = False) -> dict:
     """The report as plain data: environment, libraries, rows, and what was not checked."""
     from stridedview import StridedMemoryView
 
@@ -653,7 +658,7 @@ def build_report(timing: bool = True) -> dict:
         ),
         "notes": [TORCH_NEGATIVE_STRIDES] if "torch" in names else [],
         "rows": [asdict(row) for row in rows],
-        "dtypes": build_dtype_matrix(),
+        "dtypes": build_dtype_matrix(names, extra_consumers),
     }
 
 
@@ -826,11 +831,11 @@ def _format_dtypes(rows: list) -> list[str]:
             f"{DTYPE_MARKS[verdict]:<{mark_width}} = {meaning}", "  ", " " * (mark_width + 5)
         )
     lines.append("")
-    table = [["producer", "type", "DLPack", *consumers]]
+    table = [["source, type", "DLPack", *consumers]]
     reasons: list[str] = []
     numbers: dict = {}
     for row in rows:
-        label = [row["producer"], row["type"]]
+        label = [f"{row['producer']} {row['type']}"]
         if row["error"]:
             reasons.append(f"[{len(reasons) + 1}] {' '.join(label)}: view failed: {row['error']}")
             table.append([*label, f"view FAILED [{len(reasons)}]"])
@@ -876,11 +881,16 @@ def main(argv=None) -> int:
     parser.add_argument("--version", action="version", version=f"stridedview {__version__}")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
+        "--tvm-ffi", action="store_true",
+        help="also hand the element types to tvm-ffi, where installed (importing it takes "
+        "seconds): the one consumer of packed sub-byte types",
+    )
+    parser.add_argument(
         "--no-timing", action="store_true",
         help="skip the view timings (the output is then the same on every run)",
     )
     args = parser.parse_args(argv)
-    report = build_report(timing=not args.no_timing)
+    report = build_report(timing=not args.no_timing, extra_consumers=args.tvm_ffi)
     text = json.dumps(report, indent=2) if args.json else format_report(report)
     status = 1 if failed(report) else 0
     try:
