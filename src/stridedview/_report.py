@@ -412,7 +412,9 @@ def _dtype_consumers(names, extra: bool) -> list:
         consumers.append(("jax", to_jax))
     for module, name in EXTRA_DTYPE_CONSUMERS if extra else ():
         if _installed(module):
-            consumers.append((name, lambda view, module=module: __import__(module).from_dlpack(view)))
+            def from_dlpack(view, module: str = module):
+                return importlib.import_module(module).from_dlpack(view)
+            consumers.append((name, from_dlpack))
     return consumers
 
 
@@ -430,7 +432,8 @@ def build_dtype_matrix(names, extra_consumers: bool = False) -> list:
         rows.append(row)
         try:
             view = StridedMemoryView(make())
-            row["dlpack"] = list(view.dlpack_dtype)
+            dl_type = view.dlpack_dtype
+            row["dlpack"] = None if dl_type is None else list(dl_type)
             row["dtype"] = str(view.dtype)
         except Exception as exc:
             row["error"] = _reason(exc)
@@ -855,7 +858,7 @@ def _format_dtypes(rows: list) -> list[str]:
                     reasons.append(f"[{len(reasons) + 1}] -> {name}: {cell['reason']}")
                     numbers[key] = len(reasons)
                 marks.append(f"{DTYPE_MARKS[cell['verdict']]} [{numbers[key]}]")
-        table.append([*label, str(tuple(row["dlpack"])), *marks])
+        table.append([*label, str(tuple(row["dlpack"] or ())), *marks])
     width = len(table[0])
     lines += _table([line + [""] * (width - len(line)) for line in table], right=set())
     lines += _wrap("DLPack = the view's (code, bits, lanes), as the producer gave it", "  ", "    ")

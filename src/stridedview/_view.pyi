@@ -59,7 +59,6 @@ class _LayoutLike(Protocol):
     @property
     def itemsize(self) -> SupportsIndex: ...
 
-@final
 class DLPackDType(tuple[int, int, int]):
     """A DLPack element type: ``code`` (DLDataTypeCode), ``bits`` per lane, ``lanes``.
 
@@ -67,7 +66,7 @@ class DLPackDType(tuple[int, int, int]):
     ``DLPackDType(17, 4, 2)``, one byte holding a pair of float4_e2m1fn.
     """
 
-    def __new__(cls, code: int, bits: int, lanes: int) -> DLPackDType: ...
+    def __new__(_cls, code: int, bits: int, lanes: int) -> DLPackDType: ...
     @property
     def code(self) -> int: ...
     @property
@@ -78,6 +77,7 @@ class DLPackDType(tuple[int, int, int]):
     def name(self) -> str:
         """The DLPack spec's name of ``code`` (``"Float4_e2m1fn"``), or ``"unknown"``."""
 
+@final
 class StridedMemoryView:
     """A zero-copy view of a strided array from any DLPack, CUDA Array Interface or host producer.
 
