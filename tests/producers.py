@@ -80,6 +80,12 @@ DTYPES = {
     "float6_e2m3fn": (15, 6),
     "float6_e3m2fn": (16, 6),
     "float4_e2m1fn": (17, 4),
+    # Sub-byte ints (ml_dtypes has each), complex32 (torch's and ml_dtypes') and DLPack
+    # 1.3's Bcomplex, a pair of bfloat16 (ml_dtypes' bcomplex32).
+    "int1": (0, 1), "int2": (0, 2), "int4": (0, 4),
+    "uint1": (1, 1), "uint2": (1, 2), "uint4": (1, 4),
+    "complex32": (5, 32),
+    "bcomplex32": (18, 32),
 }
 
 
@@ -442,9 +448,18 @@ class DLPackProducer:
 
     @property
     def itemsize(self):
-        """Bytes per element as allocated (sub-byte types take a whole byte)."""
+        """Bytes per element as allocated (sub-byte types take a whole byte: room enough
+        for them packed too)."""
         code, bits, lanes = self.dtype
         return max(1, (bits * lanes + 7) // 8)
+
+    @property
+    def packed(self):
+        """Whether the elements are packed sub-byte ones, several to a byte (DLPack's
+        default for a bit count not a whole number of bytes: no IS_SUBBYTE_TYPE_PADDED)."""
+        code, bits, lanes = self.dtype
+        padded = self.kind == "versioned" and self.flags & IS_SUBBYTE_TYPE_PADDED
+        return (bits * lanes) % 8 != 0 and not padded
 
     def _allocate(self):
         """Own a zeroed buffer holding every element; return the data pointer.

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -55,6 +56,7 @@ def layout(StridedMemoryView view):
         tuple([shape[i] for i in range(ndim)]), tuple([strides[i] for i in range(ndim)]),
         view.c_itemsize(), view.c_size(), view.c_device_type(), view.c_readonly(),
         (view.c_dtype().code, view.c_dtype().bits, view.c_dtype().lanes),
+        view.c_itemsize_bits(),
     )
 
 
@@ -117,11 +119,11 @@ static PyObject *layout(PyObject *self, PyObject *obj)
         PyTuple_SET_ITEM(strides_tuple, i, PyLong_FromLongLong(strides[i]));
     }
     StridedViewDType dtype = StridedView_DType(obj);
-    return Py_BuildValue("(KiNNLLii(iii))", (unsigned long long)(uintptr_t)StridedView_Ptr(obj),
+    return Py_BuildValue("(KiNNLLii(iii)L)", (unsigned long long)(uintptr_t)StridedView_Ptr(obj),
                          ndim, shape_tuple, strides_tuple, (long long)StridedView_Itemsize(obj),
                          (long long)StridedView_Size(obj), StridedView_DeviceType(obj),
                          StridedView_Readonly(obj), (int)dtype.code, (int)dtype.bits,
-                         (int)dtype.lanes);
+                         (int)dtype.lanes, (long long)StridedView_ItemsizeBits(obj));
 }
 
 /* Sum a 1-d view of int32, float32 or float64 elements, read as the type the header names. */
@@ -237,8 +239,16 @@ def python_layout(view):
     # Device views here are CUDA Array Interface views (DLPack's kDLCUDA, 2), whose
     # device_id would need the driver.
     device_type = 2 if view.is_device_accessible else 1
-    return (view.ptr, view.ndim, view.shape, view.strides, view.itemsize, view.size,
-            device_type, view.readonly, dlpack_type(view.dtype))
+    # Packed sub-byte elements have no dtype and no whole-byte item size (0 in C); a
+    # vector type's void dtype names its DLPack type in its metadata.
+    if view.dtype is None:
+        itemsize, dl_type = 0, tuple(view.dlpack_dtype)
+    elif view.dtype.metadata and "dlpack_dtype" in view.dtype.metadata:
+        itemsize, dl_type = view.itemsize, tuple(view.dtype.metadata["dlpack_dtype"])
+    else:
+        itemsize, dl_type = view.itemsize, dlpack_type(view.dtype)
+    return (view.ptr, view.ndim, view.shape, view.strides, itemsize, view.size,
+            device_type, view.readonly, dl_type, view.itemsize_bits)
 
 
 class Cai:
@@ -284,6 +294,13 @@ def views():
         ("bfloat16", StridedMemoryView(make_producer(dtype="bfloat16", shape=(3,)))),
         ("float8_e5m2", StridedMemoryView(make_producer(dtype="float8_e5m2", shape=(2, 2)))),
         ("float4-padded", StridedMemoryView(make_producer(dtype="float4_e2m1fn", shape=(4,), flags=4))),
+        ("float4-packed", StridedMemoryView(make_producer(dtype="float4_e2m1fn", shape=(2, 8)))),
+        ("float4-pairs", StridedMemoryView(make_producer(dtype=(17, 4, 2), shape=(4,)))),
+        ("float32x4", StridedMemoryView(make_producer(dtype=(2, 32, 4), shape=(3,)))),
+        ("complex32", StridedMemoryView(make_producer(dtype="complex32", shape=(3,)))),
+        ("bcomplex32", StridedMemoryView(make_producer(dtype="bcomplex32", shape=(3,)))),
+        ("int4-ml_dtypes-array", StridedMemoryView(np.zeros(3, dtype=ml_dtypes.int4))),
+        ("packed-reshaped", StridedMemoryView(make_producer(dtype="int4", shape=(16,))).reshape(2, 8)),
         ("structured", StridedMemoryView.from_array_interface(np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]))),
         ("datetime", StridedMemoryView.from_array_interface(np.zeros(2, dtype="M8[s]"))),
         ("cai-v2-bfloat16-as-V2", StridedMemoryView(Cai(typestr="<V2", version=2), stream_ptr=-1)),
@@ -337,7 +354,8 @@ def test_header_and_pxd_offer_the_same_accessors():
         for name in accessors
     }
     assert camel == readers == {
-        "Ptr", "Ndim", "Shape", "Strides", "Itemsize", "Size", "DeviceType", "Readonly", "DType",
+        "Ptr", "Ndim", "Shape", "Strides", "Itemsize", "ItemsizeBits", "Size", "DeviceType",
+        "Readonly", "DType",
     }
     header_fields = re.findall(r"^\s+Py_ssize_t (\w+_offset);", header, re.M)
     pxi_fields = re.findall(r"^\s+Py_ssize_t (\w+_offset)$", c_api, re.M)

@@ -218,7 +218,8 @@ def test_supported_devices(kind, device, stream_ptr, device_id, accessible):
 UNSUPPORTED_DEVICES = {
     4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", 10: "ROCM", 11: "ROCMHost", 12: "ExtDev",
     14: "OneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA", 18: "Trn",
-    0: "unknown", 5: "unknown", 6: "unknown", 19: "unknown", 99: "unknown", -1: "unknown",
+    19: "TPU", 20: "TPUHost", 21: "Ascend",  # DLPack 1.3, added without a minor version
+    0: "unknown", 5: "unknown", 6: "unknown", 22: "unknown", 99: "unknown", -1: "unknown",
 }
 
 
@@ -498,7 +499,7 @@ ERROR_TABLE = [
         "dlpack: element count overflows int64 (shape ",
     ),
     error_row("data-NULL", {"data": 0}, "dlpack: data is NULL for a tensor of 6 elements"),
-    error_row("lanes-4", {"dtype": (2, 32, 4)}, "dlpack: dtype lanes must be 1 (got 4)"),
+    error_row("lanes-0", {"dtype": (2, 32, 0)}, "dlpack: dtype lanes must be >= 1 (got 0)"),
     error_row(
         "code-OpaqueHandle",
         {"dtype": (3, 64, 1)},
@@ -513,17 +514,24 @@ ERROR_TABLE = [
     error_row(
         "int-12-bits",
         {"dtype": (0, 12, 1)},
-        "dlpack: dtype Int must have 8, 16, 32 or 64 bits (got 12)",
+        "dlpack: dtype Int must have 1, 2, 4, 8, 16, 32 or 64 bits (got 12)",
     ),
     error_row(
-        "float4-unpadded",
-        {"dtype": (17, 4, 1)},
-        "dlpack: dtype Float4_e2m1fn is sub-byte and not padded (IS_SUBBYTE_TYPE_PADDED unset)",
+        "float4-packed-column-major",
+        {"dtype": (17, 4, 1), "strides": (1, 2)},
+        "dlpack: packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1) must be row-major and "
+        "gap-free, its elements one after another (got shape (2, 3), strides (1, 2) in elements)",
     ),
     error_row(
-        "float6-unpadded",
-        {"dtype": (15, 6, 1)},
-        "dlpack: dtype Float6_e2m3fn is sub-byte and not padded (IS_SUBBYTE_TYPE_PADDED unset)",
+        "float6-packed-broadcast",
+        {"dtype": (15, 6, 1), "strides": (0, 1)},
+        "dlpack: packed sub-byte dtype Float6_e2m3fn (bits 6, lanes 1) must be row-major and "
+        "gap-free",
+    ),
+    error_row(
+        "bcomplex-16-bits",
+        {"dtype": (18, 16, 1)},
+        "dlpack: dtype Bcomplex must have 32 bits (got 16)",
     ),
 ]
 
@@ -564,7 +572,7 @@ def test_failed_validation_leaves_the_capsule_to_its_destructor(
 
 _REFUSALS = {
     "negative-extent": {"shape": (2, -3), "strides": (1, 1), "data": 0x10000},
-    "lanes": {"dtype": (2, 32, 4)},
+    "lanes": {"dtype": (2, 32, 0)},
     "device-differs": {"device": (2, 0), "reported_device": (1, 0)},
 }
 
@@ -619,7 +627,7 @@ def test_failure_leaks_no_reference_to_the_producer(kind, fields, stream_ptr, ex
 @pytest.mark.parametrize("null_deleter", [False, True], ids=["deleter", "NULL-deleter"])
 def test_null_deleter_skipped_on_validation_failure(kind, null_deleter):
     """A capsule refused for its contents with a NULL deleter is released without a crash."""
-    producer = make_producer(kind, dtype=(2, 32, 4), null_deleter=null_deleter)
+    producer = make_producer(kind, dtype=(2, 32, 0), null_deleter=null_deleter)
     with pytest.raises(BufferError):
         StridedMemoryView(producer)
     producer.release_capsules()
@@ -648,7 +656,7 @@ CODE_NAMES = {
     0: "Int", 1: "UInt", 2: "Float", 4: "Bfloat", 5: "Complex", 6: "Bool",
     7: "Float8_e3m4", 8: "Float8_e4m3", 9: "Float8_e4m3b11fnuz", 10: "Float8_e4m3fn",
     11: "Float8_e4m3fnuz", 12: "Float8_e5m2", 13: "Float8_e5m2fnuz", 14: "Float8_e8m0fnu",
-    15: "Float6_e2m3fn", 16: "Float6_e3m2fn", 17: "Float4_e2m1fn",
+    15: "Float6_e2m3fn", 16: "Float6_e3m2fn", 17: "Float4_e2m1fn", 18: "Bcomplex",
 }
 
 # (code, bits) -> the numpy dtype a view must carry.
@@ -657,7 +665,8 @@ BYTE_DTYPES = {
     (1, 8): np.uint8, (1, 16): np.uint16, (1, 32): np.uint32, (1, 64): np.uint64,
     (2, 16): np.float16, (2, 32): np.float32, (2, 64): np.float64,
     (4, 16): ml_dtypes.bfloat16,
-    (5, 64): np.complex64, (5, 128): np.complex128,
+    (5, 32): ml_dtypes.complex32, (5, 64): np.complex64, (5, 128): np.complex128,
+    (18, 32): ml_dtypes.bcomplex32,
     (6, 8): np.bool_,
     (7, 8): ml_dtypes.float8_e3m4,
     (8, 8): ml_dtypes.float8_e4m3,
@@ -669,6 +678,8 @@ BYTE_DTYPES = {
     (14, 8): ml_dtypes.float8_e8m0fnu,
 }
 SUBBYTE_DTYPES = {
+    (0, 1): ml_dtypes.int1, (0, 2): ml_dtypes.int2, (0, 4): ml_dtypes.int4,
+    (1, 1): ml_dtypes.uint1, (1, 2): ml_dtypes.uint2, (1, 4): ml_dtypes.uint4,
     (15, 6): ml_dtypes.float6_e2m3fn,
     (16, 6): ml_dtypes.float6_e3m2fn,
     (17, 4): ml_dtypes.float4_e2m1fn,
@@ -695,7 +706,7 @@ def test_supported_dtype(kind, code_bits):
 
 @pytest.mark.parametrize("code_bits", list(SUBBYTE_DTYPES), ids=dtype_id)
 def test_padded_subbyte_dtype_accepted(code_bits):
-    """Float6 and Float4 import as ml_dtypes (one byte per element) when IS_SUBBYTE_TYPE_PADDED is set."""
+    """Every sub-byte type imports as its ml_dtypes dtype (one byte per element) when IS_SUBBYTE_TYPE_PADDED is set."""
     expected = np.dtype(SUBBYTE_DTYPES[code_bits])
     producer = make_producer("versioned", dtype=(*code_bits, 1), flags=IS_SUBBYTE_TYPE_PADDED)
     view = StridedMemoryView(producer)
@@ -706,14 +717,20 @@ def test_padded_subbyte_dtype_accepted(code_bits):
 
 
 @pytest.mark.parametrize("code_bits", list(SUBBYTE_DTYPES), ids=dtype_id)
-def test_unpadded_subbyte_dtype_refused(kind, code_bits):
-    """Float6 and Float4 without IS_SUBBYTE_TYPE_PADDED (always so for legacy capsules) are refused."""
-    name = CODE_NAMES[code_bits[0]]
-    producer = make_producer(kind, dtype=(*code_bits, 1))
-    message = f"dlpack: dtype {name} is sub-byte and not padded (IS_SUBBYTE_TYPE_PADDED unset)"
-    with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
-        StridedMemoryView(producer)
-    assert excinfo.type is BufferError
+def test_unpadded_subbyte_dtype_is_viewed_packed(kind, code_bits):
+    """Float6 and Float4 without IS_SUBBYTE_TYPE_PADDED (always so for legacy capsules) are
+    packed, DLPack's default: dtype None, the type in dlpack_dtype, sizes in bits."""
+    code, bits = code_bits
+    producer = make_producer(kind, dtype=(code, bits, 1), shape=(2, 8))
+    view = StridedMemoryView(producer)
+    assert view.dtype is None
+    assert view.dlpack_dtype == (code, bits, 1)
+    assert view.dlpack_dtype.name == CODE_NAMES[code]
+    assert (view.shape, view.strides, view.ptr) == ((2, 8), (8, 1), producer.expected_ptr)
+    assert view.itemsize_bits == bits
+    assert view.nbytes == 16 * bits // 8
+    with pytest.raises(BufferError, match=re.escape(f"itemsize_bits is {bits}")):
+        view.itemsize
 
 
 def test_padded_flag_on_a_whole_byte_dtype_is_harmless():
@@ -723,11 +740,12 @@ def test_padded_flag_on_a_whole_byte_dtype_is_harmless():
 
 
 WRONG_BITS = [
-    (0, 1), (0, 12), (0, 128),
+    (0, 3), (0, 12), (0, 128),
     (1, 4 + 8), (1, 128),
     (2, 8), (2, 24), (2, 128),
     (4, 8), (4, 32),
-    (5, 32), (5, 16), (5, 96),
+    (5, 8), (5, 16), (5, 96),
+    (18, 16), (18, 64),
     (6, 1), (6, 16),
     *[(code, bits) for code in range(7, 15) for bits in (16, 32)],
 ]
@@ -756,14 +774,26 @@ def test_padded_subbyte_bit_width_must_match_the_code(code_bits):
     assert f"(got {bits})" in str(excinfo.value)
 
 
-@pytest.mark.parametrize("lanes", [0, 2, 4, 65535])
-def test_lanes_other_than_one_refused(kind, lanes):
-    """A vector dtype (lanes != 1) is refused with the lane count in the message."""
-    producer = make_producer(kind, dtype=(2, 32, lanes))
-    message = f"dlpack: dtype lanes must be 1 (got {lanes})"
+def test_zero_lanes_refused(kind):
+    """A dtype of 0 lanes is refused with the lane count in the message."""
+    producer = make_producer(kind, dtype=(2, 32, 0))
+    message = "dlpack: dtype lanes must be >= 1 (got 0)"
     with pytest.raises(BufferError, match=re.escape(message)) as excinfo:
         StridedMemoryView(producer)
     assert excinfo.type is BufferError
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 65535])
+def test_vector_dtype_viewed_as_void_of_its_size(kind, lanes):
+    """A vector dtype (lanes > 1) is a void dtype of bits * lanes / 8 bytes naming its
+    DLPack type; shape and strides count vectors."""
+    producer = make_producer(kind, dtype=(2, 32, lanes))
+    view = StridedMemoryView(producer)
+    assert view.dtype == np.dtype(f"V{4 * lanes}")
+    assert view.dtype.metadata == {"dlpack_dtype": (2, 32, lanes)}
+    assert view.dlpack_dtype == (2, 32, lanes)
+    assert (view.shape, view.strides, view.itemsize) == ((2, 3), (3, 1), 4 * lanes)
+    assert view.nbytes == 6 * 4 * lanes
 
 
 # --- readonly ----------------------------------------------------------------

@@ -650,12 +650,30 @@ TRIGGERS = [
     ("data-null", lambda f, m: view_dlpack(data=0), BufferError, "dlpack: data is NULL for a tensor of 6 elements"),
     ("past-address-space", lambda f, m: view_dlpack(data=2**64 - 8, byte_offset=16), BufferError, "dlpack: data + byte_offset passes the end of the address space (data 0xfffffffffffffff8, byte_offset 16)"),
     ("device-id-negative", lambda f, m: view_dlpack(device=(2, -2)), BufferError, "dlpack: device_id must be >= 0 (got -2)"),
-    ("lanes", lambda f, m: view_dlpack(dtype=(2, 32, 4)), BufferError, "dlpack: dtype lanes must be 1 (got 4)"),
+    ("lanes", lambda f, m: view_dlpack(dtype=(2, 32, 0)), BufferError, "dlpack: dtype lanes must be >= 1 (got 0)"),
+    ("padded-vector", lambda f, m: view_dlpack(dtype=(17, 4, 2), flags=4), BufferError, "dlpack: IS_SUBBYTE_TYPE_PADDED is set on dtype Float4_e2m1fn with 4 bits and 2 lanes (DLPack pads only one-lane elements of fewer than 8 bits)"),
     ("code-unknown", lambda f, m: view_dlpack(dtype=(99, 8, 1)), BufferError, "dlpack: unsupported dtype code 99 (unknown)"),
     ("code-opaque", lambda f, m: view_dlpack(dtype=(3, 64, 1)), BufferError, "dlpack: unsupported dtype code 3 (OpaqueHandle)"),
     ("bfloat-32", lambda f, m: view_dlpack(dtype=(4, 32, 1)), BufferError, "dlpack: dtype Bfloat must have 16 bits (got 32)"),
-    ("int-12", lambda f, m: view_dlpack(dtype=(0, 12, 1)), BufferError, "dlpack: dtype Int must have 8, 16, 32 or 64 bits (got 12)"),
-    ("float4-unpadded", lambda f, m: view_dlpack(dtype=(17, 4, 1)), BufferError, "dlpack: dtype Float4_e2m1fn is sub-byte and not padded (IS_SUBBYTE_TYPE_PADDED unset)"),
+    ("int-12", lambda f, m: view_dlpack(dtype=(0, 12, 1)), BufferError, "dlpack: dtype Int must have 1, 2, 4, 8, 16, 32 or 64 bits (got 12)"),
+    ("float4-packed-strided", lambda f, m: view_dlpack(dtype=(17, 4, 1), strides=(1, 2)), BufferError, "dlpack: packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1) must be row-major and gap-free, its elements one after another (got shape (2, 3), strides (1, 2) in elements)"),
+    ("export-cai-packed", lambda f, m: view_dlpack(device=(2, 0), dtype=(17, 4, 1)).__cuda_array_interface__, BufferError, "cuda array interface: packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1) has no typestr (a typestr counts whole bytes); export it through DLPack"),
+    ("buffer-packed", lambda f, m: memoryview(_packed()), BufferError, "buffer: packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1) has no byte per element"),
+    ("array-interface-packed", lambda f, m: _packed().__array_interface__, BufferError, "array interface: packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1) has no typestr"),
+    ("itemsize-packed", lambda f, m: _packed().itemsize, BufferError, "itemsize: packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1) has no whole-byte item size (several elements share a byte): itemsize_bits is 4"),
+    ("byte-strides-packed", lambda f, m: _packed().byte_strides, BufferError, "byte_strides: packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1) has no whole-byte item size"),
+    ("index-packed-mid-byte", lambda f, m: _packed()[1:], BufferError, "layout: the index would start at element 1 of packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1), bit 4 of a byte: a view starts on a byte"),
+    ("transpose-packed", lambda f, m: _packed().reshape(2, 2).T, BufferError, "layout: packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1) must be row-major and gap-free"),
+    ("view-packed-layout", lambda f, m: _packed().view(layout=Layout((4,), (1,), 1)), BufferError, "view: a layout counts whole bytes, and packed sub-byte dtype Float4_e2m1fn (bits 4, lanes 1) or the new dtype has none per element: change the dtype alone"),
+    ("view-packed-strided", lambda f, m: StridedMemoryView(np.zeros((2, 4), np.uint8))[:, ::2].view(dtype=stridedview.DLPackDType(17, 4, 1)), BufferError, "view: seeing dtype uint8 as another type of a different bit size needs a row-major, gap-free view"),
+    ("view-packed-0d", lambda f, m: StridedMemoryView(np.zeros((), np.uint8)).view(dtype=stridedview.DLPackDType(17, 4, 1)), BufferError, "view: a 0-d view keeps its element size (8 bits, not 4)"),
+    ("view-packed-bits", lambda f, m: StridedMemoryView(np.zeros(1, np.uint8)).view(dtype=stridedview.DLPackDType(15, 6, 1)), BufferError, "view: the last axis holds 8 bits, not a multiple of the new element's 6 bits (shape (1,))"),
+    ("view-dlpack-dtype-range", lambda f, m: host_view().view(dtype=stridedview.DLPackDType(300, 8, 1)), ValueError, "view: DLPackDType(code=300, bits=8, lanes=1) is out of DLPack's ranges"),
+    ("copy-packed-partial-byte", lambda f, m: _packed()[:3].copy_from(_packed()[:3]), ValueError, "copy: 3 packed elements of 4 bits (DLPackDType(code=17, bits=4, lanes=1)) end inside a byte"),
+    ("tmap-packed-bits", lambda f, m: _packed_device(bits=2).as_tensor_map((2, 64)), ValueError, "tensor map: packed 2-bit elements (DLPackDType(code=1, bits=2, lanes=1)) have no TMA data type"),
+    ("tmap-packed-nan", lambda f, m: _packed_device().as_tensor_map((2, 32), oob_fill=1), ValueError, "tensor map: oob_fill 1 (NaN) is not for the packed data types; data type 13 is packed 4-bit values"),
+    ("tmap-packed-u6-interleave", lambda f, m: _packed_device(bits=6).as_tensor_map((2, 128), interleave=1), ValueError, "tensor map: data type 15 (16U6_ALIGN16B) needs interleave 0, got 1"),
+    ("tmap-packed-mismatch", lambda f, m: _tmap(data_type=13), ValueError, "tensor map: data type 13 is packed 4-bit values, the view's elements take 32 bits each (view packed values first"),
     # cuda array interface
     ("cai-missing", lambda f, m: StridedMemoryView.from_cuda_array_interface([1], -1), BufferError, "cuda array interface: 'list' object has no __cuda_array_interface__"),
     ("cai-stream-none", lambda f, m: StridedMemoryView(cai()), BufferError, "cuda array interface: stream_ptr=None is ambiguous: pass a stream handle, or -1 to opt out"),
@@ -950,6 +968,19 @@ def _copy_across_devices(fake):
 
 
 _TMAP_LAYOUT = ("shape", "typestr", "data", "strides")
+
+
+def _packed():
+    """A host view of 4 packed float4_e2m1fn values (2 bytes)."""
+    return StridedMemoryView(np.zeros(2, np.uint8)).view(dtype=stridedview.DLPackDType(17, 4, 1))
+
+
+def _packed_device(bits=4):
+    """A 4-row device view of packed ``bits``-bit values (unsigned ints; float6_e2m3fn for
+    6 bits), 96 or 128 bytes a row."""
+    code = 15 if bits == 6 else 1
+    row = 96 if bits == 6 else 128
+    return view_cai(typestr="|u1", shape=(4, row)).view(dtype=stridedview.DLPackDType(code, bits, 1))
 
 
 def _tmap(**changes):

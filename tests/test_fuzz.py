@@ -87,12 +87,13 @@ STANDARD_NAMES = ("dltensor_versioned", "dltensor")
 
 #: (code) -> (DLPack name, allowed bits)
 DLPACK_CODES = {
-    0: ("Int", (8, 16, 32, 64)), 1: ("UInt", (8, 16, 32, 64)), 2: ("Float", (16, 32, 64)),
-    3: ("OpaqueHandle", ()), 4: ("Bfloat", (16,)), 5: ("Complex", (64, 128)), 6: ("Bool", (8,)),
+    0: ("Int", (1, 2, 4, 8, 16, 32, 64)), 1: ("UInt", (1, 2, 4, 8, 16, 32, 64)),
+    2: ("Float", (16, 32, 64)), 3: ("OpaqueHandle", ()), 4: ("Bfloat", (16,)),
+    5: ("Complex", (32, 64, 128)), 6: ("Bool", (8,)),
     7: ("Float8_e3m4", (8,)), 8: ("Float8_e4m3", (8,)), 9: ("Float8_e4m3b11fnuz", (8,)),
     10: ("Float8_e4m3fn", (8,)), 11: ("Float8_e4m3fnuz", (8,)), 12: ("Float8_e5m2", (8,)),
     13: ("Float8_e5m2fnuz", (8,)), 14: ("Float8_e8m0fnu", (8,)), 15: ("Float6_e2m3fn", (6,)),
-    16: ("Float6_e3m2fn", (6,)), 17: ("Float4_e2m1fn", (4,)),
+    16: ("Float6_e3m2fn", (6,)), 17: ("Float4_e2m1fn", (4,)), 18: ("Bcomplex", (32,)),
 }
 DTYPE_NAMES = {(code, bits): name for name, (code, bits) in producers.DTYPES.items()}
 
@@ -210,8 +211,17 @@ def byte_offsets_fit(shape, strides, itemsize):
 
 
 def has_own_typestr(dtype):
-    """Whether the CAI can name ``dtype``: not bfloat16 nor the float8/6/4 kinds (ml_dtypes')."""
+    """Whether the CAI can name ``dtype``: not ml_dtypes' kinds (bfloat16, float8/6/4, int4,
+    complex32 ...), nor a DLPack vector's void dtype, nor packed elements' None."""
+    if dtype is None or (dtype.metadata and "dlpack_dtype" in dtype.metadata):
+        return False
     return dtype.type.__module__ != "ml_dtypes"
+
+
+def element_bytes(view):
+    """Bytes per element for byte arithmetic: a packed view's elements count as one byte
+    (as the package's own checks count them)."""
+    return max(view.itemsize_bits // 8, 1)
 
 
 def exported_stride(stride, itemsize):
@@ -267,8 +277,8 @@ def model_tensor(device, ndim, shape, strides, data, byte_offset, dtype, flags):
     if device[0] != CPU and device[1] < 0:
         raise Refused(BufferError, "dlpack: device_id must be >= 0 (got ")
     code, bits, lanes = dtype
-    if lanes != 1:
-        raise Refused(BufferError, "dlpack: dtype lanes must be 1 (got ")
+    if lanes == 0:
+        raise Refused(BufferError, "dlpack: dtype lanes must be >= 1 (got 0)")
     if code not in DLPACK_CODES:
         raise Refused(BufferError, "dlpack: unsupported dtype code ")
     name, allowed = DLPACK_CODES[code]
@@ -276,18 +286,33 @@ def model_tensor(device, ndim, shape, strides, data, byte_offset, dtype, flags):
         raise Refused(BufferError, "dlpack: unsupported dtype code ")
     if bits not in allowed:
         raise Refused(BufferError, f"dlpack: dtype {name} must have ")
-    if bits < 8 and not flags & SUBBYTE_PADDED:
-        raise Refused(BufferError, f"dlpack: dtype {name} is sub-byte and not padded")
-    if not byte_offsets_fit(extents, element_strides, numpy_dtype(code, bits).itemsize):
+    # DLPack: an element is bits * lanes bits; sub-byte ones are packed (element i at bit
+    # i * bits) unless IS_SUBBYTE_TYPE_PADDED (one-lane ones only) gives each a byte.
+    padded = bool(flags & SUBBYTE_PADDED)
+    if padded and bits < 8 and lanes != 1:
+        raise Refused(BufferError, "dlpack: IS_SUBBYTE_TYPE_PADDED is set on dtype ")
+    element_bits = bits * lanes
+    if element_bits % 8 == 0:
+        itemsize = element_bits // 8
+        dtype_out = numpy_dtype(code, bits) if lanes == 1 else np.dtype(f"V{itemsize}")
+    elif padded and element_bits < 8:
+        itemsize, dtype_out = 1, numpy_dtype(code, bits)
+    else:
+        itemsize, dtype_out = 0, None
+        if size != 0 and not contiguous(extents, view_strides(extents, element_strides), True):
+            raise Refused(BufferError, "dlpack: packed sub-byte dtype ")
+    if not byte_offsets_fit(extents, element_strides, max(itemsize, 1)):
         raise Refused(BufferError, "dlpack: byte offsets from element 0 must fit in int64 (got shape ")
-    if size * numpy_dtype(code, bits).itemsize > INT64_MAX:
+    if size * itemsize > INT64_MAX:
         raise Refused(BufferError, "dlpack: nbytes (size * itemsize) must fit in int64 (got shape ")
     device_type, device_id = device
     return {
         "ptr": data + byte_offset,
         "shape": extents,
         "strides": view_strides(extents, element_strides),
-        "dtype": numpy_dtype(code, bits),
+        "dtype": dtype_out,
+        "dlpack_dtype": (code, bits, lanes),
+        "nbytes": size * itemsize if itemsize else (size * element_bits + 7) // 8,
         "size": size,
         "device_type": device_type,
         "device_id": -1 if device_type == CPU else device_id,
@@ -395,8 +420,13 @@ def assert_fields(view, fields, obj, *, check_device_id=True):
             problems.append(f"{name}: expected {want!r}, got {got!r}")
     if view.ptr != fields["ptr"] or type(view.ptr) is not int:
         problems.append(f"ptr: expected {fields['ptr']:#x}, got {view.ptr!r}")
-    if view.dtype != fields["dtype"] or view.dtype.name != fields["dtype"].name:
+    if fields["dtype"] is None:
+        if view.dtype is not None:
+            problems.append(f"dtype: expected None (packed), got {view.dtype!r}")
+    elif view.dtype != fields["dtype"] or view.dtype.name != fields["dtype"].name:
         problems.append(f"dtype: expected {fields['dtype']!r}, got {view.dtype!r}")
+    if "dlpack_dtype" in fields and view.dlpack_dtype != fields["dlpack_dtype"]:
+        problems.append(f"dlpack_dtype: expected {fields['dlpack_dtype']}, got {view.dlpack_dtype}")
     if check_device_id and view.device_id != fields["device_id"]:
         problems.append(f"device_id: expected {fields['device_id']}, got {view.device_id}")
     if view.exporting_obj is not obj:
@@ -407,7 +437,8 @@ def assert_fields(view, fields, obj, *, check_device_id=True):
             problems.append(f"{name} is not a tuple of ints: {value!r}")
     if view.ndim != len(fields["shape"]):
         problems.append(f"ndim {view.ndim}")
-    if view.nbytes != fields["size"] * fields["dtype"].itemsize:
+    nbytes = fields["nbytes"] if "nbytes" in fields else fields["size"] * fields["dtype"].itemsize
+    if view.nbytes != nbytes:
         problems.append(f"nbytes {view.nbytes}")
     if view.is_c_contiguous is not contiguous(fields["shape"], fields["strides"], True):
         problems.append(f"is_c_contiguous {view.is_c_contiguous}")
@@ -475,7 +506,7 @@ def exercise_exports(view):
         for name in ("shape", "dtype", "readonly", "device_id", "is_device_accessible"):
             if getattr(again, name) != getattr(view, name):
                 raise AssertionError(f"re-exported {name}: {getattr(again, name)!r} != {getattr(view, name)!r}")
-        exported = tuple(exported_stride(s, view.dtype.itemsize) for s in view.strides)
+        exported = tuple(exported_stride(s, element_bytes(view)) for s in view.strides)
         if again.strides != exported:
             raise AssertionError(f"re-exported strides: {again.strides!r} != {exported!r}")
         if again.ptr != (view.ptr if size else 0):
@@ -488,7 +519,8 @@ def exercise_exports(view):
     except BufferError as exc:
         assert_documented(exc)
         message = str(exc)
-        sub_byte = view.dtype.name.startswith(("float6", "float4"))
+        dl_type = view.dlpack_dtype
+        sub_byte = dl_type is not None and view.itemsize_bits == 8 and dl_type[1] * dl_type[2] < 8
         if not (
             message.startswith("dlpack: a ") and (view.readonly or sub_byte)
             or message.startswith("dlpack: dtype ") and "has no DLPack equivalent" in message
@@ -509,7 +541,7 @@ def exercise_exports(view):
             raise AssertionError(f"a CAI for dtype {view.dtype}")
     elif view.is_device_accessible:
         interface = view.__cuda_array_interface__
-        itemsize = view.dtype.itemsize
+        itemsize = element_bytes(view)
         exported = tuple(exported_stride(s, itemsize) for s in view.strides)
         byte_strides = tuple(s * itemsize for s in exported)
         if interface["strides"] != byte_strides or interface["shape"] != view.shape:
@@ -1183,7 +1215,7 @@ def test_cai_edges(no_fake, interface, stream_choice):
         pytest.param({"device": (2, 0), "work_stream": None}, -1, id="no-work-stream-opt-out"),
         pytest.param({"device": (13, 0), "work_stream": None}, 1, id="no-work-stream-managed"),
         pytest.param({"device": (2, 0), "ndim": -1, "work_stream": "fake"}, 1, id="ordered-before-validation"),
-        pytest.param({"dtype": (15, 6, 1)}, None, id="sub-byte-never-padded"),
+        pytest.param({"dtype": (15, 6, 1)}, None, id="sub-byte-packed"),  # no flags: packed
         pytest.param({"shape": [2**31, 2**32], "strides": [1, 1]}, None, id="count-2**63"),
     ],
 )

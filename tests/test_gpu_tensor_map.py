@@ -234,3 +234,25 @@ def test_driver_refuses_nan_fill_for_integer_types(tma, code):
     assert attempt(0) == drv.CUresult.CUDA_SUCCESS
     expected = drv.CUresult.CUDA_ERROR_INVALID_VALUE if code <= 5 else drv.CUresult.CUDA_SUCCESS
     assert attempt(1) == expected
+
+
+@pytest.mark.parametrize(
+    "code, dl_type, row_bytes, box, data_type",
+    [
+        (13, (1, 4, 1), 64, (2, 32), None),  # 16U4_ALIGN8B: a packed 4-bit view's default
+        (14, (17, 4, 1), 64, (2, 128), 14),  # 16U4_ALIGN16B: asked for; box[0] must be 128
+        (15, (15, 6, 1), 96, (2, 128), None),  # 16U6_ALIGN16B: a packed 6-bit view's default
+    ],
+    ids=["16U4_ALIGN8B", "16U4_ALIGN16B", "16U6_ALIGN16B"],
+)
+def test_packed_subbyte_views_encode_as_the_drivers_packed_types(tma, code, dl_type, row_bytes, box, data_type):
+    """A packed sub-byte view (4 rows of ``row_bytes`` bytes seen as packed values) encodes
+    with the driver's packed type: globalDim counts the values, the strides are bytes."""
+    from stridedview import DLPackDType
+
+    values = row_bytes * 8 // dl_type[1]
+    packed = view(tma, (4, row_bytes), np.uint8).view(dtype=DLPackDType(*dl_type))
+    assert packed.shape == (4, values) and packed.dtype is None
+    tmap = packed.as_tensor_map(box, data_type=data_type)
+    assert (tmap.data_type, tmap.global_dim, tmap.global_strides) == (code, (values, 4), (row_bytes,))
+    assert opaque(tmap.descriptor) == encoded(code, packed.ptr, (values, 4), (row_bytes,), box[::-1], (1, 1))

@@ -1,8 +1,9 @@
 """``python -m stridedview``: the interop report (stridedview/_report.py).
 
 ``build_report(timing=True)`` gives "environment", "libraries", "not_installed",
-"not_checked", "notes" and "rows" (producer, device, view, view_us, error, cells
-of consumer/verdict/reason); ``format_report`` renders the matrix; ``main`` takes
+"not_checked", "notes", "rows" (producer, device, view, view_us, error, cells
+of consumer/verdict/reason) and "dtypes" (the element-type table: producer, type, dlpack,
+dtype, error, cells); ``format_report`` renders both; ``main`` takes
 ``--json`` and ``--no-timing`` and returns 1 when a view or a hand-over fails.
 
 Verdicts: "ok" (same memory and values), "writable" (the same, but the consumer's array
@@ -30,7 +31,7 @@ import pytest
 from stridedview import _report
 
 ROOT = Path(__file__).resolve().parent.parent
-REPORT_KEYS = {"environment", "libraries", "not_installed", "not_checked", "notes", "rows"}
+REPORT_KEYS = {"environment", "libraries", "not_installed", "not_checked", "notes", "rows", "dtypes"}
 ENVIRONMENT_KEYS = {
     "python", "stridedview", "numpy", "cuda-bindings", "cuda driver", "gpus",
     "build", "fast paths", "torch reader",
@@ -701,7 +702,7 @@ def test_device_only_consumer_is_not_applicable_to_host_rows(monkeypatch, capsys
     text = _report.format_report(report)
     assert re.search(r"^  numpy \(cpu\)\s+ok\s+n/a$", text, re.MULTILINE), text
     assert "n/a    = not tried: the consumer takes no memory of this kind" in text
-    assert "[1]" not in text
+    assert "[1]" not in text.partition("element types")[0]  # (numpy refuses bfloat16 there)
     assert _report.main(["--no-timing"]) == 0
     capsys.readouterr()
 
@@ -844,3 +845,51 @@ def test_comparable_blanks_only_versions_and_timings():
     assert _comparable(report) == _comparable(other)
     assert _comparable(report) != _comparable(report.replace("stable abi", "direct"))
     assert _comparable(report) != _comparable(report.replace("  ok", "  rw!"))
+
+
+# --- the element-type table ------------------------------------------------------------------
+
+#: (producer, type) -> the DLPack type its view must have.
+DTYPE_ROWS = {
+    ("numpy", "bfloat16"): [4, 16, 1], ("numpy", "complex32"): [5, 32, 1],
+    ("numpy", "bcomplex32"): [18, 32, 1], ("numpy", "int4"): [0, 4, 1],
+    ("numpy", "float4_e2m1fn"): [17, 4, 1],
+    ("torch", "float8_e4m3fn"): [10, 8, 1], ("torch", "complex32"): [5, 32, 1],
+    ("torch", "float4_e2m1fn_x2"): [17, 4, 2],
+    ("jax", "bfloat16"): [4, 16, 1], ("jax", "float4_e2m1fn"): [17, 4, 1],
+    ("bytes", "float4, packed"): [17, 4, 1],
+}
+
+
+@pytest.mark.torch
+@pytest.mark.jax
+def test_element_type_table():
+    """Every producer's element types are viewed with their exact DLPack type; the verdicts
+    are what the consumers do (torch takes its fp4 pairs back, numpy takes none of these, a
+    padded type asked for as a legacy capsule is refused on purpose), and none fails."""
+    for module in ("torch", "jax", "ml_dtypes"):
+        pytest.importorskip(module)
+    rows = _report.build_dtype_matrix(["numpy", "torch", "jax"])
+    by_key = {(row["producer"], row["type"]): row for row in rows}
+    for key, dl_type in DTYPE_ROWS.items():
+        assert by_key[key]["dlpack"] == dl_type and not by_key[key]["error"], by_key[key]
+    verdicts = {key: {c["consumer"]: c["verdict"] for c in row["cells"]} for key, row in by_key.items()}
+    assert verdicts[("torch", "float4_e2m1fn_x2")] == {"numpy": "refuses", "torch": "ok", "jax": "refuses"}
+    assert verdicts[("numpy", "bfloat16")] == {"numpy": "refuses", "torch": "ok", "jax": "ok"}
+    assert verdicts[("numpy", "int4")]["jax"] == "legacy"  # jax asks for a legacy capsule
+    assert verdicts[("jax", "bfloat16")]["jax"] == "legacy"  # read-only: legacy refused
+    assert all(cell["verdict"] != "fail" for row in rows for cell in row["cells"])
+    text = _report._format_dtypes(rows)
+    assert "element types, host memory" in text[1]
+    assert all(len(line) <= MAX_WIDTH for line in text)
+
+
+def test_element_type_table_asks_tvm_ffi_only_when_told():
+    """tvm-ffi (whose import takes seconds) is asked with --tvm-ffi only: it takes the packed
+    views no other library takes."""
+    pytest.importorskip("tvm_ffi")
+    plain = _report.build_dtype_matrix(["numpy"])
+    assert all(cell["consumer"] != "tvm-ffi" for row in plain for cell in row["cells"])
+    rows = _report.build_dtype_matrix(["numpy"], extra_consumers=True)
+    packed = next(row for row in rows if row["type"] == "float4, packed")
+    assert {c["consumer"]: c["verdict"] for c in packed["cells"]} == {"numpy": "refuses", "tvm-ffi": "ok"}

@@ -9,6 +9,8 @@ refuse) is tests/test_gpu_tensor_map.py, on the simulated device or a GPU.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -202,3 +204,49 @@ def test_nan_fill_is_refused_for_integer_data(forbidden_driver, dtype, data_type
     assert str(info.value).startswith(
         f"tensor map: oob_fill 1 (NaN) is for floating-point data; data type {code} ("
     ), str(info.value)
+
+
+def packed_view(row_bytes=64, rows=4, dl_type=(1, 4, 1), offset=0):
+    """A device view of ``rows`` rows of ``row_bytes`` bytes seen as packed sub-byte values."""
+    from stridedview import DLPackDType
+
+    return view((rows, row_bytes), np.uint8, offset=offset).view(dtype=DLPackDType(*dl_type))
+
+
+@pytest.mark.parametrize(
+    "make, arguments, message",
+    [
+        (lambda: packed_view(), {"box_dim": (2, 32), "data_type": 14},
+         "tensor map: data type 14 needs box_dim[1] = 128 (got 32)"),
+        (lambda: packed_view(row_bytes=32), {"box_dim": (2, 128), "data_type": 14},
+         "tensor map: data type 14 needs shape[1] to be a multiple of 128 values (got 64)"),
+        (lambda: packed_view(row_bytes=64, offset=16), {"box_dim": (2, 128), "data_type": 14},
+         "is not 32-byte aligned"),
+        (lambda: packed_view(), {"box_dim": (2, 128), "data_type": 14, "swizzle": 1},
+         "tensor map: data type 14 takes swizzle 0 (none) or 3 (128B), got 1"),
+        (lambda: packed_view(row_bytes=40), {"box_dim": (2, 32)},
+         "tensor map: the stride of axis 0 is 40 bytes"),
+        (lambda: packed_view(dl_type=(17, 4, 1)).view(dtype=np.uint8), {"box_dim": (2, 16), "data_type": 13},
+         "tensor map: data type 13 is packed 4-bit values, the view's elements take 8 bits each"),
+        (lambda: packed_view(dl_type=(0, 2, 1)), {"box_dim": (2, 64)},
+         "tensor map: packed 2-bit elements (DLPackDType(code=0, bits=2, lanes=1)) have no TMA data type"),
+        (lambda: packed_view(), {"box_dim": (2, 32), "data_type": 0},
+         "tensor map: data type 0 has 1-byte elements, the view's elements take 4 bits each"),
+    ],
+    ids=["box-128", "dim-128", "align-32", "swizzle", "stride-16", "bytes-as-packed", "2-bit", "uint8-of-packed"],
+)
+def test_packed_type_rules_named_before_the_driver(forbidden_driver, make, arguments, message):
+    """The driver's rules for its packed 4- and 6-bit types are checked first, each named."""
+    box = arguments.pop("box_dim")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make().as_tensor_map(box, **arguments)
+
+
+def test_packed_view_default_data_types(forbidden_driver):
+    """A packed 4-bit view defaults to 16U4_ALIGN8B (13), a 6-bit one to 16U6_ALIGN16B (15);
+    whole-byte views keep their own (tests/test_gpu_tensor_map.py encodes them)."""
+    from stridedview._tensor_map import _data_type
+
+    assert _data_type(packed_view(), None) == 13
+    assert _data_type(packed_view(96, dl_type=(15, 6, 1)), None) == 15
+    assert _data_type(packed_view().view(dtype=np.uint8), None) == 0

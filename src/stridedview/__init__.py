@@ -6,10 +6,11 @@ they are imported on first need.
 
 from stridedview._decorator import args_viewable_as_strided_memory
 from stridedview._errors import CUDAError
-from stridedview._view import StridedMemoryView, ViewableArgument, release_pending
+from stridedview._view import DLPackDType, StridedMemoryView, ViewableArgument, release_pending
 
 __all__ = [
     "CUDAError",
+    "DLPackDType",
     "StridedMemoryView",
     "TensorMap",
     "ViewableArgument",

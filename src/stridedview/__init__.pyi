@@ -5,12 +5,14 @@
 from stridedview._decorator import args_viewable_as_strided_memory as args_viewable_as_strided_memory
 from stridedview._errors import CUDAError as CUDAError
 from stridedview._tensor_map import TensorMap as TensorMap
+from stridedview._view import DLPackDType as DLPackDType
 from stridedview._view import StridedMemoryView as StridedMemoryView
 from stridedview._view import ViewableArgument as ViewableArgument
 from stridedview._view import release_pending as release_pending
 
 __all__ = [
     "CUDAError",
+    "DLPackDType",
     "StridedMemoryView",
     "TensorMap",
     "ViewableArgument",

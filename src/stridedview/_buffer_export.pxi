@@ -48,6 +48,8 @@ cdef bytes _buffer_format(object dtype):
     (it refuses to export them itself); ``memoryview(numpy.empty(0, dtype))``
     answers, so the format is numpy's own for every dtype it knows.
     """
+    if dtype.metadata is not None and _DLPACK_DTYPE_KEY in dtype.metadata:
+        return None  # a DLPack vector type's bytes: numpy's 'V' format would not say it
     import numpy
     try:
         return memoryview(numpy.empty(0, dtype)).format.encode("ascii")
@@ -77,11 +79,17 @@ cdef int _export_buffer(StridedMemoryView view, Py_buffer *buffer, int flags) ex
         )
     if (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE and view.readonly:
         raise BufferError("buffer: the view is read-only; a writable buffer was requested")
+    if view.dtype is None:
+        raise BufferError(
+            f"buffer: {_dtype_shown(view)} has no byte per element (several share a "
+            "byte); hand it on through DLPack, or view its bytes first, e.g. "
+            "view.view(dtype=numpy.uint8)"
+        )
     if (flags & PyBUF_FORMAT) == PyBUF_FORMAT:
         fmt = _buffer_format(view.dtype)
         if fmt is None:
             raise BufferError(
-                f"buffer: dtype {view.dtype} has no PEP 3118 format (numpy gives none "
+                f"buffer: {_dtype_shown(view)} has no PEP 3118 format (numpy gives none "
                 "either); request the buffer without a format (raw bytes, e.g. "
                 "PyBUF_SIMPLE) or reinterpret it first, e.g. view.view(dtype=numpy.uint16)"
             )
@@ -160,9 +168,14 @@ cdef dict _host_array_interface(StridedMemoryView view):
             f"{_HOST_ACCESS_HINT}"
         )
     dtype = view.dtype
+    if dtype is None:
+        raise BufferError(
+            f"array interface: {_dtype_shown(view)} has no typestr (a typestr counts "
+            "whole bytes); hand it on through DLPack"
+        )
     if not _has_own_typestr(dtype):
         raise BufferError(
-            f"array interface: dtype {dtype} has no typestr numpy reads back as {dtype} "
+            f"array interface: {_dtype_shown(view)} has no typestr numpy reads back as {dtype} "
             f"({dtype.str!r} names another type or none); reinterpret the bytes first, "
             "e.g. numpy.asarray(view.view(dtype=numpy.uint16)).view(dtype)"
         )

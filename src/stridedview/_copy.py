@@ -2,7 +2,8 @@
 
 Everything is checked before anything is written: both views' byte counts must
 fit int64 (as every view's do), the destination must be writable and free of
-self-overlap, shapes and dtypes must be equal, and the two views' byte bounds
+self-overlap, shapes and dtypes (DLPack types included) must be equal, and the two
+views' byte bounds
 must not intersect (addresses are unique across host and device memory under
 CUDA's unified addressing, so one comparison serves every pair).  The byte
 arithmetic below is in Python ints and so cannot wrap; each count it hands numpy
@@ -24,6 +25,9 @@ is one ``cuMemcpyAsync`` when both are one contiguous run,
 one, and otherwise one 2-D copy per index of the remaining outer axes (a
 non-contiguous innermost axis is copied as 2-D rows one element wide).  No
 staging buffer is ever allocated: every layout is expressed this way.
+
+Packed sub-byte elements (``dtype`` None: several to a byte, always row-major and
+gap-free) are copied as the bytes holding them, when they fill whole bytes.
 """
 
 from __future__ import annotations
@@ -63,10 +67,16 @@ def copy(dst, src, stream, blocking) -> None:
         raise BufferError("copy: the destination view is read-only")
     if dst.shape != src.shape:
         raise ValueError(f"copy: shapes differ (destination {dst.shape}, source {src.shape})")
-    if dst.dtype != src.dtype:
-        raise ValueError(f"copy: dtypes differ (destination {dst.dtype}, source {src.dtype})")
+    if dst.dtype != src.dtype or dst.dlpack_dtype != src.dlpack_dtype:
+        # The DLPack types too: numpy's void dtypes of two vector types of one size
+        # compare equal (fp4 pairs and int2 quadruples are both V1).
+        raise ValueError(
+            f"copy: dtypes differ (destination {_type_text(dst)}, source {_type_text(src)})"
+        )
     if dst.size == 0:
         return
+    if dst.dtype is None:
+        dst, src = _packed_as_bytes(dst), _packed_as_bytes(src)
     if dst.has_overlap:
         raise ValueError(
             f"copy: the destination's elements overlap (strides {dst.strides}): a copy "
@@ -99,6 +109,31 @@ def copy(dst, src, stream, blocking) -> None:
                 )
             device = view.device_id
     _copy_with_driver(dst, dst_kind, src, src_kind, stream, device, blocking)
+
+
+def _type_text(view) -> str:
+    """A view's element type as copy's errors quote it: its dtype, with its DLPack
+    type where the dtype does not name it (a vector's void dtype, packed elements)."""
+    dtype = view.dtype
+    if dtype is None or (dtype.metadata and "dlpack_dtype" in dtype.metadata):
+        return f"{dtype} {view.dlpack_dtype}"
+    return str(dtype)
+
+
+def _packed_as_bytes(view):
+    """A view of packed sub-byte elements (row-major and gap-free, as every such view
+    is) as the bytes that hold them, for a copy of whole bytes: refused where the
+    last element ends inside a byte, whose other bits lie outside the view."""
+    from stridedview import DLPackDType
+
+    bits = view.size * view.itemsize_bits
+    if bits % 8:
+        raise ValueError(
+            f"copy: {view.size} packed elements of {view.itemsize_bits} bits "
+            f"({view.dlpack_dtype}) end inside a byte, whose other bits a copy of "
+            "whole bytes would overwrite: copy a whole number of bytes' worth"
+        )
+    return view.reshape(view.size).view(dtype=DLPackDType(1, 8, 1))
 
 
 # --- host -----------------------------------------------------------------------------------

@@ -178,6 +178,9 @@ cdef enum DLDeviceType:
     kDLHexagon = 16
     kDLMAIA = 17
     kDLTrn = 18
+    kDLTPU = 19
+    kDLTPUHost = 20
+    kDLAscend = 21
 
 # DLDataTypeCode
 cdef enum DLDataTypeCode:
@@ -199,3 +202,4 @@ cdef enum DLDataTypeCode:
     kDLFloat6_e2m3fn = 15
     kDLFloat6_e3m2fn = 16
     kDLFloat4_e2m1fn = 17
+    kDLBcomplex = 18  # DLPack 1.3 (a pair of bfloat16), added without a minor version

@@ -58,13 +58,13 @@ cdef int _api_dltensor_from_py_object(void *py_object, DLTensor *out) except -1:
     tensor for those.
     """
     cdef StridedMemoryView view = _exchange_view(py_object)
-    cdef DLDataType dl_dtype = _dlpack_dtype_of(view.dtype)
+    cdef DLDataType dl_dtype = _exported_dl_dtype(view)
     if view.readonly:
         raise BufferError(
             "dlpack: a read-only view cannot be lent as a DLTensor, which has no "
             "READ_ONLY flag (use managed_tensor_from_py_object_no_sync or __dlpack__)"
         )
-    if dl_dtype.bits < 8:
+    if _is_padded_subbyte(view):
         raise BufferError(
             "dlpack: a padded sub-byte view cannot be lent as a DLTensor, which has no "
             "flags (use managed_tensor_from_py_object_no_sync or __dlpack__)"
@@ -180,18 +180,23 @@ cdef DLManagedTensorVersioned *_new_host_tensor(DLTensor *prototype) except NULL
     if ndim > 0 and prototype.shape == NULL:
         raise BufferError(f"dlpack: shape is NULL with ndim {ndim}")
     cdef uint64_t flags = 0
-    if prototype.dtype.bits < 8:
+    if prototype.dtype.lanes == 1 and prototype.dtype.bits < 8:
         flags = DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED  # one element per byte
-    dtype = _dtype_from_dlpack(prototype.dtype, flags)  # refuses what no view can hold
+    cdef int64_t itemsize  # 0: packed sub-byte elements (lanes > 1 of a few bits)
+    _dtype_and_itemsize(prototype.dtype, flags, &itemsize)  # refuses what no view can hold
     cdef int64_t count = 1
     for i in range(ndim):
         if prototype.shape[i] < 0:
             raise BufferError(f"dlpack: shape[{i}] must be >= 0 (got {prototype.shape[i]})")
         if sv_mul_i64(count, prototype.shape[i], &count):
             raise BufferError("dlpack: element count overflows int64")
-    cdef int64_t itemsize = dtype.itemsize
     cdef int64_t nbytes
-    if sv_mul_i64(count, itemsize, &nbytes):
+    cdef int64_t element_bits = <int64_t>prototype.dtype.bits * prototype.dtype.lanes
+    if itemsize == 0:
+        if sv_mul_i64(count, element_bits, &nbytes) or sv_add_i64(nbytes, 7, &nbytes):
+            raise BufferError("dlpack: byte count overflows int64")
+        nbytes //= 8
+    elif sv_mul_i64(count, itemsize, &nbytes):
         raise BufferError("dlpack: byte count overflows int64")
 
     cdef void *data = sv_aligned_alloc(_HOST_ALLOCATION_ALIGNMENT, <size_t>max(nbytes, 1))

@@ -9,28 +9,29 @@ cdef extern from "Python.h":
     void Py_DecRef(PyObject *)
     int Py_IsInitialized() nogil
 
-# numpy dtype -> (DLPack code, bits); built from _DLPACK_DTYPES on first export and
-# published once (_thread_state.pxi's _publish_once).
-cdef PyObject *_dlpack_code_of_dtype = NULL
+cdef DLDataType _exported_dl_dtype(StridedMemoryView view) except *:
+    """The DLPack type a view hands on: its own (``_dl_dtype``), or BufferError naming
+    ``view.dtype`` when no DLPack type describes it (bits 0)."""
+    if view._dl_dtype.bits == 0:
+        raise BufferError(f"dlpack: dtype {view.dtype} has no DLPack equivalent")
+    return view._dl_dtype
 
 
-cdef DLDataType _dlpack_dtype_of(object dtype) except *:
-    """The DLPack element type of a numpy dtype, or BufferError."""
-    cdef DLDataType result
-    cdef PyObject *codes = _load_published(&_dlpack_code_of_dtype)
-    if codes == NULL:
-        table = {}
-        for code, (_, by_bits, _) in _DLPACK_DTYPES.items():
-            for bits in by_bits:
-                table[_resolve_dtype(code, bits)] = (code, bits)
-        codes = _publish_once(&_dlpack_code_of_dtype, table)
-    entry = (<dict>codes).get(dtype)
-    if entry is None:
-        raise BufferError(f"dlpack: dtype {dtype} has no DLPack equivalent")
-    result.code = entry[0]
-    result.bits = entry[1]
-    result.lanes = 1
-    return result
+cdef str _dtype_shown(StridedMemoryView view):
+    """A view's element type as an export's error quotes it: ``dtype float32``, or
+    the DLPack type where the dtype does not name it (``packed sub-byte dtype
+    Float4_e2m1fn (bits 4, lanes 1)``, ``dtype Float4_e2m1fn (bits 4, lanes 2)``)."""
+    dtype = view.dtype
+    if dtype is None:
+        return f"packed sub-byte dtype {_dl_dtype_text(view._dl_dtype)}"
+    if dtype.metadata is not None and _DLPACK_DTYPE_KEY in dtype.metadata:
+        return f"dtype {_dl_dtype_text(view._dl_dtype)}"
+    return f"dtype {dtype}"
+
+
+cdef inline bint _is_padded_subbyte(StridedMemoryView view) noexcept:
+    """Whether the view's elements are sub-byte values one to a byte (IS_SUBBYTE_TYPE_PADDED)."""
+    return view._itemsize == 1 and <uint32_t>view._dl_dtype.bits * view._dl_dtype.lanes < 8
 
 
 cdef void _release_export(void *manager_ctx) noexcept nogil:
@@ -87,7 +88,7 @@ cdef void *_export_managed_tensor(
 ) except NULL:
     """A new DLPack managed tensor over ``view``'s memory, holding a reference to ``view``
     that its deleter drops."""
-    cdef DLDataType dl_dtype = _dlpack_dtype_of(view.dtype)
+    cdef DLDataType dl_dtype = _exported_dl_dtype(view)
     cdef Py_ssize_t ndim = view._ndim
     cdef size_t header = sizeof(DLManagedTensorVersioned) if versioned else sizeof(DLManagedTensor)
     cdef char *block
@@ -100,7 +101,7 @@ cdef void *_export_managed_tensor(
 
     if view.readonly:
         flags |= DLPACK_FLAG_BITMASK_READ_ONLY
-    if dl_dtype.bits < 8:
+    if _is_padded_subbyte(view):
         flags |= DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
     if flags and not versioned:
         what = "read-only" if view.readonly else "padded sub-byte"
@@ -220,9 +221,15 @@ cdef dict _own_typestr = {}
 cdef bint _has_own_typestr(object dtype) except -1:
     """Whether a CAI consumer reading ``dtype.str`` gets ``dtype`` back.
 
-    Not so for bfloat16 and the float8/6/4 kinds (ml_dtypes): numpy writes
-    '<V2' (anonymous bytes) or '<f1' (no type at all) for them.
+    Not so for bfloat16 and the float8/6/4 and sub-byte int kinds (ml_dtypes):
+    numpy writes '<V2' or '<V1' (anonymous bytes) for them, '<W4' (a kind no
+    typestr reader knows) for complex32 and bcomplex32; nor for the void dtype
+    of a DLPack vector type (its metadata, which names the type, is not in the
+    typestr).  The cache is keyed by dtype, which compares without metadata:
+    those are answered before it.
     """
+    if dtype.metadata is not None and _DLPACK_DTYPE_KEY in dtype.metadata:
+        return False
     known = _own_typestr.get(dtype)
     if known is None:
         import numpy
@@ -242,10 +249,15 @@ cdef object _export_cai(StridedMemoryView view):
             "Interface; use DLPack"
         )
     dtype = view.dtype
+    if dtype is None:
+        raise BufferError(
+            f"cuda array interface: {_dtype_shown(view)} has no typestr (a typestr "
+            "counts whole bytes); export it through DLPack"
+        )
     itemsize = dtype.itemsize
     if not _has_own_typestr(dtype):
         raise BufferError(
-            f"cuda array interface: dtype {dtype} has no typestr ({dtype.str!r} names "
+            f"cuda array interface: {_dtype_shown(view)} has no typestr ({dtype.str!r} names "
             "another type or none); export it through DLPack"
         )
     _view_nbytes(view, _CAI_NAME)

@@ -34,7 +34,11 @@ cdef inline int _view_from_dlpack(
         return _view_from_view(view, <StridedMemoryView>obj, stream)
     if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
         return _view_from_exchange_api(view, obj, stream, info)
-    if info.host_only and _fast_paths_enabled and _view_from_numpy(view, obj):
+    if (
+        info.host_only
+        and (_fast_paths_enabled or _is_user_type_array(obj))
+        and _view_from_numpy(view, obj)
+    ):
         return 0
     return _view_through_capsule(view, obj, stream, info)
 
@@ -124,7 +128,7 @@ cdef int _view_from_view(StridedMemoryView view, StridedMemoryView base, object 
     the caller's stream is made to wait for ``base.ready_stream`` unless they are
     the same or the caller passed -1 (then the data stay ready where they were).
     """
-    if base.dtype is None:
+    if base.shape is None:
         raise BufferError("stridedview: the StridedMemoryView to view is not initialised")
     dl_stream = _dlpack_stream_for(base._device_type, stream)  # refuses None on a device
     ready = base.ready_stream
@@ -468,11 +472,13 @@ cdef int _fill_from_dltensor(
         )
     if tensor.device.device_type != kDLCPU and tensor.device.device_id < 0:
         raise BufferError(f"dlpack: device_id must be >= 0 (got {tensor.device.device_id})")
-    view.dtype = _dtype_from_dlpack(tensor.dtype, flags)
+    # The item size comes with the dtype, from the DLPack type it was checked
+    # against: bits * lanes / 8, 1 for a padded sub-byte element, 0 for packed ones.
+    cdef int64_t itemsize
+    view.dtype = _dtype_and_itemsize(tensor.dtype, flags, &itemsize)
     view._dl_dtype = tensor.dtype
-    # The dtype's item size, from the DLPack type it was checked against (lanes
-    # are 1; a padded sub-byte element takes one byte).
-    cdef Py_ssize_t itemsize = (tensor.dtype.bits + 7) // 8
+    if itemsize == 0:
+        _check_packed_layout("dlpack", tensor.dtype, shape, strides, size)
     if not _byte_offsets_fit(ndim, tensor.shape, tensor.strides, size, itemsize):
         raise BufferError(
             f"dlpack: byte offsets from element 0 must fit in int64 (got shape {shape}, "
@@ -498,7 +504,24 @@ cdef int _fill_from_dltensor(
         view.is_device_accessible = True
     if ndim != 0 and (tensor.strides == NULL or size == 0):
         return _store_c_layout(view)  # strides computed, or an empty view's 0s
-    # Padded sub-byte elements take one byte each.
-    return _store_c_layout_from(
-        view, tensor.shape, tensor.strides, ndim, max(tensor.dtype.bits // 8, 1)
+    return _store_c_layout_from(view, tensor.shape, tensor.strides, ndim, itemsize)
+
+
+cdef int _check_packed_layout(
+    str where, DLDataType dl_dtype, tuple shape, tuple strides, int64_t size
+) except -1:
+    """Refuse packed sub-byte elements in any layout but row-major and gap-free.
+
+    DLPack defines a packed tensor's element i as the bits at ``i * bits`` from the
+    data pointer: the elements in row-major order, one after another.  Element
+    strides that step otherwise would address bits inside a byte, which no byte
+    pointer, byte stride or kernel argument can say.  Extent-1 axes may carry any
+    stride (they never step); an empty tensor addresses nothing.
+    """
+    if size == 0 or _is_contiguous(shape, strides, size, reversed_axes=True):
+        return 0
+    raise BufferError(
+        f"{where}: packed sub-byte dtype {_dl_dtype_text(dl_dtype)} must be row-major "
+        f"and gap-free, its elements one after another (got shape {shape}, strides "
+        f"{strides} in elements)"
     )

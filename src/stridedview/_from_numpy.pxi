@@ -8,6 +8,10 @@
 # registry, swapped byte order, strides numpy refuses, memory numpy imported from
 # another device, a subclass instance carrying its own DLPack methods) is declined,
 # and the general path then asks numpy and answers (or refuses) as numpy does.
+# Arrays of ml_dtypes' types (bfloat16, the float8/6/4 kinds, int1/2/4, uint1/2/4,
+# complex32, bcomplex32) are the exception: numpy's ``__dlpack__`` refuses every
+# user-defined type, so the adapter is their one DLPack route, with the fast
+# paths on or off (ml_dtypes' numpy type numbers -> DLPack types, _ml_dtype).
 #
 # Only the array struct's fields are read (the layout numpy's headers give, stable
 # across numpy 1.x and 2.x): numpy's C API table is never imported, so importing
@@ -36,6 +40,7 @@ cdef extern from *:
     bint PyArray_ISNBO(char byteorder)
 
     enum:
+        NPY_USERDEF
         NPY_ARRAY_C_CONTIGUOUS
         NPY_ARRAY_WRITEABLE
         NPY_BOOL, NPY_BYTE, NPY_UBYTE, NPY_SHORT, NPY_USHORT, NPY_INT, NPY_UINT
@@ -119,6 +124,45 @@ cdef inline bint _numpy_dtype(int type_num, DLDataType *dl_dtype) noexcept:
     return True
 
 
+# numpy type number of each ml_dtypes type -> its DLPack type packed as
+# code | bits << 8; built on the first numpy array of a user-defined type seen once
+# ml_dtypes is imported, and published once.
+cdef PyObject *_ml_dtypes_by_type_num = NULL
+
+
+cdef uint32_t _ml_dtype(int type_num) except? 0:
+    """ml_dtypes' numpy type ``type_num`` as its DLPack type packed as code | bits << 8
+    (one lane); 0 for any other type.
+
+    numpy's ``__dlpack__`` refuses every user-defined type, so these arrays are
+    read only here.  ml_dtypes registers its types with numpy when imported: a user
+    type seen while it is not imported is not one of them.  Out of line
+    (setup.py's NEVER_INLINE), taking and giving values only: the adapter's locals
+    stay in registers.
+    """
+    cdef PyObject *table = _load_published(&_ml_dtypes_by_type_num)
+    if table == NULL:
+        ml_dtypes = _sys.modules.get("ml_dtypes")
+        if ml_dtypes is None:
+            return 0
+        import numpy
+        built = {}
+        for code, (_, by_bits) in _DLPACK_DTYPES.items():
+            for bits, name in by_bits.items():
+                scalar_type = getattr(ml_dtypes, name, None)
+                if name in _NUMPY_DTYPE_NAMES or scalar_type is None:
+                    continue
+                built[numpy.dtype(scalar_type).num] = code | bits << 8
+        table = _publish_once(&_ml_dtypes_by_type_num, built)
+    return (<dict>table).get(type_num, 0)
+
+
+cdef inline bint _is_user_type_array(object obj) noexcept:
+    """Whether ``obj``, a numpy array, holds elements of a user-defined numpy type
+    (ml_dtypes'), which only the adapter reads (numpy's __dlpack__ refuses them)."""
+    return PyArray_DESCR(<PyArrayObject *>obj).type_num >= NPY_USERDEF
+
+
 # log2 of each item size the adapter takes (1, 2, 4, 8, 16 bytes).
 cdef int[17] _LOG2_ITEMSIZE = [0, 0, 1, 0, 2, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 4]
 
@@ -143,8 +187,23 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     cdef PyArrayObject *array = <PyArrayObject *>obj
     cdef PyArray_Descr *descr = PyArray_DESCR(array)
     cdef DLDataType dl_dtype
-    if not PyArray_ISNBO(descr.byteorder) or not _numpy_dtype(descr.type_num, &dl_dtype):
+    cdef uint32_t ml_dtype
+    cdef npy_intp itemsize
+    if not PyArray_ISNBO(descr.byteorder):
         return False
+    if _numpy_dtype(descr.type_num, &dl_dtype):
+        itemsize = dl_dtype.bits >> 3
+    else:
+        if descr.type_num < NPY_USERDEF:
+            return False
+        ml_dtype = _ml_dtype(descr.type_num)
+        if ml_dtype == 0:
+            return False
+        dl_dtype.code = <uint8_t>(ml_dtype & 0xFF)
+        dl_dtype.bits = <uint8_t>(ml_dtype >> 8)
+        dl_dtype.lanes = 1
+        # ml_dtypes' sub-byte types take a byte each (padded).
+        itemsize = (dl_dtype.bits + 7) >> 3
     # numpy reports the device of memory it imported through DLPack (the capsule
     # at the end of the base chain): only the general path asks it.
     cdef PyObject *base = PyArray_BASE(array)
@@ -163,7 +222,6 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
         return False
     cdef npy_intp *extents = PyArray_DIMS(array)
     cdef npy_intp *byte_strides = PyArray_STRIDES(array)
-    cdef npy_intp itemsize = dl_dtype.bits // 8
     # Every item size taken is a power of two: an exact stride divides by a
     # shift, far cheaper than a division; only an unchecked inexact one divides.
     cdef npy_intp inexact_bits = itemsize - 1
@@ -216,7 +274,9 @@ cdef bint _view_from_numpy(StridedMemoryView view, object obj) except -1:
     # (checked above): only other layouts are checked element by element.
     if not c_contiguous and not _byte_offsets_fit(ndim, shape, element_strides, size, itemsize):
         return False
-    dtype = _dtype_from_dlpack(dl_dtype, 0)
+    # ml_dtypes' sub-byte types take a byte each: padded, in DLPack's terms (the flag
+    # says nothing of whole-byte types).
+    dtype = _dtype_from_dlpack(dl_dtype, DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED)
 
     view._ptr = <uintptr_t>data
     view.ptr = _address_int(view._ptr)

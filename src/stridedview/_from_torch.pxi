@@ -28,6 +28,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     if (
         _fill_by_stable_abi(_tensor_cdata(tensor), &lent) != 0
         or lent.dtype.bits < 8  # every torch dtype mapped is whole bytes
+        or lent.dtype.lanes != 1  # vectors (float4_e2m1fn_x2 pairs): the general path's
         or (lent.device.device_type == kDLCUDA and lent.device.device_id < 0)
         or lent.ndim > _INLINE_DIMS
         or (lent.ndim > 0 and (lent.shape == NULL or lent.strides == NULL))
@@ -57,7 +58,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
             dims[count + i] = 0
     elif overflow:
         return 1  # the element count passes int64
-    cdef Py_ssize_t itemsize = lent.dtype.bits // 8
+    cdef int64_t itemsize = lent.dtype.bits // 8
     cdef int64_t nbytes
     if (
         (size > 0 and lent.data == NULL)

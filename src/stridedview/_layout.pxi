@@ -496,9 +496,15 @@ cdef StridedMemoryView _relaid(
     its pointer stays ``base``'s where the offset would leave the address space.
     Made by _derive: same memory owner, device, readiness and read-only flag.
     """
-    itemsize = (base.dtype if dtype is None else dtype).itemsize
-    ptr = base._ptr + byte_offset
     size = _element_count(shape)
+    if dtype is None and base.dtype is None:
+        # Packed sub-byte elements stay row-major and gap-free; their bytes are
+        # checked as if each took one (more than they do).
+        _check_packed_layout("layout", base._dl_dtype, shape, strides, size)
+        itemsize = 1
+    else:
+        itemsize = (base.dtype if dtype is None else dtype).itemsize
+    ptr = base._ptr + byte_offset
     if size == 0 and not 0 <= ptr < _UINTPTR_LIMIT:
         ptr = base._ptr
     if size >= _INT64_LIMIT:
@@ -522,6 +528,96 @@ cdef StridedMemoryView _relaid(
     if dtype is not None:
         view.dtype = dtype
     _store_c_layout(view)  # the C-level API reads the new layout
+    return view
+
+
+cdef object _whole_byte_itemsize(StridedMemoryView view, str what):
+    """``view.dtype.itemsize``, or BufferError naming ``what`` for packed sub-byte elements."""
+    if view.dtype is None:
+        raise BufferError(
+            f"{what}: {_dtype_shown(view)} has no whole-byte item size (several "
+            "elements share a byte)"
+        )
+    return view.dtype.itemsize
+
+
+cdef object _byte_offset_of(
+    StridedMemoryView view, object offset, str what, tuple shape, tuple strides
+):
+    """The byte offset of element ``offset`` (counted in elements from element 0), for
+    a derived view of ``shape`` and ``strides``.  Packed sub-byte elements: the layout
+    must stay row-major and gap-free, and the element must start a byte."""
+    if view.dtype is not None:
+        return offset * view.dtype.itemsize
+    size = _element_count(shape)
+    _check_packed_layout("layout", view._dl_dtype, shape, strides, size)
+    bits = offset * view.itemsize_bits
+    if size != 0 and bits % 8:
+        raise BufferError(
+            f"layout: {what} would start at element {offset} of {_dtype_shown(view)}, "
+            f"bit {bits % 8} of a byte: a view starts on a byte"
+        )
+    return bits // 8 if size != 0 else 0
+
+
+cdef object _dtype_of_dlpack_type(object dl_type):
+    """The dtype a view of the DLPackDType ``dl_type`` has (None: packed sub-byte), or
+    BufferError for a type no view takes (checked as a DLPack producer's)."""
+    cdef DLDataType c_type
+    cdef int64_t itemsize
+    code, bits, lanes = dl_type
+    if not (0 <= code < 256 and 0 <= bits < 256 and 0 <= lanes < 65536):
+        raise ValueError(f"view: {dl_type!r} is out of DLPack's ranges (code and bits < 256, lanes < 65536)")
+    c_type.code = code
+    c_type.bits = bits
+    c_type.lanes = lanes
+    return _dtype_and_itemsize(c_type, 0, &itemsize)
+
+
+cdef object _view_by_bits(StridedMemoryView base, object layout, object new_dtype, object dl_type):
+    """``base.view(dtype=...)`` where either side is packed sub-byte elements (the
+    dtype None, ``dl_type`` the DLPackDType), counted in bits.
+
+    Both must be row-major and gap-free (a packed view always is): the last axis
+    holds ``extent * bits`` bits, a whole number of new elements; the strides are
+    the new shape's row-major ones.  ``view(layout=...)`` counts bytes: refused.
+    """
+    if layout is not None:
+        raise BufferError(
+            f"view: a layout counts whole bytes, and {_dtype_shown(base)} or the new "
+            "dtype has none per element: change the dtype alone"
+        )
+    old_bits = base.itemsize_bits
+    new_bits = dl_type.bits * dl_type.lanes if new_dtype is None else new_dtype.itemsize * 8
+    shape = base.shape
+    size = base._size
+    if size != 0 and not _is_contiguous(shape, base.strides, size, reversed_axes=True):
+        raise BufferError(
+            f"view: seeing {_dtype_shown(base)} as another type of a different bit size "
+            f"needs a row-major, gap-free view (got shape {shape}, strides {base.strides})"
+        )
+    if new_bits != old_bits:
+        if not shape:
+            raise BufferError(
+                f"view: a 0-d view keeps its element size ({old_bits} bits, not {new_bits})"
+            )
+        last_bits = shape[-1] * old_bits
+        if last_bits % new_bits:
+            raise BufferError(
+                f"view: the last axis holds {last_bits} bits, not a multiple of the new "
+                f"element's {new_bits} bits (shape {shape})"
+            )
+        shape = shape[:-1] + (last_bits // new_bits,)
+    cdef StridedMemoryView view = _derive(base)
+    view.shape = shape
+    view.strides = _dense_strides(shape, True) if size else _empty_view_strides(len(shape))
+    view._size = _element_count(shape)
+    view.dtype = new_dtype
+    if new_dtype is None:
+        view._dl_dtype.code = dl_type.code
+        view._dl_dtype.bits = dl_type.bits
+        view._dl_dtype.lanes = dl_type.lanes
+    _store_c_layout(view)
     return view
 
 

@@ -26,6 +26,16 @@ which the environment names as such), device producers (numba-cuda, cuda-core, C
 torch or jax with CUDA) get a "cuda" row of their own.  cuda-core (installed with the
 test extra) is a consumer column on every machine: with numba-cuda's device row it
 shows the CUDA Array Interface to DLPack bridge.
+
+A second table, element types, hands host arrays of the types kernels take beyond
+the numeric ones (bfloat16, float8, complex32, bcomplex32, sub-byte types padded
+and packed, torch's float4_e2m1fn_x2 pairs) from each producer that makes them,
+through a view, to each DLPack consumer installed (numpy, torch, jax; tvm-ffi too with
+``--tvm-ffi``, whose import takes seconds).
+Its verdicts: "ok" (the consumer's array is the same memory, and a view of it
+has the same DLPack type), "refuses" (the consumer raised: it does not take the
+type; no failure of the view) and "fail" (it took the array but another memory
+or type, or the view itself failed).
 """
 
 from __future__ import annotations
@@ -129,15 +139,19 @@ def _taken(library: Library) -> set:
         return set()
 
 
-def _aligned_host_array():
-    """VALUES as a float32 numpy array whose first element is HOST_ALIGNMENT-aligned."""
+def _aligned_host_array(dtype=None, zeros=False):
+    """VALUES as a float32 numpy array (or zeros of ``dtype`` in VALUES' shape) whose first
+    element is HOST_ALIGNMENT-aligned."""
     import numpy
 
-    want = numpy.asarray(VALUES, dtype=numpy.float32)
-    raw = numpy.empty(want.nbytes + HOST_ALIGNMENT, dtype=numpy.uint8)
+    dtype = numpy.dtype(numpy.float32 if dtype is None else dtype)
+    shape = numpy.shape(VALUES)
+    nbytes = int(numpy.prod(shape)) * dtype.itemsize
+    raw = numpy.zeros(nbytes + HOST_ALIGNMENT, dtype=numpy.uint8)
     start = -raw.ctypes.data % HOST_ALIGNMENT
-    array = raw[start:start + want.nbytes].view(numpy.float32).reshape(want.shape)
-    array[...] = want
+    array = raw[start:start + nbytes].view(dtype).reshape(shape)
+    if not zeros:
+        array[...] = numpy.asarray(VALUES, dtype=dtype)
     return array
 
 
@@ -378,6 +392,151 @@ class Cell:
     reason: str = ""
 
 
+#: The element-type table's verdicts, and how each shows.
+DTYPE_VERDICTS = {
+    "ok": "same memory, same DLPack type",
+    "copies": "same DLPack type in a copy (works, but not zero-copy)",
+    "refuses": "the consumer does not take the type (it raised; the view is fine)",
+    "legacy": "refused, as it must be: the consumer asks for a legacy capsule, which "
+    "cannot say read-only or padded",
+    "fail": "another type, or the view failed",
+}
+DTYPE_MARKS = {"ok": "ok", "copies": "copies", "refuses": "no", "legacy": "r/o", "fail": "FAIL"}
+#: How the view refuses a legacy capsule for a read-only or padded sub-byte view.
+LEGACY_REFUSED = "dlpack: a "
+
+
+def _element_type_arrays(names) -> list:
+    """(producer, type label, () -> host array) for each element type each producer of
+    ``names`` (the report's installed libraries) makes: ml_dtypes' types as numpy arrays,
+    torch's and jax's own, and packed sub-byte types (which only a view of bytes makes,
+    DLPack's default layout: the "bytes" rows)."""
+    makers = []
+    if "numpy" in names and _installed("ml_dtypes"):
+        for name in (
+            "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "complex32",
+            "bcomplex32", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn",
+        ):
+            def make(name=name):
+                import ml_dtypes
+
+                return _aligned_host_array(getattr(ml_dtypes, name), zeros=True)
+            makers.append(("numpy", name, make))
+    if "torch" in names:
+        for name in (
+            "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "complex32",
+            "float4_e2m1fn_x2",
+        ):
+            def make(name=name):
+                import torch
+
+                import warnings
+
+                dtype = getattr(torch, name)
+                if name == "float4_e2m1fn_x2":  # no zeros() of its own
+                    return torch.zeros((2, 4), dtype=torch.uint8).view(dtype)
+                with warnings.catch_warnings():  # complex32: "support is experimental"
+                    warnings.simplefilter("ignore", UserWarning)
+                    return torch.zeros((2, 4), dtype=dtype)
+            makers.append(("torch", name, make))
+    if "jax" in names and _installed("ml_dtypes"):
+        for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"):
+            def make(name=name):
+                import jax
+                import ml_dtypes
+
+                # A host array put on jax's CPU device (jnp.zeros would compile a kernel).
+                return jax.device_put(
+                    _aligned_host_array(getattr(ml_dtypes, name), zeros=True),
+                    jax.devices("cpu")[0],
+                )
+            makers.append(("jax", name, make))
+    if "numpy" in names:
+        for name, dl_type in (("float4, packed", (17, 4, 1)), ("int4, packed", (0, 4, 1))):
+            def make(dl_type=dl_type):
+                import numpy
+
+                from stridedview import DLPackDType, StridedMemoryView
+
+                return StridedMemoryView(numpy.zeros((2, 2), numpy.uint8)).view(
+                    dtype=DLPackDType(*dl_type)
+                )
+            makers.append(("bytes", name, make))
+    return makers
+
+
+#: DLPack consumers the element-type table asks beyond the report's libraries, when asked
+#: to (``--tvm-ffi``: importing it takes seconds), as (module, name): tvm-ffi takes the
+#: packed sub-byte types no other library takes.
+EXTRA_DTYPE_CONSUMERS = (("tvm_ffi", "tvm-ffi"),)
+
+
+def _dtype_consumers(names, extra: bool) -> list:
+    """(name, view -> array) for each DLPack consumer of host memory among ``names``, and
+    of EXTRA_DTYPE_CONSUMERS that is installed if ``extra``."""
+    consumers = []
+    if "numpy" in names:
+        consumers.append(("numpy", lambda view: __import__("numpy").from_dlpack(view)))
+    if "torch" in names:
+        consumers.append(("torch", lambda view: __import__("torch").from_dlpack(view)))
+    if "jax" in names:
+        def to_jax(view):
+            import jax.numpy as jnp
+
+            return jnp.from_dlpack(view)
+        consumers.append(("jax", to_jax))
+    for module, name in EXTRA_DTYPE_CONSUMERS if extra else ():
+        if _installed(module):
+            def from_dlpack(view, module: str = module):
+                return importlib.import_module(module).from_dlpack(view)
+            consumers.append((name, from_dlpack))
+    return consumers
+
+
+def build_dtype_matrix(names, extra_consumers: bool = False) -> list:
+    """The element-type table as plain data for the report's installed libraries
+    ``names``: one dict per (producer, type), with the view's DLPack type and dtype, and
+    a cell per consumer (tvm-ffi's too if ``extra_consumers``)."""
+    from stridedview import StridedMemoryView
+
+    consumers = _dtype_consumers(names, extra_consumers)
+    rows = []
+    for producer, label, make in _element_type_arrays(names):
+        row = {"producer": producer, "type": label, "dlpack": None, "dtype": None,
+               "error": "", "cells": []}
+        rows.append(row)
+        try:
+            view = StridedMemoryView(make())
+            dl_type = view.dlpack_dtype
+            row["dlpack"] = None if dl_type is None else list(dl_type)
+            row["dtype"] = str(view.dtype)
+        except Exception as exc:
+            row["error"] = _reason(exc)
+            continue
+        for name, consume in consumers:
+            try:
+                received = consume(view)
+            except BufferError as exc:
+                legacy = str(exc).startswith(LEGACY_REFUSED) and "legacy capsule" in str(exc)
+                row["cells"].append(asdict(Cell(name, "legacy" if legacy else "refuses", _reason(exc))))
+                continue
+            except Exception as exc:
+                row["cells"].append(asdict(Cell(name, "refuses", _reason(exc))))
+                continue
+            try:
+                again = StridedMemoryView(received)
+                if again.dlpack_dtype != view.dlpack_dtype:
+                    verdict, reason = "fail", f"{name} gave {again.dlpack_dtype}"
+                elif again.ptr != view.ptr:
+                    verdict, reason = "copies", "the consumer's array is a copy at another address"
+                else:
+                    verdict, reason = "ok", ""
+            except Exception as exc:
+                verdict, reason = "fail", f"its array cannot be viewed: {_reason(exc)}"
+            row["cells"].append(asdict(Cell(name, verdict, reason)))
+    return rows
+
+
 @dataclass
 class Row:
     """One producer on one device: its view, its timing, its hand-overs."""
@@ -531,7 +690,7 @@ def _not_checked(gpus: int, installed_names: list[str], simulated: bool = False)
     return missing
 
 
-def build_report(timing: bool = True) -> dict:
+def build_report(timing: bool = True, extra_consumers: bool = False) -> dict:
     """The report as plain data: environment, libraries, rows, and what was not checked."""
     from stridedview import StridedMemoryView
 
@@ -577,6 +736,7 @@ def build_report(timing: bool = True) -> dict:
         ),
         "notes": [TORCH_NEGATIVE_STRIDES] if "torch" in names else [],
         "rows": [asdict(row) for row in rows],
+        "dtypes": build_dtype_matrix(names, extra_consumers),
     }
 
 
@@ -616,7 +776,7 @@ def failed(report: dict) -> bool:
     "read-only" are not failures)."""
     return any(
         row["error"] or any(cell["verdict"] == "fail" for cell in row["cells"])
-        for row in report["rows"]
+        for row in [*report["rows"], *report.get("dtypes", ())]
     )
 
 
@@ -741,12 +901,64 @@ def format_report(report: dict, build: bool = False) -> str:
         lines.append("")
         for reason in reasons:
             lines += _wrap(reason)
+    lines += _format_dtypes(report.get("dtypes", []))
     for title, texts in (("not checked here:", report["not_checked"]), ("note:", report["notes"])):
         if texts:
             lines += ["", title]
             for text in texts:
                 lines += _wrap(text, "  - ", "    ")
     return "\n".join(lines)
+
+
+def _format_dtypes(rows: list) -> list[str]:
+    """The element-type table as text lines (none when no producer makes such types)."""
+    if not rows:
+        return []
+    consumers: list[str] = []
+    for row in rows:
+        for cell in row["cells"]:
+            if cell["consumer"] not in consumers:
+                consumers.append(cell["consumer"])
+    lines = ["", "element types, host memory: producer -> view -> consumer:"]
+    mark_width = max(len(mark) for mark in DTYPE_MARKS.values())
+    for verdict, meaning in DTYPE_VERDICTS.items():
+        lines += _wrap(
+            f"{DTYPE_MARKS[verdict]:<{mark_width}} = {meaning}", "  ", " " * (mark_width + 5)
+        )
+    lines.append("")
+    table = [["source, type", "DLPack", *consumers]]
+    reasons: list[str] = []
+    numbers: dict = {}
+    for row in rows:
+        label = [f"{row['producer']} {row['type']}"]
+        if row["error"]:
+            reasons.append(f"[{len(reasons) + 1}] {' '.join(label)}: view failed: {row['error']}")
+            table.append([*label, f"view FAILED [{len(reasons)}]"])
+            continue
+        marks = []
+        by_consumer = {cell["consumer"]: cell for cell in row["cells"]}
+        for name in consumers:
+            cell = by_consumer.get(name)
+            if cell is None:
+                marks.append("")
+            elif cell["verdict"] in ("ok", "copies"):
+                marks.append(DTYPE_MARKS[cell["verdict"]])
+            else:
+                # One number per consumer and reason: numpy refuses every such type alike.
+                key = (name, cell["reason"])
+                if key not in numbers:
+                    reasons.append(f"[{len(reasons) + 1}] -> {name}: {cell['reason']}")
+                    numbers[key] = len(reasons)
+                marks.append(f"{DTYPE_MARKS[cell['verdict']]} [{numbers[key]}]")
+        table.append([*label, str(tuple(row["dlpack"] or ())), *marks])
+    width = len(table[0])
+    lines += _table([line + [""] * (width - len(line)) for line in table], right=set())
+    lines += _wrap("DLPack = the view's (code, bits, lanes), as the producer gave it", "  ", "    ")
+    if reasons:
+        lines.append("")
+        for reason in reasons:
+            lines += _wrap(reason)
+    return lines
 
 
 def main(argv=None) -> int:
@@ -764,6 +976,11 @@ def main(argv=None) -> int:
     parser.add_argument("--version", action="version", version=f"stridedview {__version__}")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
+        "--tvm-ffi", action="store_true",
+        help="also hand the element types to tvm-ffi, where installed (importing it takes "
+        "seconds): the one consumer of packed sub-byte types",
+    )
+    parser.add_argument(
         "--no-timing", action="store_true",
         help="skip the view timings (the output is then the same on every run)",
     )
@@ -773,7 +990,7 @@ def main(argv=None) -> int:
         "paths), which the text shows otherwise only where it is not the usual build",
     )
     args = parser.parse_args(argv)
-    report = build_report(timing=not args.no_timing)
+    report = build_report(timing=not args.no_timing, extra_consumers=args.tvm_ffi)
     text = json.dumps(report, indent=2) if args.json else format_report(report, build=args.build)
     status = 1 if failed(report) else 0
     try:

@@ -31,6 +31,16 @@ _DATA_TYPES = {
 _INTEGER_TYPES = {0: "uint8", 1: "uint16", 2: "uint32", 3: "int32", 4: "uint64", 5: "int64"}
 # The element size of each CUtensorMapDataType (float32_ftz, tfloat32, tfloat32_ftz: 10-12).
 _TYPE_SIZES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4, 11: 4, 12: 4}
+# The driver's packed sub-byte types (CUDA 12.8): 16U4_ALIGN8B (13), 16U4_ALIGN16B (14),
+# 16U6_ALIGN16B (15).  globalDim counts the 4- or 6-bit values, laid in global memory
+# one after another (a packed sub-byte view's layout: its dtype is None); in shared
+# memory 16 of them take 8 bytes (13) or 16 (14, 15).  Their bits per value, and the
+# bytes each takes in shared memory (what the box's inner span counts), in eighths.
+_PACKED_TYPE_BITS = {13: 4, 14: 4, 15: 6}
+_PACKED_SHARED_EIGHTHS = {13: 4, 14: 8, 15: 8}
+# The packed types a packed view of each bit size encodes as by default.
+_PACKED_DEFAULT = {4: 13, 6: 15}
+_ALIGN16B_TYPES = (14, 15)  # 32-byte address and strides, globalDim[0] % 128, boxDim[0] 128
 _INTERLEAVE_NONE, _INTERLEAVE_16B, _INTERLEAVE_32B = 0, 1, 2
 _SWIZZLE_SPAN = {0: None, 1: 32, 2: 64, 3: 128}  # CU_TENSOR_MAP_SWIZZLE_NONE, 32B, 64B, 128B
 _L2_PROMOTIONS = (0, 1, 2, 3)
@@ -120,6 +130,14 @@ def _ints(values, name, rank):
 
 
 def _data_type(view, data_type):
+    if data_type is None and view.dtype is None:  # packed sub-byte elements
+        code = _PACKED_DEFAULT.get(view.itemsize_bits)
+        if code is None:
+            raise ValueError(
+                f"tensor map: packed {view.itemsize_bits}-bit elements ({view.dlpack_dtype}) "
+                "have no TMA data type (the driver packs 4- and 6-bit values)"
+            )
+        return code
     if data_type is None:
         code = _DATA_TYPES.get(view.dtype.name)
         if code is None or view.dtype.byteorder == ">":
@@ -130,7 +148,7 @@ def _data_type(view, data_type):
         return code
     if hasattr(data_type, "__index__") and not isinstance(data_type, type) and not _is_bool(data_type):
         code = operator.index(data_type)
-        if code not in _TYPE_SIZES:
+        if code not in _TYPE_SIZES and code not in _PACKED_TYPE_BITS:
             raise ValueError(f"tensor map: data_type {code} is not a CUtensorMapDataType")
         return code
     import numpy
@@ -169,12 +187,25 @@ def encode_tiled(
     if not 1 <= rank <= 5:
         raise ValueError(f"tensor map: rank {rank} is outside 1 to 5")
     code = _data_type(view, data_type)
-    size = _TYPE_SIZES[code]
-    if size != view.itemsize:
-        raise ValueError(
-            f"tensor map: data type {code} has {size}-byte elements, the view's dtype "
-            f"{view.dtype} {view.itemsize}-byte ones"
-        )
+    packed_bits = _PACKED_TYPE_BITS.get(code)
+    if packed_bits is not None:
+        if view.dtype is not None or view.itemsize_bits != packed_bits:
+            hint = "" if view.dtype is None else (
+                " (view packed values first, e.g. "
+                f"view.view(dtype=stridedview.DLPackDType(1, {packed_bits}, 1)))"
+            )
+            raise ValueError(
+                f"tensor map: data type {code} is packed {packed_bits}-bit values, the view's "
+                f"elements take {view.itemsize_bits} bits each{hint}"
+            )
+        size = None
+    else:
+        size = _TYPE_SIZES[code]
+        if view.dtype is None or size != view.itemsize:
+            raise ValueError(
+                f"tensor map: data type {code} has {size}-byte elements, the view's "
+                f"elements take {view.itemsize_bits} bits each"
+            )
     interleave = _option(interleave, "interleave", (0, 1, 2))
     swizzle = _option(swizzle, "swizzle", tuple(_SWIZZLE_SPAN))
     l2_promotion = _option(l2_promotion, "l2_promotion", _L2_PROMOTIONS)
@@ -184,9 +215,20 @@ def encode_tiled(
             f"tensor map: oob_fill 1 (NaN) is for floating-point data; data type {code} "
             f"({_INTEGER_TYPES[code]}) is an integer type"
         )
+    if oob_fill == _OOB_FILL_NAN and packed_bits is not None:
+        raise ValueError(
+            f"tensor map: oob_fill 1 (NaN) is not for the packed data types; data type "
+            f"{code} is packed {packed_bits}-bit values"
+        )
+    if code == 15 and interleave != _INTERLEAVE_NONE:
+        raise ValueError(f"tensor map: data type 15 (16U6_ALIGN16B) needs interleave 0, got {interleave}")
+    if code in _ALIGN16B_TYPES and swizzle not in (0, 3):
+        raise ValueError(
+            f"tensor map: data type {code} takes swizzle 0 (none) or 3 (128B), got {swizzle}"
+        )
     box = _ints(box_dim, "box_dim", rank)
     steps = (1,) * rank if element_strides is None else _ints(element_strides, "element_strides", rank)
-    alignment = 32 if interleave == _INTERLEAVE_32B else 16
+    alignment = 32 if interleave == _INTERLEAVE_32B or code in _ALIGN16B_TYPES else 16
     if view.ptr % alignment:
         raise ValueError(f"tensor map: the global address {view.ptr:#x} is not {alignment}-byte aligned")
     if interleave != _INTERLEAVE_NONE and rank < 3:
@@ -200,7 +242,10 @@ def encode_tiled(
             f"tensor map: the last axis must be contiguous (stride 1 element, got {view.strides[-1]})"
         )
     dims = tuple(reversed(view.shape))
-    byte_strides = tuple(reversed(view.byte_strides))[1:]
+    if packed_bits is None:
+        byte_strides = tuple(reversed(view.byte_strides))[1:]
+    else:
+        byte_strides = _packed_byte_strides(view, code)
     for i, stride in enumerate(byte_strides):
         axis = rank - 2 - i
         if stride <= 0 or stride % alignment or stride >= 2**40:
@@ -214,7 +259,12 @@ def encode_tiled(
     for axis, step in enumerate(steps):
         if not 1 <= step <= 8:
             raise ValueError(f"tensor map: element_strides[{axis}] = {step} is outside 1 to 8")
-    inner_bytes = box[-1] * size
+    if packed_bits is None:
+        inner_bytes = box[-1] * size
+    else:
+        if code in _ALIGN16B_TYPES and box[-1] != 128:
+            raise ValueError(f"tensor map: data type {code} needs box_dim[{rank - 1}] = 128 (got {box[-1]})")
+        inner_bytes = box[-1] * _PACKED_SHARED_EIGHTHS[code] / 8
     if interleave == _INTERLEAVE_NONE:
         if inner_bytes % 16:
             raise ValueError(
@@ -256,6 +306,32 @@ def encode_tiled(
     result.interleave, result.swizzle = interleave, swizzle
     result.l2_promotion, result.oob_fill = l2_promotion, oob_fill
     return result
+
+
+def _packed_byte_strides(view, code):
+    """The byte strides (innermost first, the innermost left out) of a packed sub-byte
+    view, which is row-major and gap-free: each a whole number of bytes, and the
+    innermost extent what the data type asks (a multiple of 2 values, or of 128)."""
+    inner = view.shape[-1]
+    multiple = 128 if code in _ALIGN16B_TYPES else 2
+    if inner % multiple:
+        raise ValueError(
+            f"tensor map: data type {code} needs shape[{len(view.shape) - 1}] to be a "
+            f"multiple of {multiple} values (got {inner})"
+        )
+    strides = []
+    for axis in range(len(view.shape) - 2, -1, -1):
+        bits = view.strides[axis] * view.itemsize_bits
+        if view.shape[axis] == 1:  # never steps: the row-major stride, in whole bytes
+            bits = inner * view.itemsize_bits
+            for later in range(axis + 1, len(view.shape) - 1):
+                bits *= view.shape[later]
+        if bits % 8:
+            raise ValueError(
+                f"tensor map: the stride of axis {axis} is {bits} bits, not whole bytes"
+            )
+        strides.append(bits // 8)
+    return tuple(strides)
 
 
 def _enum(api, name, value):

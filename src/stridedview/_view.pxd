@@ -105,8 +105,14 @@ cdef class StridedMemoryView:
         return self._dims + self._ndim
 
     cdef inline int64_t c_itemsize(self) noexcept:
-        """Bytes per element."""
+        """Bytes per element; 0 for packed sub-byte elements (see ``c_itemsize_bits()``)."""
         return self._itemsize
+
+    cdef inline int64_t c_itemsize_bits(self) noexcept:
+        """Bits per element as stored: ``8 * c_itemsize()``, or a packed type's bits * lanes."""
+        if self._itemsize != 0:
+            return 8 * self._itemsize
+        return <int64_t>self._dl_dtype.bits * self._dl_dtype.lanes
 
     cdef inline int64_t c_size(self) noexcept:
         """Number of elements."""
@@ -126,10 +132,13 @@ cdef class StridedMemoryView:
         return self.readonly
 
     cdef inline DLDataType c_dtype(self) noexcept:
-        """The element type as DLPack describes it: ``.code`` (0 int, 1 uint, 2 float,
-        4 bfloat, 5 complex, 6 bool, 7 to 17 the float8, float6 and float4 kinds),
-        ``.bits`` per element (4 or 6 for the sub-byte kinds, each stored in a byte:
-        ``c_itemsize()`` is 1) and ``.lanes`` (1).  ``.bits == 0`` when no DLPack type
-        describes the elements (a structured, datetime or bytes dtype from an array
-        interface or a buffer): read ``view.dtype`` then."""
+        """The element type as DLPack describes it, exactly as the producer gave it:
+        ``.code`` (0 int, 1 uint, 2 float, 4 bfloat, 5 complex, 6 bool, 7 to 17 the
+        float8, float6 and float4 kinds, 18 bcomplex), ``.bits`` per lane and
+        ``.lanes`` (torch's float4_e2m1fn_x2: 17, 4, 2).  An element takes
+        ``bits * lanes`` bits; sub-byte elements are padded, one a byte
+        (``c_itemsize()`` 1: ml_dtypes' int4, float4_e2m1fn...), or packed, several
+        to a byte in row-major order (``c_itemsize()`` 0).  ``.bits == 0`` when no
+        DLPack type describes the elements (a structured, datetime or bytes dtype
+        from an array interface or a buffer): read ``view.dtype`` then."""
         return self._dl_dtype

@@ -59,6 +59,24 @@ class _LayoutLike(Protocol):
     @property
     def itemsize(self) -> SupportsIndex: ...
 
+class DLPackDType(tuple[int, int, int]):
+    """A DLPack element type: ``code`` (DLDataTypeCode), ``bits`` per lane, ``lanes``.
+
+    An element takes ``bits * lanes`` bits: torch's ``float4_e2m1fn_x2`` is
+    ``DLPackDType(17, 4, 2)``, one byte holding a pair of float4_e2m1fn.
+    """
+
+    def __new__(_cls, code: int, bits: int, lanes: int) -> DLPackDType: ...
+    @property
+    def code(self) -> int: ...
+    @property
+    def bits(self) -> int: ...
+    @property
+    def lanes(self) -> int: ...
+    @property
+    def name(self) -> str:
+        """The DLPack spec's name of ``code`` (``"Float4_e2m1fn"``), or ``"unknown"``."""
+
 @final
 class StridedMemoryView:
     """A zero-copy view of a strided array from any DLPack, CUDA Array Interface or host producer.
@@ -121,8 +139,16 @@ class StridedMemoryView:
     - ``strides``: tuple of strides in *elements*, not bytes, always explicit
       (``()`` for 0-d; row-major when the producer sent none; all 0 for a view
       with no elements, whatever the producer sent);
-    - ``dtype``: a ``numpy.dtype`` (bfloat16 and the float8/6/4 kinds are
-      ml_dtypes' dtypes);
+    - ``dtype``: a ``numpy.dtype`` where numpy or ml_dtypes has the exact type
+      (bfloat16, the float8/6/4 kinds, int1/2/4, uint1/2/4, complex32 and
+      bcomplex32 are ml_dtypes'); a void ``numpy.dtype("V<n>")`` of the element's
+      size for a DLPack vector type (lanes > 1: torch's float4_e2m1fn_x2 pairs),
+      its ``metadata["dlpack_dtype"]`` naming the type; None for packed sub-byte
+      elements (several to a byte), which no numpy dtype can size (docs/api.md
+      has the table);
+    - ``dlpack_dtype``: the element type exactly as DLPack says it, a
+      ``DLPackDType(code, bits, lanes)`` (None where no DLPack type describes
+      the elements: structured, datetime, bytes);
     - ``device_id``: -1 for host-only (CPU) memory, else the device ordinal (0
       for pinned and managed memory, as DLPack gives it; for a CAI view the driver
       is asked on first read);
@@ -226,8 +252,18 @@ class StridedMemoryView:
     def strides(self) -> tuple[int, ...]:
         """Tuple of strides in elements, not bytes; always explicit, () at 0-d."""
     @property
-    def dtype(self) -> numpy.dtype[Any]:
-        """The element type, a numpy.dtype (ml_dtypes' for bfloat16 and float8/6/4)."""
+    def dtype(self) -> numpy.dtype[Any] | None:
+        """The element type, a numpy.dtype (ml_dtypes' for bfloat16, float8/6/4, int1/2/4,
+        uint1/2/4, complex32, bcomplex32); a void dtype of the element's size for a
+        DLPack vector type; None for packed sub-byte elements (see ``dlpack_dtype``)."""
+    @property
+    def dlpack_dtype(self) -> DLPackDType | None:
+        """The element type as DLPack says it, exactly as the producer gave it; None
+        where no DLPack type describes the elements (structured, datetime, bytes)."""
+    @property
+    def itemsize_bits(self) -> int:
+        """Bits per element as stored: ``8 * itemsize``, or a packed sub-byte type's
+        ``bits * lanes``."""
     @property
     def device_id(self) -> int:
         """-1 for host-only memory, else the device ordinal.
@@ -261,12 +297,14 @@ class StridedMemoryView:
         """Number of elements."""
     @property
     def itemsize(self) -> int:
-        """Bytes per element."""
+        """Bytes per element (BufferError for packed sub-byte elements, which have no
+        whole-byte size: read ``itemsize_bits``)."""
     @property
     def nbytes(self) -> int:
         """``size * itemsize``: the bytes the elements occupy, gaps between them not counted
         (shared ones counted once per element).  It fits int64: a layout whose nbytes
-        would not is refused when the view is made, as numpy refuses it.
+        would not is refused when the view is made, as numpy refuses it.  Packed
+        sub-byte elements: ``size * itemsize_bits / 8`` rounded up to whole bytes.
         """
     @property
     def is_c_contiguous(self) -> bool:
@@ -435,14 +473,19 @@ class StridedMemoryView:
         ValueError when the shapes are incompatible.
         """
     def view(
-        self, layout: _LayoutLike | None = None, dtype: numpy.typing.DTypeLike | None = None
+        self,
+        layout: _LayoutLike | None = None,
+        dtype: numpy.typing.DTypeLike | DLPackDType | None = None,
     ) -> StridedMemoryView:
         """A view of the same bytes with another layout and/or dtype (cuda.core's ``view``).
 
         ``view()`` is the view itself.  ``view(dtype=d)`` reinterprets the bytes by
         numpy's ``ndarray.view(d)`` rules: with a different item size the last axis
         must be contiguous and its extent scales (a 0-d view must keep its item
-        size); ml_dtypes' dtypes are accepted.  ``layout`` is any object with
+        size); ml_dtypes' dtypes are accepted, and a ``DLPackDType`` names any
+        DLPack type (``DLPackDType(17, 4, 1)``: packed float4_e2m1fn).  Where either
+        side is packed sub-byte elements, both must be row-major and gap-free, the
+        last axis counted in bits, and no ``layout`` is taken.  ``layout`` is any object with
         ``shape``, ``strides`` (in elements; None for C order), ``itemsize`` and
         optionally ``slice_offset``, such as cuda.core's ``_StridedLayout``, placed at
         this view's element [0, ..., 0]; its itemsize must be the dtype's, and its

@@ -41,11 +41,14 @@ cdef extern from *:
     #endif
     /* The hot path's small helpers, inlined at every call whatever the compiler's
        size estimate: setup.py puts it on their prototypes in the generated C
-       (Cython has no syntax for a function attribute), and C helpers here use it. */
+       (Cython has no syntax for a function attribute), and C helpers here use it;
+       SV_NEVER_INLINE keeps a hot function's cold helpers out of it. */
     #if defined(__GNUC__) || defined(__clang__)
     #define SV_ALWAYS_INLINE __attribute__((always_inline))
+    #define SV_NEVER_INLINE __attribute__((noinline))
     #else
     #define SV_ALWAYS_INLINE
+    #define SV_NEVER_INLINE
     #endif
     """
     bint SV_GIL_FAST_PATHS
@@ -272,12 +275,31 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
 
     @property
     def itemsize(self):
-        """Bytes per element."""
+        """Bytes per element (BufferError for packed sub-byte elements: see ``itemsize_bits``)."""
+        if self.dtype is None and self.shape is not None:
+            raise BufferError(
+                f"itemsize: {_dtype_shown(self)} has no whole-byte item size (several "
+                f"elements share a byte): itemsize_bits is {self.itemsize_bits}"
+            )
         return self.dtype.itemsize
 
     @property
+    def itemsize_bits(self):
+        """Bits per element as stored: ``8 * itemsize``, or a packed sub-byte type's bits."""
+        if self._itemsize == 0 and self.dtype is None:
+            return self._dl_dtype.bits * self._dl_dtype.lanes
+        return self.dtype.itemsize * 8
+
+    @property
+    def dlpack_dtype(self):
+        """The element type as DLPack says it, a DLPackDType(code, bits, lanes), or None."""
+        return _dlpack_dtype_object(self._dl_dtype)
+
+    @property
     def nbytes(self):
-        """``size * itemsize``: the bytes the elements occupy, gaps not counted."""
+        """``size * itemsize``: the bytes the elements occupy, gaps not counted (bits / 8, rounded up, if packed)."""
+        if self._itemsize == 0 and self.dtype is None and self.shape is not None:
+            return (self._size * self.itemsize_bits + 7) // 8
         return _view_nbytes(self, "layout")
 
     @property
@@ -291,9 +313,16 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         return _is_contiguous(self.shape, self.strides, self._size, reversed_axes=False)
 
     def __repr__(self):
+        # The DLPack type where the dtype does not name it (a vector's void dtype,
+        # packed sub-byte elements' None).
+        shown = self.dtype
+        if self._dl_dtype.bits and (
+            shown is None or (shown.metadata is not None and _DLPACK_DTYPE_KEY in shown.metadata)
+        ):
+            shown = f"{shown}, dlpack_dtype={self.dlpack_dtype}"
         return (
             f"StridedMemoryView(ptr={self._ptr:#x}, shape={self.shape}, "
-            f"strides={self.strides}, dtype={self.dtype}, device_id={self._device_id_text()}, "
+            f"strides={self.strides}, dtype={shown}, device_id={self._device_id_text()}, "
             f"readonly={self.readonly})"
         )
 
@@ -388,7 +417,8 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
     def __getitem__(self, key):
         """Basic indexing (ints, slices, ``...``, None), exactly as numpy gives it."""
         offset, shape, strides = _layout_index(self.shape, self.strides, key)
-        return _relaid(self, offset * self.dtype.itemsize, shape, strides, None, "the index")
+        byte_offset = _byte_offset_of(self, offset, "the index", shape, strides)
+        return _relaid(self, byte_offset, shape, strides, None, "the index")
 
     def __iter__(self):
         """The views ``self[0]``, ``self[1]``, ... along the first axis, as numpy iterates."""
@@ -446,6 +476,14 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         """A view of the same bytes with another layout and/or dtype (cuda.core's ``view``)."""
         if layout is None and dtype is None:
             return self
+        if type(dtype) is DLPackDType:
+            new_dtype = _dtype_of_dlpack_type(dtype)
+            if new_dtype is None or self.dtype is None:
+                return _view_by_bits(self, layout, new_dtype, dtype)
+            dtype = new_dtype
+        elif self.dtype is None:
+            new_dtype = None if dtype is None else _view_dtype(dtype)
+            return _view_by_bits(self, layout, new_dtype, self.dlpack_dtype)
         new_dtype = self.dtype if dtype is None else _view_dtype(dtype)
         if layout is not None:
             return _view_with_layout(self, layout, new_dtype)
@@ -457,7 +495,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
     @property
     def byte_strides(self):
         """The strides in bytes (``strides`` times ``itemsize``)."""
-        itemsize = self.dtype.itemsize
+        itemsize = _whole_byte_itemsize(self, "byte_strides")
         _view_nbytes(self, "layout")
         return tuple([_exported_stride(stride, itemsize) * itemsize for stride in self.strides])
 
@@ -468,6 +506,8 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         bounds = _offset_bounds(self.shape, self.strides)
         if bounds is None:
             return (self._ptr, self._ptr)
+        if self.dtype is None:  # packed: row-major and gap-free, from bit 0 of ptr
+            return (self._ptr, self._ptr + self.nbytes)
         itemsize = self.dtype.itemsize
         return (self._ptr + bounds[0] * itemsize, self._ptr + (bounds[1] + 1) * itemsize)
 
@@ -600,6 +640,11 @@ cdef int _store_c_layout(StridedMemoryView view) except -1:
     # type are kept in the fast paths' state (_intern.pxi), written together with
     # the dtype, so that a reader never pairs one dtype with another's size.
     dtype = view.dtype
+    if dtype is None:
+        # Packed sub-byte elements (_dtypes.pxi): no whole-byte item size, and the
+        # DLPack type, set with the dtype, is the only one there is.
+        view._itemsize = 0
+        return 0
     cdef sv_thread_state *st = _thread_state()
     if st != NULL and st.last_itemsize_dtype == <PyObject *>dtype:
         view._itemsize = st.last_itemsize
@@ -654,17 +699,28 @@ cdef PyObject *_dl_dtype_by_name = NULL
 
 cdef object _dl_dtype_of(object dtype):
     """The DLPack type of a view's numpy dtype, packed as code | bits << 8 | lanes << 16,
-    or 0 when none describes it (structured, datetime, bytes, str, opaque)."""
+    or 0 when none describes it (structured, datetime, bytes, str, opaque, swapped
+    byte order).  A void dtype made for a DLPack type (_void_dtype) names it in its
+    metadata; the others are known by name, at their own size."""
     cdef PyObject *by_name = _load_published(&_dl_dtype_by_name)
     if by_name == NULL:
         table = {}
-        for code, (_, by_bits, _) in _DLPACK_DTYPES.items():
+        for code, (_, by_bits) in _DLPACK_DTYPES.items():
             for bits, name in by_bits.items():
                 table[name] = code | bits << 8 | 1 << 16
         by_name = _publish_once(&_dl_dtype_by_name, table)
-    if dtype.fields is not None or dtype.subdtype is not None:
+    if dtype.fields is not None or dtype.subdtype is not None or not dtype.isnative:
         return 0
-    return (<dict>by_name).get(dtype.name, 0)
+    metadata = dtype.metadata
+    if metadata is not None:
+        named = metadata.get(_DLPACK_DTYPE_KEY)
+        if type(named) is DLPackDType and dtype.itemsize * 8 == named.bits * named.lanes:
+            return named.code | named.bits << 8 | named.lanes << 16
+    packed = (<dict>by_name).get(dtype.name, 0)
+    bits = (packed >> 8) & 0xFF
+    if packed and dtype.itemsize != (bits // 8 if bits >= 8 else 1):
+        return 0  # a dtype of another size that happens to bear the name
+    return packed
 
 
 cdef inline int _store_c_layout_from(

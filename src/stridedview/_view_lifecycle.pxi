@@ -109,7 +109,7 @@ cdef int _expose_as_members() except -1:
     _member_defs[2].name = "strides"
     _member_defs[2].doc = "Tuple of strides in elements, not bytes; always explicit, () at 0-d."
     _member_defs[3].name = "dtype"
-    _member_defs[3].doc = "The element type, a numpy.dtype (ml_dtypes' for bfloat16 and float8/6/4)."
+    _member_defs[3].doc = "The element type: an exact numpy.dtype, a void dtype (vectors), or None (packed)."
     _member_defs[4].name = "exporting_obj"
     _member_defs[4].doc = "The object viewed, kept alive as long as the view lives."
     cdef int i

@@ -14,7 +14,7 @@
  *         int ndim = StridedView_Ndim(obj);
  *         const int64_t *shape = StridedView_Shape(obj);      // ndim extents
  *         const int64_t *strides = StridedView_Strides(obj);  // ndim strides, in ELEMENTS
- *         int64_t itemsize = StridedView_Itemsize(obj);       // bytes per element
+ *         int64_t itemsize = StridedView_Itemsize(obj);       // bytes per element (0: packed)
  *         StridedViewDType dtype = StridedView_DType(obj);    // e.g. code 2, bits 32: float32
  *     }
  *
@@ -35,18 +35,23 @@
  *
  * Device and element type: StridedView_DeviceType() is the DLPack device type
  * (1 CPU, 2 CUDA, 3 CUDA pinned host, 13 CUDA managed).  StridedView_DType() is
- * the element type as DLPack describes it (the layout of DLPack's DLDataType):
- * code (0 int, 1 uint, 2 float, 4 bfloat, 5 complex, 6 bool, 7 to 17 the
- * float8, float6 and float4 kinds), bits per element (4 or 6 for the sub-byte
- * kinds, each stored in a byte: StridedView_Itemsize() is 1) and lanes (1);
- * bits 0 when no DLPack type describes the elements (a structured, datetime or
- * bytes dtype from an array interface or a buffer: the view's Python `dtype`
- * says).  StridedView_DeviceId() gives the device ordinal: -1 for host-only
- * memory, else the CUDA device (0 for pinned and managed memory, as DLPack
- * gives it), the Python `device_id`.  It is a call, not a load: a CUDA Array
- * Interface view asks the driver on first use (cuPointerGetAttribute), which
- * can fail (0 on success, -1 with a Python exception set).  For a DLTensor,
- * use the view's DLPack C exchange API (PyCapsule
+ * the element type as DLPack describes it (the layout of DLPack's DLDataType),
+ * exactly as the producer gave it: code (0 int, 1 uint, 2 float, 4 bfloat,
+ * 5 complex, 6 bool, 7 to 17 the float8, float6 and float4 kinds, 18 bcomplex),
+ * bits per lane and lanes (torch's float4_e2m1fn_x2 pairs: code 17, bits 4,
+ * lanes 2, one byte each); bits 0 when no DLPack type describes the elements (a
+ * structured, datetime or bytes dtype from an array interface or a buffer: the
+ * view's Python `dtype` says).  An element takes bits * lanes bits.  Sub-byte
+ * elements are either padded, one to a byte (ml_dtypes' int4, float4_e2m1fn...:
+ * StridedView_Itemsize() is 1), or packed, DLPack's default: element i at bit
+ * i * bits from the data pointer, several to a byte, the view row-major and
+ * gap-free; StridedView_Itemsize() is then 0 (no whole-byte size) and
+ * StridedView_ItemsizeBits() says the bits.  StridedView_DeviceId() gives the
+ * device ordinal: -1 for host-only memory, else the CUDA device (0 for pinned and
+ * managed memory, as DLPack gives it), the Python `device_id`.  It is a call, not
+ * a load: a CUDA Array Interface view asks the driver on first use
+ * (cuPointerGetAttribute), which can fail (0 on success, -1 with a Python
+ * exception set).  For a DLTensor, use the view's DLPack C exchange API (PyCapsule
  * `type(view).__dlpack_c_exchange_api__`, "dlpack_exchange_api").
  */
 #ifndef STRIDEDVIEW_H
@@ -82,9 +87,9 @@ typedef struct StridedViewCAPI {
 
 /* The element type, laid out as DLPack's DLDataType. */
 typedef struct StridedViewDType {
-    uint8_t code;    /* STRIDEDVIEW_DTYPE_INT, ..._UINT, ..._FLOAT, ..._BFLOAT, ..._COMPLEX, ..._BOOL, or 7 to 17 */
+    uint8_t code;    /* STRIDEDVIEW_DTYPE_INT, ..._UINT, ..._FLOAT, ..._BFLOAT, ..._COMPLEX, ..._BOOL, 7 to 17, ..._BCOMPLEX */
     uint8_t bits;    /* bits per element; 0: no DLPack type describes the elements */
-    uint16_t lanes;  /* 1; 0 with bits 0 (no DLPack type describes the elements) */
+    uint16_t lanes;  /* lanes per element (1 but for vector types); 0 with bits 0 */
 } StridedViewDType;
 
 #define STRIDEDVIEW_DTYPE_INT 0
@@ -93,6 +98,8 @@ typedef struct StridedViewDType {
 #define STRIDEDVIEW_DTYPE_BFLOAT 4
 #define STRIDEDVIEW_DTYPE_COMPLEX 5
 #define STRIDEDVIEW_DTYPE_BOOL 6
+#define STRIDEDVIEW_DTYPE_FLOAT4_E2M1FN 17
+#define STRIDEDVIEW_DTYPE_BCOMPLEX 18  /* DLPack 1.3: a pair of bfloat16 */
 
 #ifndef STRIDEDVIEW_BUILDING_MODULE
 
@@ -184,6 +191,17 @@ static inline StridedViewDType StridedView_DType(PyObject *view)
 static inline int StridedView_DeviceId(PyObject *view, int32_t *device_id)
 {
     return StridedView_CAPI->device_id(view, device_id);
+}
+
+/* Bits per element as stored: 8 * itemsize, or a packed sub-byte type's bits * lanes. */
+static inline int64_t StridedView_ItemsizeBits(PyObject *view)
+{
+    int64_t itemsize = StridedView_Itemsize(view);
+    StridedViewDType dtype;
+    if (itemsize != 0)
+        return 8 * itemsize;
+    dtype = StridedView_DType(view);
+    return (int64_t)dtype.bits * dtype.lanes;
 }
 
 #endif /* STRIDEDVIEW_BUILDING_MODULE */
