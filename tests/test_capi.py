@@ -485,10 +485,14 @@ def test_c_api_device_ordinal_refuses_another_object_through_ctypes():
 
 
 def test_header_says_what_lanes_holds_for_undescribed_elements(probes):
-    """stridedview.h's comment on lanes says what a C consumer reads: 1, or 0 with bits 0."""
+    """stridedview.h's comment on lanes says what a C consumer reads: the lanes (1 but for
+    vector types), or 0 with bits 0."""
     _, c_probe, _ = probes
     header = (Path(stridedview.get_include()) / "stridedview.h").read_text()
-    assert "uint16_t lanes;  /* 1; 0 with bits 0 (no DLPack type describes the elements) */" in header
+    assert (
+        "uint16_t lanes;  /* lanes per element (1 but for vector types); 0 with bits 0 "
+        "(no DLPack type describes the elements) */"
+    ) in header
     structured = StridedMemoryView.from_array_interface(np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]))
-    assert c_probe.layout(structured)[-1] == (0, 0, 0)
-    assert c_probe.layout(StridedMemoryView(np.zeros(2, np.float32)))[-1] == (2, 32, 1)
+    assert c_probe.layout(structured)[-2] == (0, 0, 0)
+    assert c_probe.layout(StridedMemoryView(np.zeros(2, np.float32)))[-2] == (2, 32, 1)

@@ -89,7 +89,7 @@ typedef struct StridedViewCAPI {
 typedef struct StridedViewDType {
     uint8_t code;    /* STRIDEDVIEW_DTYPE_INT, ..._UINT, ..._FLOAT, ..._BFLOAT, ..._COMPLEX, ..._BOOL, 7 to 17, ..._BCOMPLEX */
     uint8_t bits;    /* bits per element; 0: no DLPack type describes the elements */
-    uint16_t lanes;  /* lanes per element (1 but for vector types); 0 with bits 0 */
+    uint16_t lanes;  /* lanes per element (1 but for vector types); 0 with bits 0 (no DLPack type describes the elements) */
 } StridedViewDType;
 
 #define STRIDEDVIEW_DTYPE_INT 0
