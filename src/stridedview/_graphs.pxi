@@ -37,7 +37,8 @@
 #
 # Proven by tests/test_gpu_graphs.py (the simulated device: capture, replays, holds
 # released after the graph and its executable graphs, exactly once, threads, two devices,
-# the C door on and off).
+# the C door on and off) and tests/test_gpu_graph_faults.py (cuUserObjectCreate and
+# cuGraphRetainUserObject failing, for orderings, holds and a decorated launch).
 
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 
