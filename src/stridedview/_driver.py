@@ -563,7 +563,8 @@ _LEGACY_HANDLES = (
 
 class GraphOwnedError(CUDAError):
     """A user object was made but a graph would not take it: what it carries is given back
-    (queued by its destructor) once the graphs that did take it are gone."""
+    (queued by its destructor) once the graphs that did take it are gone; a hold is kept
+    until exit instead (``give_to_graphs``' ``refused``)."""
 
 
 def _capture_status(api, stream) -> int:
@@ -715,12 +716,13 @@ def _record_fresh(api, state, producer_stream, producer_context):
     return _record_in_current(api, state, producer_context, producer_stream)
 
 
-def give_to_graphs(graphs: list, obj) -> None:
+def give_to_graphs(graphs: list, obj, refused=None) -> None:
     """Make ``obj`` live as long as each of ``graphs``: a user object whose destructor
     queues ``obj`` for the compiled core (``_graphs.pxi``), one reference moved into each
     graph.  Raises, ``obj`` not taken, when no user object can be made;
     ``GraphOwnedError``, ``obj`` taken (given back once the graphs that took it are gone),
-    when a graph refuses its reference."""
+    when a graph refuses its reference; ``refused()``, when given, is called first, before
+    the references not moved are released (so before ``obj`` can be given back)."""
     from stridedview import _view
 
     api = _driver()  # (loaded and initialised: a capture was found through it)
@@ -737,6 +739,8 @@ def give_to_graphs(graphs: list, obj) -> None:
         code = api.cuGraphRetainUserObject(graph, user_object, 1, _CU_GRAPH_USER_OBJECT_MOVE)[0]
         if int(code) != _CUDA_SUCCESS:
             error = _failure(api, "cuGraphRetainUserObject", code)
+            if refused is not None:
+                refused()
             api.cuUserObjectRelease(user_object, len(graphs) - index)  # the references not moved
             raise GraphOwnedError(f"cuGraphRetainUserObject failed: {error.name}", error.name)
 
@@ -749,7 +753,7 @@ def release_graph_event(held) -> None:
         _destroy_quietly(api, context, event)
 
 
-def hand_to_graphs(places: list, held: tuple) -> int:
+def hand_to_graphs(places: list, held: tuple, refused=None) -> int:
     """Hand a hold to the graphs its capturing places are capturing into; how many graphs.
 
     ``held`` is ``(entry, events)``: ``events`` (a list) gets the ``[context, event]`` pairs
@@ -757,7 +761,8 @@ def hand_to_graphs(places: list, held: tuple) -> int:
     complete, after the graphs are gone); the capturing places' graphs take a user object
     carrying ``held`` (give_to_graphs).  0, nothing handed and the events given back, when
     a place's capture ended between its two queries (its graph can no longer be known).  CUDAError as record_handover (nothing handed, the
-    events given back), or as give_to_graphs.
+    events given back), or as give_to_graphs (``refused`` passed on: a graph that refuses
+    the hold may still be replayed after the others are gone).
     """
     api = _driver()
     state = _thread_state(api)
@@ -779,7 +784,7 @@ def hand_to_graphs(places: list, held: tuple) -> int:
         if lost:
             graphs.clear()
         elif graphs:
-            give_to_graphs(list(graphs.values()), held)
+            give_to_graphs(list(graphs.values()), held, refused)
     except GraphOwnedError:
         raise
     except BaseException:

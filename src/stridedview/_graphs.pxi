@@ -25,7 +25,8 @@
 #   acted on exactly once.
 # - What a drained node carries: a hold's (_Handover, events) (its holds go back to the
 #   registry with the events recorded at hand-over on the places that were not
-#   capturing, or are released at once when there are none), or an ordering's event (_driver.release_graph_event:
+#   capturing, or are released at once when there are none; one that a graph refused
+#   is kept until exit instead, its events given back), or an ordering's event (_driver.release_graph_event:
 #   destroyed, unless the driver it belongs to was replaced by use_api).
 # - The drain runs Python (a deleter, a producer's finalizer): never from the
 #   destructor, only where _check_oldest and release_pending already run such code.
@@ -36,7 +37,8 @@
 #
 # Proven by tests/test_gpu_graphs.py (the simulated device: capture, replays, holds
 # released after the graph and its executable graphs, exactly once, threads, two devices,
-# the C door on and off).
+# the C door on and off) and tests/test_gpu_graph_faults.py (cuUserObjectCreate and
+# cuGraphRetainUserObject failing, for orderings, holds and a decorated launch).
 
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 
@@ -159,6 +161,9 @@ cdef Py_ssize_t _graph_gave_back(object obj) noexcept:
     if type(obj) is tuple and PyTuple_GET_SIZE(obj) == 2 and type(<object>PyTuple_GET_ITEM(obj, 0)) is _Handover:
         entry = <_Handover>PyTuple_GET_ITEM(obj, 0)
         events = <list>PyTuple_GET_ITEM(obj, 1)
+        if _kept_until_exit(entry):  # a graph refused it: its life is not known
+            _driver_module().give_back_events(events)
+            return 0
         if not entry.sealed:
             entry.sealed = True
         if not events:  # every place was capturing: nothing else to wait for

@@ -78,8 +78,9 @@
 #   and come back when the graph and its executable graphs are gone: to the
 #   registry with the events recorded then on the entry's other streams, or
 #   released at once.  Only when that cannot be arranged (no user object could be
-#   made, a capture that ended between two queries) is such a hold kept until
-#   interpreter exit.
+#   made, a graph refused the object's reference: that graph may be replayed after
+#   the others are gone, a capture that ended between two queries) is such a hold
+#   kept until interpreter exit.
 # - Exit: an atexit function (registered at the first hand-over, so after the
 #   producers' libraries have registered theirs, and run before them) waits for
 #   every pending entry and releases it; a hand-over after that waits at once.
@@ -646,15 +647,22 @@ cdef int _hand_to_graphs(_Handover entry) noexcept:
     (_driver.hand_to_graphs: events recorded on its other places, a user object the
     graphs hold, _graphs.pxi drains it back); _ENTRY_CAPTURED.  When that cannot be
     arranged, it is kept until exit (the host cannot wait for a graph); a capture
-    invalidated meanwhile defers it (_ENTRY_DEFERRED), as a record would."""
+    invalidated meanwhile defers it (_ENTRY_DEFERRED), as a record would.  A graph
+    that refuses the user object's reference (GraphOwnedError) may be replayed after
+    the graphs that took it are gone: the entry is kept until exit, listed by
+    _keep_refused before the object can come back (the drain then leaves it)."""
     cdef list events = []
     try:
-        if _driver_module().hand_to_graphs(_entry_places(entry), (entry, events)):
+        if _driver_module().hand_to_graphs(
+            _entry_places(entry), (entry, events), lambda: _keep_refused(entry)
+        ):
             return _ENTRY_CAPTURED
     except BaseException as exc:
         name = getattr(exc, "name", None)
-        if type(exc).__name__ == "GraphOwnedError":  # taken: given back with its graphs
-            sv_write_unraisable(exc, "stridedview: handing a hold to a captured graph")
+        if type(exc).__name__ == "GraphOwnedError":  # listed by _keep_refused already
+            sv_write_unraisable(
+                exc, "stridedview: handing a hold to a captured graph (kept until exit)"
+            )
             return _ENTRY_CAPTURED
         if not _exiting and name in _LATER:
             return _ENTRY_DEFERRED
@@ -669,6 +677,31 @@ cdef int _hand_to_graphs(_Handover entry) noexcept:
     except BaseException as exc:  # (no memory): nothing can keep it; the graph may run
         sv_write_unraisable(exc, "stridedview: keeping a captured hold until exit")
     return _ENTRY_CAPTURED
+
+
+cdef object _keep_refused(_Handover entry):
+    """A graph refused ``entry``'s user object (_driver.give_to_graphs calls this before
+    the object can be given back): kept until exit.  Never raises."""
+    SV_HANDOVER_LOCK()
+    try:
+        _captured_entries.append(entry)
+    except BaseException as exc:  # (no memory): back when the graphs that took it are gone
+        SV_HANDOVER_UNLOCK()
+        sv_write_unraisable(exc, "stridedview: keeping a captured hold until exit")
+        return
+    SV_HANDOVER_UNLOCK()
+
+
+cdef bint _kept_until_exit(_Handover entry) noexcept:
+    """Whether ``entry`` is kept until exit (one a graph refused, _keep_refused)."""
+    cdef bint kept = False
+    SV_HANDOVER_LOCK()
+    for other in _captured_entries:
+        if other is entry:
+            kept = True
+            break
+    SV_HANDOVER_UNLOCK()
+    return kept
 
 
 cdef bint _door_record_entry(_Handover entry) noexcept:
