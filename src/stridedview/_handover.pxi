@@ -27,7 +27,10 @@
 #   hand-over has been filled (every device-accessible view has a C layout, so
 #   _dims is set): a launcher's kept view is therefore never refilled over one
 #   (SV_VIEW_HOLDS_NOTHING), and _park_proxy lets such a view go instead of
-#   emptying it (_holds_resources), so that it hands over in its deallocator.
+#   emptying it (_holds_resources), so that it hands over in its deallocator;
+#   but a recording launch's kept view, held by its proxy alone, hands over to the
+#   group as the launch ends (_launcher.pxi's _kept_view_hands_over), and is then
+#   emptied and filled again by the next launch.
 # - The hand-over runs where the view lets go of its memory: its deallocator
 #   (_release_resources, before the freelist takes the object) and, for a view
 #   in a garbage cycle, the collector's tp_clear (_view_clear, installed in
@@ -43,15 +46,16 @@
 #   one released after it hands over on its own, on the group's streams).
 # - Joining (_join_youngest): a hand-over on one place (an ordinary or legacy
 #   stream handle) whose place is that of the youngest pending entry, recorded in
-#   C on that place alone and holding fewer than _JOIN_LIMIT holds, records no
+#   C on that place alone and joined by fewer than _JOIN_LIMIT others, records no
 #   event of its own.  It claims that entry (taken off the registry's end under the
 #   lock, as a check claims the oldest: an entry is in one place), records the
 #   entry's event again on the stream (a record overwrites what the event
 #   captured: later queries see the latest point only), after cuStreamIsCapturing
 #   said NONE and cuStreamGetId said the handle still names the stream the entry
 #   was recorded on (ids are never reused: a stream destroyed and another made at
-#   its address fails this), moves its holds into the entry and puts it back at
-#   the end.  The earlier holds then wait for a later point of the same stream,
+#   its address fails this), becomes one item of the entry's ``holds`` (its own
+#   holds with it: _release_holds releases such an item's all) and puts the entry
+#   back at the end.  The earlier holds then wait for a later point of the same stream,
 #   never an earlier one, and for at most _JOIN_LIMIT records; no event is made,
 #   no entry listed, nothing queried, so a hand-over costs the same with 1 or
 #   4,096 entries pending.  Anything else (two places, a per-thread stream, the
@@ -233,7 +237,8 @@ cdef class _Hold:
     Released once, by _release_hold (or, should it be dropped unreleased, by its
     deallocator): the buffer, then the deleter, then the references.  A _Handover
     is one too: its first hold is kept in these fields (``held``), a _Hold made only
-    for a group's later ones.
+    for a group's later ones; one that joined a pending entry is an item of that
+    entry's ``holds``, its own holds with it (_join_youngest).
     """
 
     cdef object exporting_obj
@@ -556,13 +561,21 @@ cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
     if holds is None:
         return count
     for hold in holds:
-        _release_hold(hold)
-    return count + len(holds)
+        if type(hold) is _Handover:  # one that joined this one (_join_youngest): all of its
+            count += _release_holds(<_Handover>hold)
+        else:
+            _release_hold(hold)
+            count += 1
+    return count
 
 
-cdef inline Py_ssize_t _hold_count(_Handover entry):
+cdef Py_ssize_t _hold_count(_Handover entry):
     """How many holds ``entry`` has not released (for tests)."""
-    return entry.held + (len(entry.holds) if entry.holds is not None else 0)
+    cdef Py_ssize_t count = entry.held
+    if entry.holds is not None:
+        for hold in entry.holds:
+            count += _hold_count(<_Handover>hold) if type(hold) is _Handover else 1
+    return count
 
 
 cdef Py_ssize_t _release_entry(_Handover entry) noexcept:
@@ -817,8 +830,9 @@ cdef void _defer(_Handover entry) noexcept:
 
 
 cdef enum:
-    # The most holds an entry gathers from later hand-overs on its place (_join_youngest):
-    # its first hold then waits for at most this many records of its stream.
+    # The most later hand-overs on its place an entry takes (_join_youngest; with its
+    # first, the items of its ``holds``): its first hold then waits for at most this many
+    # records of its stream.
     _JOIN_LIMIT = 32
 
 
@@ -848,7 +862,8 @@ cdef _Handover _claim_youngest(tuple place):
         youngest = <_Handover>PyList_GET_ITEM(entries, size - 1)
         if (
             youngest.c_events != NULL and youngest.c_events.n == 1
-            and youngest.c_events.stream_id != 0 and _hold_count(youngest) < _JOIN_LIMIT
+            and youngest.c_events.stream_id != 0
+            and (youngest.holds is None or PyList_GET_SIZE(youngest.holds) < _JOIN_LIMIT)
         ):
             other = _one_place(youngest)
             if other is not None and _same_place(other, place):
@@ -882,13 +897,12 @@ cdef bint _join_youngest(_Handover entry) noexcept:
     place alone and is still the same stream (its id): its event is recorded again on
     that stream, so its earlier holds wait for a later point of the same stream, never
     an earlier one (what a record covers only grows), and no event is made and no
-    entry listed.  True when joined (``entry`` is then one of its holds, its own list
-    moved there); False leaves ``entry`` as it was (the youngest put back unchanged,
-    or recorded again, which only delays its holds)."""
+    entry listed.  True when joined (``entry``, with its holds, is then one item of the
+    youngest's ``holds``); False leaves ``entry`` as it was (the youngest put back
+    unchanged, or recorded again, which only delays its holds)."""
     cdef tuple place
     cdef _Handover youngest
     cdef sv_door_thread *t
-    cdef list moved
     cdef bint joined = False
     if sv_door_state_load() != 1 or not (entry.held or entry.holds):
         return False
@@ -905,19 +919,11 @@ cdef bint _join_youngest(_Handover entry) noexcept:
         if sv_door_hev_record_again(
             t, youngest.c_events, <object>PyTuple_GET_ITEM(place, 0)
         ) == SV_CUDA_SUCCESS:
-            if entry.held and not entry.holds and youngest.holds is not None:
-                youngest.holds.append(entry)  # (a view's one hold, the usual case)
+            # ``entry`` joins as one item, its own holds with it (_release_holds goes in).
+            if youngest.holds is None:
+                youngest.holds = [entry]
             else:
-                # Built before anything is changed: a failure (no memory) leaves both as
-                # they were.
-                moved = [entry] if entry.held else []
-                if entry.holds:
-                    moved.extend(entry.holds)
-                if youngest.holds is None:
-                    youngest.holds = moved
-                else:
-                    youngest.holds.extend(moved)
-            entry.holds = None
+                youngest.holds.append(entry)
             joined = True
     except BaseException:
         pass
