@@ -330,7 +330,9 @@ def test_door_replaces_a_dead_event_after_primary_context_reset(gpu, two_gpus):
 # --- hand-overs (record_stream, record_stream=True) through the door ------------------------
 
 #: The driver calls a hand-over may make.
-HANDOVER_COUNTED = COUNTED + ("cuStreamIsCapturing", "cuEventQuery", "cuEventSynchronize")
+HANDOVER_COUNTED = COUNTED + (
+    "cuStreamIsCapturing", "cuEventQuery", "cuEventSynchronize", "cuStreamGetId",
+)
 
 
 def handover_info() -> dict:
@@ -353,8 +355,10 @@ def refuse_python_hand_overs(monkeypatch) -> None:
 
 def test_warm_hand_over_is_recorded_queried_and_released_in_c(door, simulator, monkeypatch):
     """After warm-up, a view's hand-over (record_stream, then the view dropped) is one
-    cuStreamIsCapturing and one cuEventRecord, queried with cuEventQuery and its event given
-    back to the door's pool: no event created, no call to _driver.py's hand-over functions."""
+    cuStreamIsCapturing, one cuStreamGetId and one cuEventRecord: it joins the pending
+    entry of the same stream, whose event is recorded again (no event created), queried
+    with cuEventQuery and given back to the door's pool when the holds are released; no
+    call to _driver.py's hand-over functions."""
     from test_gpu_record_stream import Marking
 
     marking = Marking(door, 100)
@@ -373,14 +377,19 @@ def test_warm_hand_over_is_recorded_queried_and_released_in_c(door, simulator, m
     before, handed = counts(simulator, HANDOVER_COUNTED), handover_info()["handed"]
     for _ in range(10):
         hand_over()
-        stream.synchronize()  # done by the next hand-over's check: released then
+        stream.synchronize()
     made = delta(simulator, before)
-    assert made.pop("cuEventQuery") >= 9
-    # (A second event once, if a hand-over's check came before its stream's record ran.)
+    made.pop("cuEventQuery", None)  # (a check on view creation may have come)
+    # (A second event once, if such a check released the entry the others joined.)
     assert made.pop("cuEventCreate", 0) <= 1
-    assert made == {"cuStreamIsCapturing": 10, "cuEventRecord": 10, "cuCtxGetCurrent": 10}
+    assert made == {
+        "cuStreamIsCapturing": 10, "cuStreamGetId": 10, "cuEventRecord": 10, "cuCtxGetCurrent": 10,
+    }
     assert handover_info()["handed"] - handed == 10
-    assert release_pending(wait=True) <= 1  # (the last one's check may have found it done)
+    queries = simulator.calls("cuEventQuery")
+    release_pending()  # the stream is done: queried, released
+    assert simulator.calls("cuEventQuery") > queries
+    assert _view._pending_holds() == (0, 0, 0)
     assert set(marking.calls.values()) == {1} and len(marking.calls) == 13
     assert 1 <= handover_info()["pooled"] <= 2  # reused
 
@@ -412,10 +421,80 @@ def test_warm_launch_with_record_stream_is_one_record_per_stream_in_c(door, simu
     made = delta(simulator, before)
     made.pop("cuEventQuery", None)
     assert made.pop("cuEventCreate", 0) <= 1
-    assert made == {"cuStreamIsCapturing": 10, "cuEventRecord": 10, "cuCtxGetCurrent": 10}
+    assert made == {
+        "cuStreamIsCapturing": 10, "cuStreamGetId": 10, "cuEventRecord": 10, "cuCtxGetCurrent": 10,
+    }
     assert handover_info()["handed"] - handed == 10
     release_pending(wait=True)
     assert set(marking.calls.values()) == {1} and len(marking.calls) == 39
+
+
+def slow_stream_marking(door, simulator, count):
+    """A Marking, a stream and a producer, the door decided (the producer's first view made
+    and released: its deleter counts as early), nothing pending, and the simulated stream
+    slowed so far that its work stays queued while the test hands over."""
+    from test_gpu_record_stream import DELETER_DELAY_US, Marking
+
+    marking = Marking(door, count)
+    stream = door.stream()
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=stream.ptr)  # decides the door
+    del view
+    release_pending(wait=True)
+    simulator.set_delay_us(20 * DELETER_DELAY_US)
+    return marking, stream, producer
+
+
+def test_c_hand_overs_on_one_stream_join_its_pending_entry_up_to_a_limit(door, simulator):
+    """Hand-overs on a stream whose work is still queued join the youngest pending entry of
+    that stream (its event recorded again, later: no event made, no entry listed) until it
+    holds 32: 100 hand-overs make 4 entries.  Every deleter runs once, after the stream's
+    work queued before its own hand-over."""
+    marking, stream, producer = slow_stream_marking(door, simulator, 110)
+    created = simulator.calls("cuEventCreate")
+    try:
+        for _ in range(100):
+            view = StridedMemoryView(producer, stream_ptr=-1)
+            marking.mark(producer.last, stream)
+            view.record_stream(stream)
+            del view
+        assert _view._pending_holds() == (4, 100, 0)
+        assert simulator.calls("cuEventCreate") - created <= 4
+        assert marking.calls == {1: 1}  # (the first view's: not handed over)
+    finally:
+        simulator.set_delay_us(0)
+    assert release_pending(wait=True) == 100
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 101
+    assert marking.early == [1]  # (1: the first view, not handed over)
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+def test_a_hand_over_joins_no_entry_of_a_stream_whose_id_is_not_known_the_same(door, simulator):
+    """A pending entry's event is recorded again only on the stream it was recorded on: the
+    stream's id (cuStreamGetId, never reused) must read the same.  A handle that names
+    another stream now (the first destroyed, a new one made at its address, as a real driver
+    may) reads another id; here the id cannot be read (the call fails), and the hand-over
+    records an entry of its own."""
+    from test_gpu_driver_faults import code
+
+    marking, stream, producer = slow_stream_marking(door, simulator, 10)
+    try:
+        for failing in (False, False, True):
+            view = StridedMemoryView(producer, stream_ptr=-1)
+            marking.mark(producer.last, stream)
+            view.record_stream(stream)
+            if failing:
+                simulator.fail("cuStreamGetId", code("CUDA_ERROR_INVALID_HANDLE"))
+            del view
+        fired = simulator.fail_fired("cuStreamGetId")
+        simulator.fail_clear()
+        assert fired == 1
+        assert _view._pending_holds() == (2, 3, 0)  # the second joined the first; not the third
+    finally:
+        simulator.set_delay_us(0)
+    assert release_pending(wait=True) == 3
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 4
+    assert marking.early == [1]  # (1: the first view, not handed over)
 
 
 def test_c_hand_over_events_come_back_to_the_pool(door, simulator):

@@ -32,7 +32,10 @@ import pytest
 
 import producers
 from conftest import gpu_import
-from stridedview import StridedMemoryView, _driver, _view, args_viewable_as_strided_memory, release_pending
+from stridedview import (
+    StridedMemoryView, ViewableArgument, _driver, _view, args_viewable_as_strided_memory,
+    release_pending,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.simgpu]
 
@@ -570,6 +573,50 @@ def test_decorator_deleters_run_once_after_the_stream_from_many_threads(gpu, sim
     assert set(marking.calls.values()) == {1}
     assert marking.early == []
     assert events_back_to(simulator, live) == live
+
+
+def _parked_view_ids():
+    """The ids of the emptied views the spare proxies keep (no reference kept to them: a view
+    held elsewhere is let go, not filled again)."""
+    gc.collect()
+    spares = [o for o in gc.get_objects() if type(o) is ViewableArgument and o.obj is None]
+    return {id(r) for p in spares for r in gc.get_referents(p) if type(r) is StridedMemoryView}
+
+
+def test_a_recording_launch_fills_its_kept_views_again(gpu, simulator):
+    """With record_stream=True a launcher's proxies keep their views as any launcher's do: as
+    the launch ends each view's hold (a DLPack capsule) moves to the launch's hand-over and
+    the view is emptied, and the next launch fills those view objects again.  Every deleter
+    runs once, after the stream's work; one event per launch."""
+    marking = Marking(gpu, 2 * 20 + 10)
+    stream = gpu.stream()
+    first, second = marking.producer(), marking.producer()
+    made = []
+
+    @args_viewable_as_strided_memory((0, 1), record_stream=True)
+    def launch(a, b, s):
+        for arg in (a, b):
+            made.append(id(arg.view(s.ptr)))
+            marking.mark(arg.obj.last, s)
+
+    simulator.set_delay_us(DELETER_DELAY_US)
+    launch(first, second, stream)
+    parked = _parked_view_ids()
+    filled_again = []
+    for _ in range(19):
+        del made[:]
+        launch(first, second, stream)
+        filled_again.append(set(made) <= parked and len(set(made)) == 2)
+        parked = _parked_view_ids()
+    release_pending(wait=True)
+    simulator.set_delay_us(0)
+    if _view.fast_paths:
+        assert filled_again == [True] * 19
+    else:
+        assert parked == set()  # (a build without spares keeps no view)
+    assert len(marking.calls) == 40 and set(marking.calls.values()) == {1}
+    assert marking.early == []
+    assert _view._pending_holds() == (0, 0, 0)
 
 
 # --- streams, contexts and graphs that go away -----------------------------------------------

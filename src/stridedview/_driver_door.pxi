@@ -106,7 +106,12 @@
 #   (2) released other than by its live recording thread) gives back the events
 #   recorded so far and leaves the whole entry to _driver.record_handover (which
 #   records it again, or waits, defers, keeps or releases it as it always did); a
-#   stale-looking failure forgets the stream's remembered context.
+#   stale-looking failure forgets the stream's remembered context.  An entry of
+#   one place (not a per-thread stream) also reads its stream's id
+#   (cuStreamGetId, resolved if the driver has it; 0: unknown), so that a later
+#   hand-over may record its event again (sv_door_hev_record_again, the same
+#   steps on the entry's event, only while the id reads the same: _handover.pxi's
+#   _join_youngest); a failure there changes nothing.
 # - Such an entry keeps its (context, event) pairs in C (sv_door_hev, owned by the
 #   _Handover): queried with cuEventQuery (NOT_READY: not done; any other failure:
 #   done, the event dropped, not reused), waited for with cuEventSynchronize, and
@@ -172,6 +177,9 @@ cdef extern from *:
         sv_CUresult (*cuStreamIsCapturing)(void *, int *);
         sv_CUresult (*cuEventQuery)(void *);
         sv_CUresult (*cuEventSynchronize)(void *);
+        /* Optional (NULL: a driver before 12.0): a stream's process-unique id, which
+           lets a hand-over record a pending entry's event again (sv_door_handover_record). */
+        sv_CUresult (*cuStreamGetId)(void *, unsigned long long *);
     } sv_door_api;
 
     static sv_door_api sv_door_fn;
@@ -419,6 +427,12 @@ cdef extern from *:
         SV_DOOR_RESOLVE(cuEventQuery);
         SV_DOOR_RESOLVE(cuEventSynchronize);
     #undef SV_DOOR_RESOLVE
+        {
+            void *pfn = NULL; int status = -1;
+            if (get_proc("cuStreamGetId", &pfn, 12000, 0, &status) != SV_CUDA_SUCCESS || status != 0)
+                pfn = NULL;
+            *(void **)&fn.cuStreamGetId = pfn;
+        }
         sv_door_fn = fn;
         __atomic_store_n(&sv_door_state, 1, __ATOMIC_RELEASE);
         result = 0;
@@ -729,12 +743,18 @@ cdef extern from *:
 
     typedef struct sv_door_hev {
         int n;
+        /* The id (cuStreamGetId) of the stream of an entry's one place, read when it was
+           recorded; 0: unknown (more places, no cuStreamGetId, a failed call). */
+        unsigned long long stream_id;
         struct { void *context; void *event; } item[1];  /* n of them */
     } sv_door_hev;
 
     static sv_door_hev *sv_door_hev_new(int n) {
         sv_door_hev *h = (sv_door_hev *)malloc(sizeof(sv_door_hev) + (size_t)(n > 1 ? n - 1 : 0) * sizeof(h->item[0]));
-        if (h != NULL) h->n = 0;
+        if (h != NULL) {
+            h->n = 0;
+            h->stream_id = 0;
+        }
         return h;
     }
 
@@ -773,12 +793,22 @@ cdef extern from *:
        not), after cuStreamIsCapturing said NONE.  SV_CUDA_SUCCESS: recorded, *event set.
        Anything else (a capture status other than NONE, a failing call, no pool slot):
        the caller gives back what it recorded and leaves the whole entry to _driver.py;
-       *event is then an event to give back (a failing pop after the record) or NULL. */
+       *event is then an event to give back (a failing pop after the record) or NULL.
+       With ``stream_id`` (not NULL), the stream's id is read too (0 when it cannot be).
+
+       Or, given an event (*event not NULL: a pending entry's, recorded on ``stream``
+       when its id was *stream_id, not 0), record that event again on ``stream``, only
+       if the stream's id is still *stream_id (the same stream, not another one made
+       at the same handle since: ids are never reused); anything else changes nothing
+       and returns a failure (SV_DOOR_NOT_HANDLED when no call failed). */
     static sv_CUresult sv_door_handover_record(sv_door_thread *t, void *context, uintptr_t stream,
-                                               void **event) {
-        void *current = NULL, *popped, *ev = NULL;
+                                               void **event, unsigned long long *stream_id) {
+        void *current = NULL, *popped, *ev = NULL, *again = *event;
         int pushed = 0, status = -1, i = -1;
+        unsigned long long id = 0;
         sv_CUresult r, r_pop;
+        if (again != NULL && (stream_id == NULL || *stream_id == 0 || sv_door_fn.cuStreamGetId == NULL))
+            return SV_DOOR_NOT_HANDLED;
         *event = NULL;
         r = sv_door_fn.cuCtxGetCurrent(&current);
         if (r != SV_CUDA_SUCCESS) return r;
@@ -789,7 +819,15 @@ cdef extern from *:
         }
         r = sv_door_fn.cuStreamIsCapturing((void *)stream, &status);
         if (r == SV_CUDA_SUCCESS && status != 0) r = SV_DOOR_NOT_HANDLED;
-        if (r == SV_CUDA_SUCCESS) {
+        if (r == SV_CUDA_SUCCESS && stream_id != NULL && sv_door_fn.cuStreamGetId != NULL) {
+            if (sv_door_fn.cuStreamGetId((void *)stream, &id) != SV_CUDA_SUCCESS) id = 0;
+            if (again != NULL && id != *stream_id) r = SV_DOOR_NOT_HANDLED;
+            else if (again == NULL) *stream_id = id;
+        }
+        if (again != NULL) {
+            if (r == SV_CUDA_SUCCESS) r = sv_door_fn.cuEventRecord(again, (void *)stream);
+            ev = again;  /* the entry's, whatever happened */
+        } else if (r == SV_CUDA_SUCCESS) {
             i = sv_door_pool_of(t, context, 1);
             if (i < 0) r = SV_DOOR_NOT_HANDLED;
             else if (t->pool_count[i] > 0) ev = t->pool_event[i][--t->pool_count[i]];
@@ -801,7 +839,7 @@ cdef extern from *:
                 }
             }
         }
-        if (r == SV_CUDA_SUCCESS) {
+        if (r == SV_CUDA_SUCCESS && again == NULL) {
             r = sv_door_fn.cuEventRecord(ev, (void *)stream);
             if (r != SV_CUDA_SUCCESS) {
                 sv_door_fn.cuEventDestroy(ev);
@@ -938,6 +976,17 @@ cdef extern from *:
         t->handed++;
         t->recorded += (unsigned long long)events;
     }
+    /* Record the one event of a pending entry (``h``, recorded on ``stream`` alone)
+       again on ``stream``, as sv_door_handover_record does (only while the stream's id
+       is still the one read then); counted as a hand-over of one event. */
+    static sv_CUresult sv_door_hev_record_again(sv_door_thread *t, sv_door_hev *h, uintptr_t stream) {
+        void *event = h->item[0].event;
+        sv_CUresult r;
+        if (h->n != 1 || event == NULL || h->stream_id == 0) return SV_DOOR_NOT_HANDLED;
+        r = sv_door_handover_record(t, h->item[0].context, stream, &event, &h->stream_id);
+        if (r == SV_CUDA_SUCCESS) sv_door_thread_count_handed(t, 1);
+        return r;
+    }
     static unsigned long long sv_door_thread_recorded(void) {
         return sv_door_tls ? sv_door_tls->recorded : 0;
     }
@@ -963,8 +1012,8 @@ cdef extern from *:
     static sv_door_thread *sv_door_thread_get(void) { return NULL; }
     static sv_door_hev *sv_door_hev_new(int n) { (void)n; return NULL; }
     static sv_CUresult sv_door_handover_record(sv_door_thread *t, void *context, uintptr_t stream,
-                                               void **event) {
-        (void)t; (void)context; (void)stream; *event = NULL; return SV_DOOR_NOT_HANDLED;
+                                               void **event, unsigned long long *stream_id) {
+        (void)t; (void)context; (void)stream; (void)stream_id; return SV_DOOR_NOT_HANDLED;
     }
     static void sv_door_handover_give(void *context, void *event) { (void)context; (void)event; }
     static void sv_door_hev_release(sv_door_hev *h) { (void)h; }
@@ -984,6 +1033,9 @@ cdef extern from *:
         (void)h; (void)context; (void)event;
     }
     static void sv_door_thread_count_handed(sv_door_thread *t, int events) { (void)t; (void)events; }
+    static sv_CUresult sv_door_hev_record_again(sv_door_thread *t, sv_door_hev *h, uintptr_t stream) {
+        (void)t; (void)h; (void)stream; return SV_DOOR_NOT_HANDLED;
+    }
     static unsigned long long sv_door_thread_recorded(void) { return 0; }
 
     static int sv_door_open(void) { return -1; }
@@ -1066,12 +1118,16 @@ cdef extern from *:
     # Hand-overs recorded in C (see _door_record_entry): an entry's events.
     ctypedef struct sv_door_hev:
         int n
+        unsigned long long stream_id
     ctypedef struct sv_door_thread:
         pass
     sv_door_thread *sv_door_thread_get()
     sv_door_hev *sv_door_hev_new(int n) nogil
     void sv_door_hev_add(sv_door_hev *h, void *context, void *event) nogil
-    sv_CUresult sv_door_handover_record(sv_door_thread *t, void *context, uintptr_t stream, void **event) nogil
+    sv_CUresult sv_door_handover_record(
+        sv_door_thread *t, void *context, uintptr_t stream, void **event,
+        unsigned long long *stream_id,
+    ) nogil
     void sv_door_handover_give(void *context, void *event)
     void sv_door_hev_release(sv_door_hev *h)
     void sv_door_hev_discard(sv_door_hev *h) nogil
@@ -1081,6 +1137,7 @@ cdef extern from *:
     sv_CUresult sv_door_stream_context(uintptr_t stream, void **context)
     void sv_door_stream_forget(uintptr_t stream) nogil
     void sv_door_thread_count_handed(sv_door_thread *t, int events) nogil
+    sv_CUresult sv_door_hev_record_again(sv_door_thread *t, sv_door_hev *h, uintptr_t stream) nogil
     unsigned long long sv_door_thread_recorded() nogil
     unsigned long long sv_door_thread_handed() nogil
     long long sv_door_thread_pooled() nogil

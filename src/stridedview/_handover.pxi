@@ -27,7 +27,10 @@
 #   hand-over has been filled (every device-accessible view has a C layout, so
 #   _dims is set): a launcher's kept view is therefore never refilled over one
 #   (SV_VIEW_HOLDS_NOTHING), and _park_proxy lets such a view go instead of
-#   emptying it (_holds_resources), so that it hands over in its deallocator.
+#   emptying it (_holds_resources), so that it hands over in its deallocator;
+#   but a recording launch's kept view, held by its proxy alone, hands over to the
+#   group as the launch ends (_launcher.pxi's _kept_view_hands_over), and is then
+#   emptied and filled again by the next launch.
 # - The hand-over runs where the view lets go of its memory: its deallocator
 #   (_release_resources, before the freelist takes the object) and, for a view
 #   in a garbage cycle, the collector's tp_clear (_view_clear, installed in
@@ -41,6 +44,22 @@
 #   one or the other, never both; a launch's group records one per stream for all
 #   its views when the launch ends (views released before then join its holds;
 #   one released after it hands over on its own, on the group's streams).
+# - Joining (_join_youngest): a hand-over on one place (an ordinary or legacy
+#   stream handle) whose place is that of the youngest pending entry, recorded in
+#   C on that place alone and joined by fewer than _JOIN_LIMIT others, records no
+#   event of its own.  It claims that entry (taken off the registry's end under the
+#   lock, as a check claims the oldest: an entry is in one place), records the
+#   entry's event again on the stream (a record overwrites what the event
+#   captured: later queries see the latest point only), after cuStreamIsCapturing
+#   said NONE and cuStreamGetId said the handle still names the stream the entry
+#   was recorded on (ids are never reused: a stream destroyed and another made at
+#   its address fails this), becomes one item of the entry's ``holds`` (its own
+#   holds with it: _release_holds releases such an item's all) and puts the entry
+#   back at the end.  The earlier holds then wait for a later point of the same stream,
+#   never an earlier one, and for at most _JOIN_LIMIT records; no event is made,
+#   no entry listed, nothing queried, so a hand-over costs the same with 1 or
+#   4,096 entries pending.  Anything else (two places, a per-thread stream, the
+#   Python path, no cuStreamGetId, a capture, a failing call) records as above.
 # - A group is sealed when its launch ends, and a seal is never undone: a view
 #   joins it (_join_group) only while it is not sealed, decided under the lock,
 #   so a sealed group's streams never change.  A view made on a stream after the
@@ -66,8 +85,9 @@
 # - Completed holds are found without a thread of their own: the oldest entries
 #   are queried (cuEventQuery) every _POLL_EVERY view creations while any is
 #   pending (sv_pending_entries, read with one relaxed load in _new_view), at
-#   every hand-over (one recorded in C checks the older entries before it joins
-#   them), and all of them by release_pending().
+#   every hand-over that lists an entry (one recorded in C checks the older
+#   entries before it joins them; one that joins the youngest checks nothing),
+#   and all of them by release_pending().
 # - The bound: at most _pending_limit entries.  A hand-over past it first
 #   checks every entry, then waits on the host for the oldest ones
 #   (cuEventSynchronize) until the count is back under the bound: back-pressure,
@@ -99,9 +119,11 @@
 #
 # Proven by tests/test_record_stream.py (host: arguments, host views, the fake
 # driver's failures, a launch's argument viewed by another thread as the launch
-# ends) and tests/test_gpu_record_stream.py (the simulated device:
+# ends), tests/test_gpu_record_stream.py (the simulated device:
 # stale reads prevented and their control, deleters counted across threads and
-# collections, events counted, the decorator's one event per launch).
+# collections, events counted, the decorator's one event per launch) and
+# tests/test_gpu_driver_door.py (the C record; joins up to the limit, none across
+# a stream id that does not read the same).
 
 cdef extern from *:
     """
@@ -151,6 +173,19 @@ cdef extern from *:
     int SV_COUNTDOWN(int) noexcept nogil
     void SV_COUNTDOWN_RESET(int, int) noexcept nogil
     void sv_write_unraisable(object, object) noexcept
+
+cdef extern from *:
+    """
+    /* A list's last item taken out, its reference handed to the caller (the size cut,
+       the storage kept for the next append, as list.pop() does). */
+    static inline PyObject *sv_list_take_last(PyObject *list) {
+        Py_ssize_t size = PyList_GET_SIZE(list);
+        PyObject *item = PyList_GET_ITEM(list, size - 1);
+        Py_SET_SIZE(list, size - 1);
+        return item;
+    }
+    """
+    PyObject *sv_list_take_last(object) noexcept nogil
 
 cdef extern from "Python.h":
     Py_ssize_t PyList_GET_SIZE(object) nogil
@@ -203,7 +238,8 @@ cdef class _Hold:
     Released once, by _release_hold (or, should it be dropped unreleased, by its
     deallocator): the buffer, then the deleter, then the references.  A _Handover
     is one too: its first hold is kept in these fields (``held``), a _Hold made only
-    for a group's later ones.
+    for a group's later ones; one that joined a pending entry is an item of that
+    entry's ``holds``, its own holds with it (_join_youngest).
     """
 
     cdef object exporting_obj
@@ -526,13 +562,21 @@ cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
     if holds is None:
         return count
     for hold in holds:
-        _release_hold(hold)
-    return count + len(holds)
+        if type(hold) is _Handover:  # one that joined this one (_join_youngest): all of its
+            count += _release_holds(<_Handover>hold)
+        else:
+            _release_hold(hold)
+            count += 1
+    return count
 
 
-cdef inline Py_ssize_t _hold_count(_Handover entry):
+cdef Py_ssize_t _hold_count(_Handover entry):
     """How many holds ``entry`` has not released (for tests)."""
-    return entry.held + (len(entry.holds) if entry.holds is not None else 0)
+    cdef Py_ssize_t count = entry.held
+    if entry.holds is not None:
+        for hold in entry.holds:
+            count += _hold_count(<_Handover>hold) if type(hold) is _Handover else 1
+    return count
 
 
 cdef Py_ssize_t _release_entry(_Handover entry) noexcept:
@@ -753,7 +797,12 @@ cdef bint _door_record_entry(_Handover entry) noexcept:
                 ):
                     sv_door_hev_release(h)
                     return False
-            r = sv_door_handover_record(t, <void *>context, handle, &event)
+            event = NULL
+            # One place (not a per-thread stream): its stream's id kept, so that later
+            # hand-overs on it may record this entry's event again (_join_youngest).
+            r = sv_door_handover_record(
+                t, <void *>context, handle, &event, &h.stream_id if n == 1 and handle != 2 else NULL
+            )
             if event != NULL:
                 sv_door_hev_add(h, <void *>context, event)
             if r != SV_CUDA_SUCCESS:
@@ -813,10 +862,115 @@ cdef void _defer(_Handover entry) noexcept:
         sv_write_unraisable(exc, "stridedview: keeping a hand-over for later (its memory was released)")
 
 
+cdef enum:
+    # The most later hand-overs on its place an entry takes (_join_youngest; with its
+    # first, the items of its ``holds``): its first hold then waits for at most this many
+    # records of its stream.
+    _JOIN_LIMIT = 32
+
+
+cdef tuple _one_place(_Handover entry):
+    """``entry``'s place when it has exactly one, else None (no Python code runs)."""
+    if entry.streams is None:
+        return entry.place
+    if PyList_GET_SIZE(entry.streams) == 1:
+        return <tuple>PyList_GET_ITEM(entry.streams, 0)
+    return None
+
+
+cdef _Handover _claim_youngest(tuple place):
+    """The youngest pending entry, taken out of the registry (as _claim_oldest takes the
+    oldest), if a hand-over on ``place`` may join it: recorded in C on ``place`` alone,
+    its stream's id known, fewer than _JOIN_LIMIT holds; else None.  No Python code
+    runs: int compares, and the list's reference dropped while ``entry`` holds one."""
+    cdef _Handover entry = None
+    cdef _Handover youngest
+    cdef list entries
+    cdef Py_ssize_t size
+    cdef tuple other
+    SV_HANDOVER_LOCK()
+    entries = _pending_entries
+    size = PyList_GET_SIZE(entries)
+    if size > _pending_head:  # (the slots before the head hold None)
+        youngest = <_Handover>PyList_GET_ITEM(entries, size - 1)
+        if (
+            youngest.c_events != NULL and youngest.c_events.n == 1
+            and youngest.c_events.stream_id != 0
+            and (youngest.holds is None or PyList_GET_SIZE(youngest.holds) < _JOIN_LIMIT)
+        ):
+            other = _one_place(youngest)
+            if other is not None and _same_place(other, place):
+                entry = youngest
+                Py_DECREF_ptr(sv_list_take_last(entries))  # (``entry`` holds one: nothing runs)
+    SV_HANDOVER_UNLOCK()
+    return entry
+
+
+cdef void _put_back_youngest(_Handover entry) noexcept:
+    """An entry _claim_youngest took back at the registry's end (after any listed since:
+    a check then reaches it later, never too early).  With no room to list it (no
+    memory), its events are waited for and it is released now."""
+    cdef bint listed = False
+    SV_HANDOVER_LOCK()
+    try:
+        _pending_entries.append(entry)  # (the slot it left: no allocation, as a rule)
+        listed = True
+    except BaseException:
+        pass
+    SV_HANDOVER_UNLOCK()
+    if not listed:
+        PyErr_Clear()
+        sv_door_hev_wait(entry.c_events)
+        _release_entry(entry)
+
+
+cdef bint _join_youngest(_Handover entry) noexcept:
+    """Hand ``entry``'s holds (not recorded: one place, reached through the C door) to
+    the youngest pending entry instead, when that one was recorded in C on the same
+    place alone and is still the same stream (its id): its event is recorded again on
+    that stream, so its earlier holds wait for a later point of the same stream, never
+    an earlier one (what a record covers only grows), and no event is made and no
+    entry listed.  True when joined (``entry``, with its holds, is then one item of the
+    youngest's ``holds``); False leaves ``entry`` as it was (the youngest put back
+    unchanged, or recorded again, which only delays its holds)."""
+    cdef tuple place
+    cdef _Handover youngest
+    cdef sv_door_thread *t
+    cdef bint joined = False
+    if sv_door_state_load() != 1 or not (entry.held or entry.holds):
+        return False
+    place = _one_place(entry)
+    if place is None:
+        return False
+    t = sv_door_thread_get()
+    if t == NULL:
+        return False
+    youngest = _claim_youngest(place)
+    if youngest is None:
+        return False
+    try:
+        if sv_door_hev_record_again(
+            t, youngest.c_events, <object>PyTuple_GET_ITEM(place, 0)
+        ) == SV_CUDA_SUCCESS:
+            # ``entry`` joins as one item, its own holds with it (_release_holds goes in).
+            if youngest.holds is None:
+                youngest.holds = [entry]
+            else:
+                youngest.holds.append(entry)
+            joined = True
+    except BaseException:
+        pass
+    _put_back_youngest(youngest)
+    return joined
+
+
 cdef void _seal_and_register(_Handover entry) noexcept:
     """Record an event on each of ``entry``'s streams and list it as pending (or as
     deferred when it cannot be recorded now, _record_entry); after the exit function
-    has run, the events are waited for at once."""
+    has run, the events are waited for at once.  One on the place of the youngest
+    pending entry joins that one instead (_join_youngest)."""
+    if not _exiting and _join_youngest(entry):
+        return
     cdef int outcome = _record_entry(entry)
     if outcome == _ENTRY_DEFERRED:
         _defer(entry)

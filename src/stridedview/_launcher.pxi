@@ -48,11 +48,16 @@
 #   (SV_VIEW_HOLDS_NOTHING: no capsule, held buffer or C layout, which every
 #   complete fill sets), whatever its proxy's flag says, else lets it go.
 # - record_stream=True (_launch_recording): the launch's proxies carry its group
-#   (``_group``, _handover.pxi) and make new views that join it (never kept: they
-#   hand over when released, and _park_proxy lets a view with a hand-over go);
-#   a spare's emptied kept view is let go when such a launch takes it
-#   (_enter_group), and every proxy leaves the group when the launch ends, before
-#   it is parked.  A launcher without the option runs _launch_with with no group,
+#   (``_group``, _handover.pxi), and each view() on a stream joins it: the kept
+#   view filled again, or a new one (kept, as any launcher's), as above.  When the
+#   launch ends, each proxy's kept view made in it (its hand-over the group, not
+#   sealed yet) and held by the proxy alone hands its hold over to the group
+#   there and then (_kept_view_hands_over, on the launching thread, which owns
+#   the proxy's fields; what its deallocator would do, with no Python code run),
+#   so that it holds nothing and _park_proxy empties it for the next launch; a
+#   view held elsewhere keeps its hand-over and is let go (_park_proxy lets a
+#   view with a hand-over go), handing over when released.  Then every proxy
+#   leaves the group, before it is parked.  A launcher without the option runs _launch_with with no group,
 #   which the compiler folds away: one flag test per launch.  A function may hand
 #   its proxy to another thread, whose view() runs while the launch ends: so
 #   view() reads ``_group`` once (_proxy_group: a strong reference, taken under
@@ -74,7 +79,9 @@
 #
 # Proven equal to the general path by tests/test_launch_reuse.py (kept views
 # included: filled again as new ones, never while held elsewhere, never filled
-# or re-initialised from outside) and
+# or re-initialised from outside), tests/test_gpu_record_stream.py (a recording
+# launch's kept views filled again, their holds released once, after the
+# stream) and
 # tests/test_decorator.py (proxies kept, nested, threaded, raising, found by the
 # collector; every argument form against Cython's wrapper).
 
@@ -180,19 +187,18 @@ cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_
         # The view this spare proxy made in an earlier launch, emptied when the
         # proxy was parked, held by nothing else since, and found empty (what it
         # holds, not the flag: a fill over a capsule would lose its deleter):
-        # filled again.  Anything else is let go (below), and released.  (A proxy
-        # of a recording launch has no kept view: _enter_group let it go.)
+        # filled again.  Anything else is let go (below), and released.
         proxy._kept_view_empty = False
         view = proxy._kept_view
-    elif SV_PROXY_IN_GROUP(<PyObject *>proxy):
-        # A recording launch's proxy: its group taken once, a strong reference (the
-        # producer's code run while the view is made may let the launch end).
-        return _proxy_view_joining(proxy, _proxy_group(proxy), stream_ptr)
     else:
         view = _new_view()
         if SV_FAST_PATHS and own and proxy._name is not None:  # a launcher's proxy
             proxy._kept_view_empty = False
             proxy._kept_view = view
+    if SV_PROXY_IN_GROUP(<PyObject *>proxy):
+        # A recording launch's proxy: its group taken once, a strong reference (the
+        # producer's code run while the view is made may let the launch end).
+        return _proxy_view_joining(proxy, _proxy_group(proxy), stream_ptr, view)
     # Kept only while obj is still of the type it describes (__class__ can be
     # assigned) and that type is unchanged.
     if own:
@@ -209,15 +215,14 @@ cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_
 
 
 cdef StridedMemoryView _proxy_view_joining(
-    ViewableArgument proxy, _Handover group, object stream_ptr
+    ViewableArgument proxy, _Handover group, object stream_ptr, StridedMemoryView view
 ):
-    """``proxy.view(stream_ptr)`` in a recording launch: a new view (never kept: it
-    hands over when released) that joins ``group``, the launch's group as
+    """``proxy.view(stream_ptr)`` in a recording launch: ``view`` (new, or the proxy's
+    kept one, as _proxy_view chose) filled, joining ``group``, the launch's group as
     _proxy_group took it before any Python code ran (None: the launch has ended
     since, and the view is one of its own, as after the launch).  Never read again
     here: the producer's code, run while the view is made, may let the launch end;
     _join_group decides under the lock whether the group still takes the view."""
-    cdef StridedMemoryView view = _new_view()
     cdef _ProducerType info = None
     # Without a GIL, only the thread that owns the proxy uses and sets its cached
     # type (as in _proxy_view): another thread looks it up and writes nothing.
@@ -743,19 +748,40 @@ cdef inline object _launch_with(
             _seal_group(group)
 
 
-cdef void _enter_group(ViewableArgument proxy, _Handover group) noexcept:
-    """``proxy`` serves a recording launch: its views join ``group``.  A spare's emptied
-    kept view is let go: such a proxy makes new views (_proxy_view_joining)."""
+cdef inline void _enter_group(ViewableArgument proxy, _Handover group) noexcept:
+    """``proxy`` serves a recording launch: its views join ``group`` (its kept view
+    too, filled again as in any launch)."""
     proxy._group = group
-    if proxy._kept_view is not None:
-        _forget_kept_view(proxy)
+
+
+cdef inline void _kept_view_hands_over(ViewableArgument proxy, _Handover group) noexcept:
+    """The launch is ending: ``proxy``'s kept view, made in it (its hand-over is
+    ``group``, not sealed yet) and held by the proxy alone, hands its hold over to the
+    group now, as its deallocator would (no Python code runs: the group takes it).  It
+    then holds nothing, and _park_proxy empties it for the next launch instead of
+    letting it go.  The launching thread's: it owns the proxy's fields."""
+    cdef PyObject *view = <PyObject *>proxy._kept_view
+    if (
+        view != <PyObject *>None
+        and not proxy._kept_view_empty
+        and (<StridedMemoryView>view)._handover == <void *>group
+        and _is_unique(view)
+    ):
+        _hand_over_view(<StridedMemoryView>view)
 
 
 cdef void _leave_group(PyObject **items, Py_ssize_t filled, _Handover group) noexcept:
-    """The launch is over: its proxies no longer add views to ``group`` (a proxy the
-    function kept makes views of its own from now on).  Under the hand-over lock:
-    _proxy_group reads ``_group`` on any thread the function handed a proxy to."""
+    """The launch is over: its proxies' kept views hand over to ``group``
+    (_kept_view_hands_over), and the proxies no longer add views to it (a proxy the
+    function kept makes views of its own from now on).  The latter under the hand-over
+    lock: _proxy_group reads ``_group`` on any thread the function handed a proxy to."""
     cdef Py_ssize_t i
+    if SV_FAST_PATHS:
+        for i in range(filled):
+            if Py_TYPE_ptr(items[i]) == <void *>ViewableArgument and (
+                (<ViewableArgument>items[i])._group is group
+            ):
+                _kept_view_hands_over(<ViewableArgument>items[i], group)
     SV_HANDOVER_LOCK()
     for i in range(filled):
         if Py_TYPE_ptr(items[i]) == <void *>ViewableArgument and (

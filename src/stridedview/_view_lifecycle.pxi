@@ -13,9 +13,10 @@
 #   import.  It runs with the only reference gone, so no other thread can reach
 #   the object; it releases the capsule, the held buffer and the shape block
 #   exactly once each, saving the pending exception only where Python code may
-#   run (a deleter, a buffer release).  A view recorded on streams (``_handover``,
-#   one more test in _holds_resources) hands its hold over instead, before the
-#   freelist takes the object (_handover.pxi).
+#   run (a deleter, a buffer release), and only when one is pending (none: any
+#   exception a deleter leaves is cleared, as restoring none would).  A view
+#   recorded on streams (``_handover``, one more test in _holds_resources) hands
+#   its hold over instead, before the freelist takes the object (_handover.pxi).
 # - Clearing (_view_clear): installed in front of Cython's tp_clear, which the
 #   collector calls on a view of a garbage cycle before deallocating it: a
 #   recorded view hands over there first (Cython's would drop the exporting
@@ -276,9 +277,14 @@ cdef void _view_dealloc(PyObject *o) noexcept:
         # dropped must not bring it back to zero), as Cython's own __dealloc__ does.
         PyObject_GC_UnTrack(o)
         Py_SET_REFCNT(o, 1)
-        PyErr_Fetch(&error_type, &error_value, &error_traceback)
-        _release_resources(<StridedMemoryView>o)
-        PyErr_Restore(error_type, error_value, error_traceback)
+        if PyErr_Occurred() == NULL:  # (the usual case: nothing to save)
+            _release_resources(<StridedMemoryView>o)
+            if PyErr_Occurred() != NULL:  # (left by a deleter: dropped, as a restore would)
+                PyErr_Clear()
+        else:
+            PyErr_Fetch(&error_type, &error_value, &error_traceback)
+            _release_resources(<StridedMemoryView>o)
+            PyErr_Restore(error_type, error_value, error_traceback)
         Py_SET_REFCNT(o, 0)
     _generated_view_dealloc(o)
 
