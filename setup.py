@@ -174,23 +174,20 @@ def _mark_always_inline(c_file):
     if "static CYTHON_INLINE SV_ALWAYS_INLINE " in text:
         return
     missing = []
-    for name in ALWAYS_INLINE:
-        # Cython's name for a module-level cdef function: __pyx_f_<module path>_<name>.
-        prototype = re.compile(
-            r"^static CYTHON_INLINE (?=[^;{(]*\b__pyx_f_11stridedview_5_view_" + re.escape(name) + r"\()",
-            re.MULTILINE,
-        )
-        text, count = prototype.subn("static CYTHON_INLINE SV_ALWAYS_INLINE ", text)
-        if count == 0:
-            missing.append(name)
-    for name in NEVER_INLINE:
-        prototype = re.compile(
-            r"^static (?=[^;{(]*\b__pyx_f_11stridedview_5_view_" + re.escape(name) + r"\()",
-            re.MULTILINE,
-        )
-        text, count = prototype.subn("static SV_NEVER_INLINE ", text)
-        if count == 0:
-            missing.append(name)
+    for names, start, marked in (
+        (ALWAYS_INLINE, "static CYTHON_INLINE ", "static CYTHON_INLINE SV_ALWAYS_INLINE "),
+        (NEVER_INLINE, "static ", "static SV_NEVER_INLINE "),
+    ):
+        for name in names:
+            # Cython's name for a module-level cdef function: __pyx_f_<module path>_<name>.
+            prototype = re.compile(
+                "^" + re.escape(start)
+                + r"(?=[^;{(]*\b__pyx_f_11stridedview_5_view_" + re.escape(name) + r"\()",
+                re.MULTILINE,
+            )
+            text, count = prototype.subn(marked, text)
+            if count == 0:
+                missing.append(name)
     if missing:
         print(ALWAYS_INLINE_MISSING, " ".join(missing), file=sys.stderr)
     with open(c_file, "w", encoding="utf-8") as f:
