@@ -22,6 +22,7 @@ from stridedview import DLPackDType, StridedMemoryView
 from stridedview import _view
 from test_buffer_export import PyBUF_FORMAT, PyBUF_SIMPLE, PyBUF_STRIDES, get_buffer
 from test_export import read_capsule
+from test_fast_paths import general_path
 
 #: ml_dtypes' types and the DLPack type of each (numpy's __dlpack__ refuses all of them).
 ML_DTYPES = {
@@ -42,16 +43,6 @@ ML_DTYPES = {
     "complex32": (5, 32, 1),
     "bcomplex32": (18, 32, 1),
 }
-
-
-@contextlib.contextmanager
-def general_path():
-    """The per-type fast paths off (the exchange API, the numpy adapter's shortcut)."""
-    _view._set_fast_paths_enabled(False)
-    try:
-        yield
-    finally:
-        _view._set_fast_paths_enabled(True)
 
 
 def raw_bytes(view):

@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from stridedview import StridedMemoryView, _driver, _view, args_viewable_as_strided_memory, release_pending
+from test_gpu_ordering import NBYTES, Spot as OrderedSpot
 
 pytestmark = [pytest.mark.gpu, pytest.mark.simgpu]
 
-NBYTES = 1024
 DELAY_US = 1000
 #: Operations queued on the producer's stream before its write: the write lands about
 #: (FILLERS + 1) * DELAY_US after it is queued, well after a replay's copy would without a wait.
@@ -51,34 +51,22 @@ def door_state():
     return _view._driver_door_info()["state"]
 
 
-class Spot:
-    """NBYTES of device memory written late on a producer stream, read by captured copies."""
+class Spot(OrderedSpot):
+    """test_gpu_ordering's Spot, its memory first set to ORIGINAL, FILLERS before each write
+    (NEW by default), read by captured copies."""
+
+    fillers = FILLERS
 
     def __init__(self, res, device=0):
         from driver_support import drv, ok, on_device
 
-        self.device = device
-        self.memory = res.device(NBYTES, device)
-        self.scratch = res.device(64, device)
-        self.out = res.pinned(NBYTES, device)
+        super().__init__(res, device)
         with on_device(device):
             ok(drv.cuMemsetD8(self.memory.ptr, ORIGINAL, NBYTES))
             ok(drv.cuCtxSynchronize())
 
     def write(self, stream_handle, value=NEW):
-        """``value`` over the memory, late, on ``stream_handle`` (0, 1 and 2 name this
-        device's primary context's default streams)."""
-        from driver_support import drv, ok, on_device
-
-        with on_device(self.device):
-            for _ in range(FILLERS):
-                ok(drv.cuMemsetD8Async(self.scratch.ptr, 0, 64, stream_handle))
-            ok(drv.cuMemsetD8Async(self.memory.ptr, value, NBYTES, stream_handle))
-
-    def array(self, stream):
-        from driver_support import CAIArray
-
-        return CAIArray(self.memory, (NBYTES,), np.uint8, stream=stream)
+        super().write(stream_handle, value)
 
     def capture_copy(self, stream_handle):
         """The captured "kernel": the memory copied to pinned host memory."""

@@ -28,6 +28,9 @@ FILLERS = 2
 class Spot:
     """NBYTES of device memory on ``device``, written late on a stream, read back on another."""
 
+    #: Operations queued on the writing stream before each write (each delayed).
+    fillers = FILLERS
+
     def __init__(self, res, device=0):
         from driver_support import CAIArray
 
@@ -46,7 +49,7 @@ class Spot:
 
         self.value = value
         with on_device(self.device):
-            for _ in range(FILLERS):
+            for _ in range(self.fillers):
                 ok(drv.cuMemsetD8Async(self.scratch.ptr, 0, 64, stream_handle))
             ok(drv.cuMemsetD8Async(self.memory.ptr, value, NBYTES, stream_handle))
 

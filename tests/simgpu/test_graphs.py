@@ -53,6 +53,18 @@ def captured_graph(stream, nbytes, dev, value=3):
     return building
 
 
+def capture_holding(res, nbytes):
+    """A new stream capturing a memset into ``nbytes`` of new device memory (captured_graph),
+    the graph being built holding a new user object, its reference moved in:
+    ``(dev, stream, destructor, building)``."""
+    dev = res.alloc(nbytes)
+    stream = res.stream()
+    destructor = Destructor()
+    building = captured_graph(stream, nbytes, dev)
+    ok(drv.cuGraphRetainUserObject(building, destructor.make(), 1, MOVE))
+    return dev, stream, destructor, building
+
+
 def test_user_object_destructor_runs_once_after_last_release_on_another_thread(res):
     """The destructor runs when the last reference goes, once, asynchronously and not on the
     thread that released it (the driver runs it on a thread of its own)."""
@@ -116,12 +128,7 @@ def test_graph_release_user_object(res):
 def test_capture_info_gives_the_graph_being_built(res):
     """While a stream captures, cuStreamGetCaptureInfo names the graph cuStreamEndCapture
     returns; a user object it retains is held by the captured graph."""
-    n = 256
-    dev = res.alloc(n)
-    stream = res.stream()
-    destructor = Destructor()
-    building = captured_graph(stream, n, dev)
-    ok(drv.cuGraphRetainUserObject(building, destructor.make(), 1, MOVE))
+    _, stream, destructor, building = capture_holding(res, 256)
     graph = ok(drv.cuStreamEndCapture(stream))
     assert int(graph) == int(building)
     assert destructor.not_run()
@@ -132,12 +139,7 @@ def test_capture_info_gives_the_graph_being_built(res):
 def test_failed_capture_releases_what_its_graph_held(res):
     """A capture that is invalidated ends without a graph: the references retained into the
     graph it was building are released."""
-    n = 256
-    dev = res.alloc(n)
-    stream = res.stream()
-    destructor = Destructor()
-    building = captured_graph(stream, n, dev)
-    ok(drv.cuGraphRetainUserObject(building, destructor.make(), 1, MOVE))
+    _, stream, destructor, _ = capture_holding(res, 256)
     assert drv.cuStreamSynchronize(stream)[0] == E.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
     assert drv.cuStreamEndCapture(stream)[0] == E.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
     assert destructor.ran()
@@ -146,12 +148,7 @@ def test_failed_capture_releases_what_its_graph_held(res):
 def test_executable_graph_holds_references_of_its_own(res):
     """An executable graph keeps the objects its graph held when instantiated: destroying the
     graph first releases nothing; destroying the executable graph then does."""
-    n = 256
-    dev = res.alloc(n)
-    stream = res.stream()
-    destructor = Destructor()
-    building = captured_graph(stream, n, dev)
-    ok(drv.cuGraphRetainUserObject(building, destructor.make(), 1, MOVE))
+    _, stream, destructor, _ = capture_holding(res, 256)
     graph = ok(drv.cuStreamEndCapture(stream))
     exe = ok(drv.cuGraphInstantiate(graph, 0))
     ok(drv.cuGraphDestroy(graph))
@@ -166,11 +163,7 @@ def test_executable_graph_destroyed_while_launched_releases_after_the_launch(res
     """An executable graph destroyed while a launch of it is queued releases its references
     only once that launch has run (the release is deferred, never early)."""
     n = 256
-    dev = res.alloc(n)
-    stream = res.stream()
-    destructor = Destructor()
-    building = captured_graph(stream, n, dev)
-    ok(drv.cuGraphRetainUserObject(building, destructor.make(), 1, MOVE))
+    dev, stream, destructor, _ = capture_holding(res, n)
     graph = ok(drv.cuStreamEndCapture(stream))
     exe = ok(drv.cuGraphInstantiate(graph, 0))
     ok(drv.cuGraphDestroy(graph))
