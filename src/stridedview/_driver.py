@@ -569,11 +569,7 @@ class GraphOwnedError(CUDAError):
 
 def _capture_status(api, stream) -> int:
     """``cuStreamIsCapturing(stream)`` in the current context; CUDAError on failure."""
-    result = api.cuStreamIsCapturing(stream)
-    if int(result[0]) != _CUDA_SUCCESS:
-        error = _failure(api, "cuStreamIsCapturing", result[0])
-        raise error
-    return int(result[1])
+    return int(_call(api, "cuStreamIsCapturing", stream))
 
 
 def _consumer_capturing(api, consumer_stream, device, ptr) -> bool:
@@ -615,11 +611,8 @@ def _consumer_capturing(api, consumer_stream, device, ptr) -> bool:
 def _capture_info(api, stream) -> tuple:
     """``(status, capture id, graph)`` of ``stream`` in the current context
     (``cuStreamGetCaptureInfo``; the id and graph mean something only while ACTIVE)."""
-    result = api.cuStreamGetCaptureInfo(stream)
-    if int(result[0]) != _CUDA_SUCCESS:
-        error = _failure(api, "cuStreamGetCaptureInfo", result[0])
-        raise error
-    return int(result[1]), int(result[2]), result[3]
+    status, capture_id, graph, *_ = _call(api, "cuStreamGetCaptureInfo", stream)
+    return int(status), int(capture_id), graph
 
 
 def _consumer_place(api, consumer_stream, device, ptr):
