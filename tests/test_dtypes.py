@@ -24,7 +24,9 @@ from test_buffer_export import PyBUF_FORMAT, PyBUF_SIMPLE, PyBUF_STRIDES, get_bu
 from test_export import read_capsule
 from test_fast_paths import general_path
 
-#: ml_dtypes' types and the DLPack type of each (numpy's __dlpack__ refuses all of them).
+#: ml_dtypes' types and the DLPack type of each (numpy's __dlpack__ refuses all of them),
+#: those the installed ml_dtypes has (0.5.4, the newest with a free-threaded 3.13 wheel, has
+#: no int1, uint1, complex32 or bcomplex32: no numpy array of them can be made there).
 ML_DTYPES = {
     "bfloat16": (4, 16, 1),
     "float8_e3m4": (7, 8, 1),
@@ -43,6 +45,7 @@ ML_DTYPES = {
     "complex32": (5, 32, 1),
     "bcomplex32": (18, 32, 1),
 }
+ML_DTYPES = {name: dl_type for name, dl_type in ML_DTYPES.items() if hasattr(ml_dtypes, name)}
 
 
 def raw_bytes(view):
@@ -149,8 +152,8 @@ def test_torch_types_viewed_exactly(name, path):
     with general_path() if path == "general" else contextlib.nullcontext():
         view = StridedMemoryView(tensor)
     assert view.dlpack_dtype == dl_type
-    if ml_name is None:
-        assert view.dtype == np.dtype("V1")
+    if ml_name is None or not hasattr(ml_dtypes, ml_name):  # none, or not in this ml_dtypes
+        assert view.dtype == np.dtype(f"V{tensor.element_size()}")
         assert view.dtype.metadata["dlpack_dtype"] == dl_type
     else:
         assert view.dtype == np.dtype(getattr(ml_dtypes, ml_name))
@@ -198,9 +201,10 @@ def test_torch_complex32_values_read_through_ml_dtypes():
     view = StridedMemoryView(tensor)
     halves = np.asarray(view.view(dtype=np.float16))
     assert halves.tolist() == [1.0, 2.0, -3.5, 0.25]
-    assert np.frombuffer(raw_bytes(view), dtype=ml_dtypes.complex32).astype(np.complex64).tolist() == [
-        1 + 2j, -3.5 + 0.25j
-    ]
+    if hasattr(ml_dtypes, "complex32"):  # ml_dtypes 0.6 on
+        assert np.frombuffer(raw_bytes(view), dtype=ml_dtypes.complex32).astype(np.complex64).tolist() == [
+            1 + 2j, -3.5 + 0.25j
+        ]
 
 
 # --- JAX: bfloat16, fp8, packed fp4 ------------------------------------------------------------
@@ -317,7 +321,11 @@ def test_bcomplex_from_a_ctypes_producer():
     data = np.array([1.0, -2.0, 0.5, 4.0], dtype=ml_dtypes.bfloat16)
     producer = make_producer(dtype="bcomplex32", shape=(2,), data=data.ctypes.data, buffer=data)
     view = StridedMemoryView(producer)
-    assert view.dtype == np.dtype(ml_dtypes.bcomplex32) and view.dlpack_dtype == (18, 32, 1)
+    assert view.dlpack_dtype == (18, 32, 1)
+    if hasattr(ml_dtypes, "bcomplex32"):
+        assert view.dtype == np.dtype(ml_dtypes.bcomplex32)
+    else:  # an ml_dtypes older than 0.6: the void fallback, which keeps the DLPack type
+        assert (view.dtype.kind, view.dtype.itemsize) == ("V", 4)
     assert np.asarray(view.view(dtype=np.uint16)).view(ml_dtypes.bfloat16).tolist() == [1.0, -2.0, 0.5, 4.0]
     assert read_capsule(view.__dlpack__(max_version=(1, 3)))["dtype"] == (18, 32, 1)
 
@@ -335,6 +343,40 @@ def test_vector_type_without_ml_dtypes_lane_type():
     """A vector of a type ml_dtypes has no lanes for is still exactly its bytes: (8, 8, 3)."""
     view = StridedMemoryView(make_producer(dtype=(8, 8, 3), shape=(5,)))
     assert view.dtype == np.dtype("V3") and view.nbytes == 15
+
+
+WITHOUT_ML_DTYPES = """
+import sys
+sys.modules["ml_dtypes"] = None  # as if not installed (or too old for every type here)
+from producers import IS_SUBBYTE_TYPE_PADDED, make_producer
+from stridedview import StridedMemoryView
+from test_export import read_capsule
+for dl_type, flags, itemsize in [((5, 32, 1), 0, 4), ((4, 16, 1), 0, 2), ((0, 4, 1), IS_SUBBYTE_TYPE_PADDED, 1)]:
+    view = StridedMemoryView(make_producer(dtype=dl_type, flags=flags, shape=(2, 3)))
+    again = view.view(dtype=view.dtype)
+    print(dl_type, view.dtype.str, view.dlpack_dtype == dl_type, again.dlpack_dtype == dl_type,
+          again.itemsize == itemsize, read_capsule(again.__dlpack__(max_version=(1, 3)))["dtype"] == dl_type)
+"""
+
+
+def test_without_ml_dtypes_a_void_dtype_keeps_the_dlpack_type():
+    """With no ml_dtypes (or one too old for the type), a view's dtype is a void of the
+    element's bytes that names its DLPack type: a view of that dtype (padded sub-byte
+    included) and its export keep the type."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    completed = subprocess.run(
+        [sys.executable, "-c", WITHOUT_ML_DTYPES], capture_output=True, text=True,
+        cwd=Path(__file__).parent, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [
+        "(5, 32, 1) |V4 True True True True",
+        "(4, 16, 1) |V2 True True True True",
+        "(0, 4, 1) |V1 True True True True",
+    ]
 
 
 # --- one field corrupted ---------------------------------------------------------------------

@@ -202,11 +202,11 @@ def test_deleter_running_python_while_an_error_propagates(kind, shape, derive, h
     ids=["constructor", "from_dlpack", "viewable-argument"],
 )
 def test_refused_capsule_deleter_running_python_keeps_the_refusal(kind, shape, entry):
-    """A capsule refused after it was consumed (lanes 2) is freed with the BufferError pending:
+    """A capsule refused after it was consumed (lanes 0) is freed with the BufferError pending:
     its Python deleter (making views, collecting) runs once and the error reaches the caller intact."""
-    producer = HookedProducer(kind, shape=SHAPES[shape], dtype=(2, 32, 2), hook=_make_views_and_collect)
+    producer = HookedProducer(kind, shape=SHAPES[shape], dtype=(2, 32, 0), hook=_make_views_and_collect)
     with unraisables() as seen:
-        with pytest.raises(BufferError, match=r"^dlpack: dtype lanes must be 1 \(got 2\)$") as info:
+        with pytest.raises(BufferError, match=r"^dlpack: dtype lanes must be >= 1 \(got 0\)$") as info:
             entry(producer)
     assert type(info.value) is BufferError and info.value.__context__ is None
     assert producers.deleter_calls(producer) == 1

@@ -229,7 +229,8 @@ cdef object _resolve_dtype(uint8_t code, uint8_t bits):
     return _dtype_slots[code * 256 + bits]  # a racing thread's, if it came first
 
 
-# (code, bits, lanes) -> the void dtype of a vector type (lanes > 1), made once.
+# (code, bits, lanes) -> the void dtype of a vector type (lanes > 1), made once; at most
+# 4096 entries (the producer chooses the key), never replaced or removed.
 cdef dict _vector_dtypes = {}
 
 
@@ -239,7 +240,9 @@ cdef object _vector_dtype(uint8_t code, uint8_t bits, uint16_t lanes, int64_t it
     key = (code, bits, lanes)
     dtype = _vector_dtypes.get(key)
     if dtype is None:
-        dtype = _vector_dtypes.setdefault(key, _void_dtype(code, bits, lanes, itemsize))
+        dtype = _void_dtype(code, bits, lanes, itemsize)
+        if len(_vector_dtypes) < 4096:
+            dtype = _vector_dtypes.setdefault(key, dtype)  # a racing thread's, if it came first
     return dtype
 
 

@@ -413,10 +413,14 @@ def _element_type_arrays(names) -> list:
     DLPack's default layout: the "bytes" rows)."""
     makers = []
     if "numpy" in names and _installed("ml_dtypes"):
+        import ml_dtypes
+
         for name in (
             "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "complex32",
             "bcomplex32", "int4", "uint4", "float4_e2m1fn", "float6_e2m3fn",
         ):
+            if not hasattr(ml_dtypes, name):  # complex32, bcomplex32: ml_dtypes 0.6 on
+                continue
             def make(name=name):
                 import ml_dtypes
 

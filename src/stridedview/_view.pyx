@@ -714,7 +714,10 @@ cdef object _dl_dtype_of(object dtype):
     metadata = dtype.metadata
     if metadata is not None:
         named = metadata.get(_DLPACK_DTYPE_KEY)
-        if type(named) is DLPackDType and dtype.itemsize * 8 == named.bits * named.lanes:
+        if type(named) is DLPackDType and (
+            dtype.itemsize * 8 == named.bits * named.lanes  # whole bytes
+            or (dtype.itemsize == 1 and named.bits < 8 and named.lanes == 1)  # padded
+        ):
             return named.code | named.bits << 8 | named.lanes << 16
     packed = (<dict>by_name).get(dtype.name, 0)
     bits = (packed >> 8) & 0xFF

@@ -21,7 +21,7 @@ reveal_type(view)  # stridedview._view.StridedMemoryView
 reveal_type(view.ptr)  # builtins.int
 reveal_type(view.shape)  # builtins.tuple[builtins.int, ...]
 reveal_type(view.strides)  # builtins.tuple[builtins.int, ...]
-reveal_type(view.dtype)  # numpy.dtype[Any]
+reveal_type(view.dtype)  # numpy.dtype[Any] | None
 reveal_type(view.device_id)  # builtins.int
 reveal_type(view.is_device_accessible)  # builtins.bool
 reveal_type(view.readonly)  # builtins.bool
