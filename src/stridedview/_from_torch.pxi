@@ -26,7 +26,7 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     caller's."""
     cdef DLTensor lent  # its arrays are torch's, read before any Python code runs
     if (
-        _fill_by_stable_abi(_tensor_cdata(tensor), &lent) != 0
+        _fill_torch_layout(_tensor_cdata(tensor), &lent) != 0
         or lent.dtype.bits < 8  # every torch dtype mapped is whole bytes
         or lent.dtype.lanes != 1  # vectors (float4_e2m1fn_x2 pairs): the general path's
         or (lent.device.device_type == kDLCUDA and lent.device.device_id < 0)
