@@ -421,6 +421,48 @@ def test_fields_reader_in_use_after_the_first_torch_view():
             assert _view._torch_fields_reader() == "off"
 
 
+SWITCHES = {
+    "fields": _view._set_torch_fields_enabled,
+    "stable-abi": _view._set_torch_layout_stable_enabled,
+    "layout-direct": _view._set_torch_layout_direct_enabled,
+    "bits-direct": _view._set_torch_bits_direct_enabled,
+}
+
+
+@pytest.mark.parametrize("switch", list(SWITCHES))
+def test_lean_path_needs_every_reader_it_stands_on(switch):
+    """The lean path (a plain tensor's bits and layout from its fields) is in use only while the bits' C reads, the stable ABI and the fields reader are all proven and allowed, and a view is the same with it off."""
+    fields_expected_in_use()
+    assert _view._torch_lean_path()
+    tensor = LAYOUTS["sliced"]()
+    lean = outcome(tensor)
+    SWITCHES[switch](False)
+    try:
+        assert not _view._torch_lean_path()
+        assert outcome(tensor) == lean
+    finally:
+        SWITCHES[switch](True)
+    assert _view._torch_lean_path()
+
+
+def test_lean_path_off_until_calibrated_and_where_the_bits_are_not_proven():
+    """Before the calibration, and after one that leaves the bits to the methods, the lean path is off."""
+    from test_torch_bits import SYMBOLS
+
+    fields_expected_in_use()
+    _view._reset_torch_bits_calibration(symbols=(SYMBOLS[1], SYMBOLS[0], SYMBOLS[2]))
+    try:
+        assert not _view._torch_lean_path()
+        tensor = LAYOUTS["sliced"]()
+        assert outcome(tensor)[0] == "view"
+        assert _view._torch_bits_reader() == "methods"
+        assert not _view._torch_lean_path()
+    finally:
+        _view._reset_torch_bits_calibration()
+    StridedMemoryView(torch.ones(1), -1)
+    assert _view._torch_lean_path()
+
+
 @pytest.mark.parametrize("name", list(FIELDS_READ))
 def test_fields_reader_reads_plain_cpu_tensors_as_torch_says(name):
     """A plain CPU tensor of up to five dims is read from its TensorImpl: torch's own pointer, extents, strides and dtype."""

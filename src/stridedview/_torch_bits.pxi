@@ -210,6 +210,20 @@ cdef uint64_t _impl_plain_keys = 0  # a CPU tensor's key set
 cdef uint64_t _impl_inference_keys = 0  # the same made in inference mode
 cdef bint _torch_fields_ready = False  # set once the fields reader is proven
 cdef bint _torch_fields_enabled = True  # a test switch
+# Whether every read _view_from_plain_torch makes is proven and allowed (the bits'
+# C reads, the stable ABI, the fields reader): one flag for the hot path, set by the
+# calibration before it publishes its state, and again by each test switch.
+cdef bint _torch_lean_ready = False
+
+
+cdef void _update_torch_lean(int state) noexcept:
+    """Recompute _torch_lean_ready for the calibration state ``state``."""
+    global _torch_lean_ready
+    _torch_lean_ready = (
+        state == _BITS_DIRECT and _torch_bits_direct_enabled
+        and _stable_layout_ready and _torch_layout_stable_enabled and _torch_layout_direct_enabled
+        and _torch_fields_ready and _torch_fields_enabled
+    )
 
 
 cdef inline int _fill_by_torch_fields(const void *tensor, DLTensor *out) noexcept nogil:
@@ -283,10 +297,18 @@ def _torch_fields_read(tensor):
     )
 
 
+def _torch_lean_path():
+    """Whether a plain CPU torch tensor's view now takes the lean path
+    (_view_from_plain_torch: bits and layout from its TensorImpl's fields, no exchange
+    API frame); for tests."""
+    return bool(_bits_state() == _BITS_DIRECT and _torch_lean_ready)
+
+
 def _set_torch_fields_enabled(bint enabled):
     """Allow (True) or forbid (False) the fields reader; for tests."""
     global _torch_fields_enabled
     _torch_fields_enabled = enabled
+    _update_torch_lean(_torch_bits_reader_state)
 
 
 cdef const char *_impl_of(object probe) noexcept:
@@ -424,6 +446,8 @@ cdef bint _calibrate_torch_fields(object torch, list probes) except -1:
             continue
         if (
             lazy_or_unstrided[i]
+            or _read_is_neg(_tensor_cdata(probes[i]))
+            or _read_is_conj(_tensor_cdata(probes[i]))
             or _fill_by_stable_abi(_tensor_cdata(probes[i]), &stable) != 0
             or not _same_dltensor(&read, &stable)
         ):
@@ -450,6 +474,7 @@ def _set_torch_layout_stable_enabled(bint enabled):
     for tests."""
     global _torch_layout_stable_enabled
     _torch_layout_stable_enabled = enabled
+    _update_torch_lean(_torch_bits_reader_state)
 
 
 cdef bint _resolve_stable_abi(object library) except -1:
@@ -618,6 +643,7 @@ def _set_torch_bits_direct_enabled(bint enabled):
     """Allow (True) or forbid (False) the direct read of torch's bits; for tests."""
     global _torch_bits_direct_enabled
     _torch_bits_direct_enabled = enabled
+    _update_torch_lean(_torch_bits_reader_state)
 
 
 # Whether the extension was built with _cxx_guard.cpp (setup.py leaves it out where
@@ -649,6 +675,7 @@ def _set_torch_layout_direct_enabled(bint enabled):
     for tests."""
     global _torch_layout_direct_enabled
     _torch_layout_direct_enabled = enabled
+    _update_torch_lean(_torch_bits_reader_state)
 
 
 def _reset_torch_bits_calibration(symbols=None, layout_symbol=None, getters=None):
@@ -659,6 +686,7 @@ def _reset_torch_bits_calibration(symbols=None, layout_symbol=None, getters=None
     global _torch_bits_reader_state, _torch_bit_symbols, _torch_layout_symbol
     global _fill_torch_dltensor, _stable_layout_ready, _aoti_getters, _torch_fields_ready
     _torch_bits_reader_state = _BITS_UNCALIBRATED
+    _update_torch_lean(_BITS_UNCALIBRATED)
     _fill_torch_dltensor = NULL
     _stable_layout_ready = False
     _torch_fields_ready = False
@@ -774,6 +802,7 @@ cdef int _calibrate_torch_bits() except -1:
                 state = _BITS_DIRECT
         except Exception:
             pass
+        _update_torch_lean(state)
         _store_release(&_torch_bits_reader_state, state)
     return 0
 
