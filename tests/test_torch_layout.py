@@ -21,7 +21,12 @@ from hypothesis import strategies as st
 
 from stridedview import StridedMemoryView, _view, args_viewable_as_strided_memory
 
-from torch_expectations import expected_bits_reader, expected_layout_reader, has_exchange_api
+from torch_expectations import (
+    expected_bits_reader,
+    expected_fields_readers,
+    expected_layout_reader,
+    has_exchange_api,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -328,6 +333,218 @@ def test_direct_read_and_exchange_api_agree(tensor):
         assert fields["strides"] == (0,) * tensor.dim()
 
 
+@contextlib.contextmanager
+def fields_reader(enabled):
+    """Within the block the fields reader (a TensorImpl's fields read in C) is on or off."""
+    _view._set_torch_fields_enabled(enabled)
+    try:
+        yield
+    finally:
+        _view._set_torch_fields_enabled(True)
+
+
+def assert_same_with_and_without_fields(tensor, entry="constructor"):
+    """The fields reader and the stable ABI's getters give the same view, or the same error."""
+    with fields_reader(True):
+        read = outcome(tensor, entry)
+    with fields_reader(False):
+        asked = outcome(tensor, entry)
+    assert read == asked
+    return read
+
+
+def fields_expected_in_use():
+    StridedMemoryView(torch.ones(1), -1)  # calibrated
+    expected = expected_fields_readers(torch)
+    assert _view._torch_fields_reader() in expected
+    if _view._torch_fields_reader() != "fields":
+        pytest.skip(f"the fields reader is {_view._torch_fields_reader()!r} on this torch")
+
+
+def _inference_tensor():
+    with torch.inference_mode():
+        return torch.arange(12.0).reshape(3, 4)[:, 1:]
+
+
+def _copy_on_write():
+    return torch._lazy_clone(torch.arange(6.0).reshape(2, 3))
+
+
+# Plain CPU tensors of up to five dimensions (the TensorImpl's inline arrays): read.
+FIELDS_READ = {
+    name: LAYOUTS[name]
+    for name in LAYOUTS
+    if name not in ("9-d",)
+} | {
+    "inference-mode": _inference_tensor,
+    "5-d": lambda: torch.zeros(2, 3, 1, 4, 2)[:, ::2, :, 1:],
+    "copy-on-write": _copy_on_write,
+    "float8_e4m3fn": lambda: torch.zeros(3, dtype=torch.float8_e4m3fn),
+    "uint16": lambda: torch.zeros(3, dtype=torch.uint16),
+}
+
+
+def _batched(tensor):
+    """The view of a tensor inside torch.vmap (a BatchedTensorImpl under a plain
+    torch.Tensor object), each way, and what the fields reader reads of it."""
+    seen = []
+
+    def body(x):
+        seen.append((_view._torch_fields_read(x), assert_same_with_and_without_fields(x)))
+        return x
+
+    torch.vmap(body)(tensor)
+    return seen[0]
+
+
+def _functionalized(tensor):
+    """The same inside torch.func.functionalize (a FunctionalTensorWrapper)."""
+    seen = []
+
+    def body(x):
+        seen.append((_view._torch_fields_read(x), assert_same_with_and_without_fields(x)))
+        return x
+
+    torch.func.functionalize(body)(tensor)
+    return seen[0]
+
+
+def test_fields_reader_in_use_after_the_first_torch_view():
+    """On 64-bit Linux the calibration proves the TensorImpl's fields on the releases claimed."""
+    with calibration(None):
+        assert _view._torch_fields_reader() == "uncalibrated"
+        StridedMemoryView(torch.ones(2), -1)
+        assert _view._torch_fields_reader() in expected_fields_readers(torch)
+        with fields_reader(False):
+            assert _view._torch_fields_reader() == "off"
+        with layout("exchange api"):
+            assert _view._torch_fields_reader() == "off"
+
+
+SWITCHES = {
+    "fields": _view._set_torch_fields_enabled,
+    "stable-abi": _view._set_torch_layout_stable_enabled,
+    "layout-direct": _view._set_torch_layout_direct_enabled,
+    "bits-direct": _view._set_torch_bits_direct_enabled,
+}
+
+
+@pytest.mark.parametrize("switch", list(SWITCHES))
+def test_lean_path_needs_every_reader_it_stands_on(switch):
+    """The lean path (a plain tensor's bits and layout from its fields) is in use only while the bits' C reads, the stable ABI and the fields reader are all proven and allowed, and a view is the same with it off."""
+    fields_expected_in_use()
+    assert _view._torch_lean_path()
+    tensor = LAYOUTS["sliced"]()
+    lean = outcome(tensor)
+    SWITCHES[switch](False)
+    try:
+        assert not _view._torch_lean_path()
+        assert outcome(tensor) == lean
+    finally:
+        SWITCHES[switch](True)
+    assert _view._torch_lean_path()
+
+
+def test_lean_path_off_until_calibrated_and_where_the_bits_are_not_proven():
+    """Before the calibration, and after one that leaves the bits to the methods, the lean path is off."""
+    from test_torch_bits import SYMBOLS
+
+    fields_expected_in_use()
+    _view._reset_torch_bits_calibration(symbols=(SYMBOLS[1], SYMBOLS[0], SYMBOLS[2]))
+    try:
+        assert not _view._torch_lean_path()
+        tensor = LAYOUTS["sliced"]()
+        assert outcome(tensor)[0] == "view"
+        assert _view._torch_bits_reader() == "methods"
+        assert not _view._torch_lean_path()
+    finally:
+        _view._reset_torch_bits_calibration()
+    StridedMemoryView(torch.ones(1), -1)
+    assert _view._torch_lean_path()
+
+
+@pytest.mark.parametrize("name", list(FIELDS_READ))
+def test_fields_reader_reads_plain_cpu_tensors_as_torch_says(name):
+    """A plain CPU tensor of up to five dims is read from its TensorImpl: torch's own pointer, extents, strides and dtype."""
+    fields_expected_in_use()
+    tensor = FIELDS_READ[name]()
+    read = _view._torch_fields_read(tensor)
+    assert read is not None
+    data, shape, strides, dtype = read
+    assert shape == tuple(tensor.shape)
+    assert strides == tuple(tensor.stride())
+    if tensor.numel():
+        assert data == tensor.data_ptr()
+    assert dtype[1] == tensor.element_size() * 8
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("entry", ["constructor", "launcher"])
+@pytest.mark.parametrize("name", list(FIELDS_READ) + list(REFUSED) + ["9-d"])
+def test_fields_reader_gives_the_getters_view(name, entry):
+    """Every tensor gives the same view (or error) with the fields reader as through the stable ABI's getters alone, and as through the exchange API."""
+    fields_expected_in_use()
+    tensor = (FIELDS_READ.get(name) or REFUSED.get(name) or LAYOUTS.get(name))()
+    read = assert_same_with_and_without_fields(tensor, entry)
+    if name in FIELDS_READ:
+        assert read[0] == "view"
+        with fields_reader(True):
+            assert outcome(tensor, entry) == assert_same_both_ways(tensor, entry)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", list(REFUSED) + ["9-d"])
+def test_fields_reader_declines_what_is_not_a_plain_inline_cpu_tensor(name):
+    """Sparse, quantized, meta, nested tensors, lazy negative or conjugate bits, and more dims than the inline arrays hold are declined (the getters or the general path read them)."""
+    fields_expected_in_use()
+    tensor = (REFUSED.get(name) or LAYOUTS.get(name))()
+    assert _view._torch_fields_read(tensor) is None
+
+
+@pytest.mark.parametrize("wrap", [_batched, _functionalized], ids=["vmap", "functionalize"])
+def test_fields_reader_declines_wrapped_impls_under_a_plain_tensor(wrap):
+    """A plain torch.Tensor object whose impl is torch's batching or functionalization wrapper is declined by the fields reader, and viewed alike either way."""
+    fields_expected_in_use()
+    read, _ = wrap(torch.arange(6.0).reshape(2, 3))
+    assert read is None
+
+
+def test_fields_reader_declines_a_python_dispatch_subclass():
+    """A __torch_dispatch__ wrapper subclass's impl carries the Python key: declined."""
+    from test_torch_readers import _PythonDispatchTensor
+
+    fields_expected_in_use()
+    wrapper = _PythonDispatchTensor(torch.arange(4.0))
+    assert _view._torch_fields_read(wrapper) is None
+
+
+def test_fields_reader_refuses_what_is_not_a_tensor():
+    """The test entry refuses an object with no TensorImpl rather than reading it."""
+    with pytest.raises(TypeError, match="a torch tensor, not 'list'"):
+        _view._torch_fields_read([1.0])
+
+
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_fields_reader_reads_a_layout_changed_in_place_anew(name):
+    """A tensor whose layout or storage changes in place is read with its new layout from its fields."""
+    fields_expected_in_use()
+    tensor = torch.arange(12.0).reshape(3, 4)
+    StridedMemoryView(tensor, -1)
+    MUTATIONS[name](tensor)
+    _, shape, strides, _ = _view._torch_fields_read(tensor)
+    assert (shape, strides) == (tuple(tensor.shape), tuple(tensor.stride()))
+    kind, fields, _ = assert_same_with_and_without_fields(tensor)
+    assert (fields["ptr"], fields["shape"]) == (tensor.data_ptr(), tuple(tensor.shape))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tensor=strided_tensors())
+def test_fields_reader_and_getters_agree(tensor):
+    """For any strided tensor the fields reader and the getters give the same view."""
+    kind, fields, _ = assert_same_with_and_without_fields(tensor)
+    assert kind == "view"
+
+
 def _fake_tensor_mode():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -347,6 +564,7 @@ def test_calibration_in_the_callers_torch_context_still_proves_the_direct_read(c
             view = StridedMemoryView(real, -1)
         assert (view.ptr, view.shape, view.strides) == (real.data_ptr(), (2, 3), (3, 1))
         assert _view._torch_layout_reader() == expected_layout_reader(torch)
+        assert _view._torch_fields_reader() in expected_fields_readers(torch)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

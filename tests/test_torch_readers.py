@@ -10,6 +10,7 @@ from stridedview import StridedMemoryView, _view
 from torch_expectations import (
     LAYOUT_READERS,
     expected_bits_reader,
+    expected_fields_readers,
     expected_layout_reader,
     has_exchange_api,
     torch_release,
@@ -33,6 +34,7 @@ def test_readers_after_a_first_view_are_the_claimed_ones():
     assert (view.ptr, view.shape, view.strides) == (tensor.data_ptr(), (3, 3), (4, 1))
     assert _view._torch_layout_reader() == expected_layout_reader(torch)
     assert _view._torch_bits_reader() == expected_bits_reader(torch)
+    assert _view._torch_fields_reader() in expected_fields_readers(torch)
 
 
 def test_exchange_api_presence_matches_the_claim():

@@ -35,6 +35,18 @@ LAYOUT_READERS = {
 }
 
 
+# The fields reader (c10::TensorImpl's fields read in C, _torch_bits.pxi) on 64-bit Linux:
+# proven by its calibration on the releases CI runs; None where not yet checked (either).
+FIELDS_READERS = {
+    (2, 9): "off",  # no exchange API, no stable-ABI reader to stand on
+    (2, 10): None,
+    (2, 11): None,
+    (2, 12): None,
+    (2, 13): "fields",
+    (2, 14): "fields",
+}
+
+
 def torch_release(torch) -> tuple[int, int]:
     """``(major, minor)`` of the running torch."""
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
@@ -58,3 +70,11 @@ def expected_bits_reader(torch) -> str:
     """The bits reader this torch gets on this platform."""
     LAYOUT_READERS[torch_release(torch)]  # an unknown torch: KeyError, looked at first
     return "direct" if sys.platform.startswith("linux") else "methods"
+
+
+def expected_fields_readers(torch) -> tuple[str, ...]:
+    """The fields reader states this torch may have on this build and platform."""
+    claimed = FIELDS_READERS[torch_release(torch)]
+    if expected_layout_reader(torch) != "stable abi" or sys.maxsize < 2**32:
+        return ("off",)
+    return ("fields", "off") if claimed is None else (claimed,)

@@ -33,6 +33,14 @@ cdef inline int _view_from_dlpack(
     if type(obj) is StridedMemoryView:
         return _view_from_view(view, <StridedMemoryView>obj, stream)
     if info.dltensor_from_py_object != NULL and _fast_paths_enabled:
+        if (
+            info.torch_layout_direct
+            and info.torch_bits_direct
+            and _bits_state() == _BITS_DIRECT
+            and _torch_lean_ready
+            and _view_from_plain_torch(view, obj) == 0
+        ):
+            return 0  # a plain CPU torch tensor, from its TensorImpl (_from_torch.pxi)
         return _view_from_exchange_api(view, obj, stream, info)
     if (
         info.host_only

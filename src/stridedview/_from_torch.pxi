@@ -25,9 +25,47 @@ cdef int _view_from_torch(StridedMemoryView view, object tensor) except -1:
     when the general path must read it.  Streams and ``exporting_obj`` are the
     caller's."""
     cdef DLTensor lent  # its arrays are torch's, read before any Python code runs
+    if _fill_torch_layout(_tensor_cdata(tensor), &lent) != 0:
+        return 1
+    return _view_from_lent_torch_layout(view, &lent)
+
+
+cdef inline int _view_from_plain_torch(StridedMemoryView view, object tensor) except -1:
+    """The whole view of a plain CPU torch tensor, for _view_from_dlpack: its bits and
+    layout from its TensorImpl's fields (_torch_bits.pxi), the producer kept; 1 (the
+    view's fields partly written) where the general path must read it.
+
+    Invariants (besides _view_from_torch's): the caller has seen the calibration
+    state "direct" and then _torch_lean_ready (the bits' C reads, the stable ABI and
+    the fields reader all proven and allowed), and that the tensor's producer type
+    allows the direct reads of the bits and the layout.  No
+    TorchFunctionMode is active in the thread (else the general path asks the
+    methods, which a mode may answer), and the instance has no __dlpack__ of its own.
+    The key sets the fields reader accepts hold neither the negative nor the
+    conjugate key, which is all ``is_neg()``/``is_conj()`` read (TensorImpl.h; the
+    calibration checks both C readers say False on them): so the bits check is made
+    by the fields read itself.  The fields reader reads CPU tensors only: no stream
+    to order."""
+    cdef DLTensor lent
+    # In the general path's order: the instance's own __dlpack__ looked for (which may
+    # run Python: a key's __eq__), then the mode, then the bits with the layout, with
+    # no Python code from the mode check to the last field copied.
+    if _instance_overrides_dlpack(tensor) or _torch_function_mode_enabled():
+        return 1
     if (
-        _fill_by_stable_abi(_tensor_cdata(tensor), &lent) != 0
-        or lent.dtype.bits < 8  # every torch dtype mapped is whole bytes
+        _fill_by_torch_fields(_tensor_cdata(tensor), &lent) != 0
+        or _view_from_lent_torch_layout(view, &lent) != 0
+    ):
+        return 1
+    view.exporting_obj = tensor
+    view.ready_stream = None  # host memory
+    return 0
+
+
+cdef inline int _view_from_lent_torch_layout(StridedMemoryView view, DLTensor *lent) except -1:
+    """_view_from_torch once torch has lent ``lent``: its checks and the view's fields."""
+    if (
+        lent.dtype.bits < 8  # every torch dtype mapped is whole bytes
         or lent.dtype.lanes != 1  # vectors (float4_e2m1fn_x2 pairs): the general path's
         or (lent.device.device_type == kDLCUDA and lent.device.device_id < 0)
         or lent.ndim > _INLINE_DIMS

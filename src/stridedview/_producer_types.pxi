@@ -274,7 +274,8 @@ cdef extern from *:
     #else
         {
             PyObject **slot = _PyObject_GetDictPtr(obj);
-            if (slot == NULL || *slot == NULL) return PyErr_Occurred() ? -1 : 0;
+            if (slot == NULL) return PyErr_Occurred() ? -1 : 0;
+            if (*slot == NULL) return 0;  /* no instance dict made yet */
             dict = *slot;
             Py_INCREF(dict);
         }

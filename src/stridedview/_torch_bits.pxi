@@ -20,6 +20,35 @@
 # API's 550 instructions).  It reports a failure by throwing, caught in C++
 # (_cxx_guard.cpp); a failed call goes to the exchange API, which raises its error.
 
+# The fields reader: c10::TensorImpl's own fields, read in C where the stable ABI's
+# getters would only read them for us (about 120 of a view's instructions are the six
+# calls a view makes for its layout, dtype, device and extents).  torch's shipped
+# header (c10/core/TensorImpl.h) lays the TensorImpl out as a vtable pointer, reference
+# counts, the storage, ..., ``sizes_and_strides_`` (a ``size_t`` count, then the extents
+# and strides inline for up to a handful of dimensions), ``storage_offset_``,
+# ``numel_``, ``data_type_`` (a 16-bit TypeMeta index, torch's ScalarType for scalar
+# types), ``device_opt_``, bit fields and ``key_set_`` (the DispatchKeySet, one 64-bit
+# word).  The calibration (_calibrate_torch_fields, after the stable ABI is proven)
+# finds every offset it uses on probe tensors from torch's own answers: the extents'
+# and strides' addresses are what ``aoti_torch_get_sizes``/``_strides`` return, the
+# count is the word before the extents, the dtype and the key set are the one place
+# holding ``aoti_torch_get_dtype``'s code and ``torch._C._dispatch_keys(t).raw_repr()``
+# on every probe; it then proves the whole read against the stable ABI's on every
+# layout probe.  Invariants of the read (each view): the impl's vtable pointer is the
+# plain c10::TensorImpl's seen on the probes (no subclass of it: sparse, quantized,
+# nested, batched, functional and opaque tensors have their own), and its key set is
+# exactly that of a plain CPU tensor, with or without autograd's keys (inference mode),
+# as torch made the probes: so a dense strided CPU tensor, no negative or conjugate
+# key, no Python key (__torch_dispatch__, which may answer sizes in Python), no
+# functionalization, no symbolic shapes; its dimension count fits the inline arrays.
+# Anything else is declined and read through the getters.  The data pointer is still
+# asked of ``aoti_torch_get_data_ptr`` (it checks the storage, returns NULL for an
+# empty tensor and materialises a copy-on-write storage, which a field read would
+# not).  The calibration's searches stop at the first offset holding every probe's
+# value (within torch's own bound on sizeof(TensorImpl), 208 bytes on 64-bit
+# systems); the reader is used only where the calibration proved every offset
+# (_torch_fields_reader(); a test switch turns it off).
+
 # The C++ functions return a C++ bool: declared with C's _Bool so that only its low
 # byte is read (an int return would read the register's undefined upper bits).
 cdef extern from *:
@@ -166,11 +195,286 @@ cdef inline int _fill_by_stable_abi(const void *tensor, DLTensor *out) noexcept 
     return 0
 
 
+# The fields reader's calibration (see the opening comment): offsets into the
+# c10::TensorImpl, the plain impl's vtable pointer and the key sets accepted.
+cdef enum:
+    _IMPL_BYTES_READ = 208  # torch's bound on sizeof(TensorImpl) (64-bit)
+cdef Py_ssize_t _impl_ndim_offset = 0
+cdef Py_ssize_t _impl_sizes_offset = 0
+cdef Py_ssize_t _impl_strides_offset = 0
+cdef Py_ssize_t _impl_dtype_offset = 0
+cdef Py_ssize_t _impl_keys_offset = 0
+cdef size_t _impl_inline_dims = 0
+cdef const void *_impl_vtable = NULL
+cdef uint64_t _impl_plain_keys = 0  # a CPU tensor's key set
+cdef uint64_t _impl_inference_keys = 0  # the same made in inference mode
+cdef bint _torch_fields_ready = False  # set once the fields reader is proven
+cdef bint _torch_fields_enabled = True  # a test switch
+# Whether every read _view_from_plain_torch makes is proven and allowed (the bits'
+# C reads, the stable ABI, the fields reader): one flag for the hot path, set by the
+# calibration before it publishes its state, and again by each test switch.
+cdef bint _torch_lean_ready = False
+
+
+cdef void _update_torch_lean(int state) noexcept:
+    """Recompute _torch_lean_ready for the calibration state ``state``."""
+    global _torch_lean_ready
+    _torch_lean_ready = (
+        state == _BITS_DIRECT and _torch_bits_direct_enabled
+        and _stable_layout_ready and _torch_layout_stable_enabled and _torch_layout_direct_enabled
+        and _torch_fields_ready and _torch_fields_enabled
+    )
+
+
+cdef inline int _fill_by_torch_fields(const void *tensor, DLTensor *out) noexcept nogil:
+    """Fill ``out`` from the at::Tensor at ``tensor`` by reading its TensorImpl's fields
+    (the data pointer through the stable ABI); -1 (``out`` partly written) for a tensor
+    whose impl or key set is not a plain CPU tensor's, with more dimensions than the
+    inline arrays hold, or with a dtype it does not map.  Valid once
+    _torch_fields_ready; the arrays are the impl's, lent until Python code runs."""
+    cdef const char *impl = (<const char **>tensor)[0]
+    if impl == NULL or (<const void **>impl)[0] != _impl_vtable:
+        return -1
+    cdef uint64_t keys = (<const uint64_t *>(impl + _impl_keys_offset))[0]
+    if keys != _impl_plain_keys and keys != _impl_inference_keys:
+        return -1
+    cdef size_t ndim = (<const size_t *>(impl + _impl_ndim_offset))[0]
+    cdef uint16_t dtype = (<const uint16_t *>(impl + _impl_dtype_offset))[0]
+    if ndim > _impl_inline_dims or dtype >= _AOTI_DTYPE_SLOTS:
+        return -1
+    out.dtype = _aoti_dtypes[dtype]
+    if out.dtype.bits == 0 or _aoti_get_data_ptr(tensor, &out.data) != 0:
+        return -1
+    out.device.device_type = kDLCPU
+    out.device.device_id = 0  # torch's DLPack export says 0 for the CPU
+    out.ndim = <int32_t>ndim
+    out.shape = <int64_t *>(impl + _impl_sizes_offset)
+    out.strides = <int64_t *>(impl + _impl_strides_offset)
+    out.byte_offset = 0
+    return 0
+
+
+cdef inline int _fill_torch_layout(const void *tensor, DLTensor *out) noexcept nogil:
+    """The stable-ABI read (``_fill_by_stable_abi``), through the TensorImpl's fields
+    where the fields reader is proven and the tensor is one it reads."""
+    if _torch_fields_ready and _torch_fields_enabled and _fill_by_torch_fields(tensor, out) == 0:
+        return 0
+    return _fill_by_stable_abi(tensor, out)
+
+
+def _torch_fields_reader():
+    """Whether torch tensors' layouts are read from their TensorImpl's fields now:
+    "fields" (plain CPU tensors; the rest through the stable ABI), "off" (the
+    calibration did not prove it, or a test turned it off) or "uncalibrated"; for
+    tests and the report."""
+    if _torch_bits_reader_state == _BITS_UNCALIBRATED:
+        return "uncalibrated"
+    if (
+        _torch_fields_ready and _torch_fields_enabled
+        and _stable_layout_ready and _torch_layout_stable_enabled and _torch_layout_direct_enabled
+    ):
+        return "fields"
+    return "off"
+
+
+def _torch_fields_read(tensor):
+    """What the fields reader reads of the torch tensor ``tensor``: ``(data, shape,
+    strides, (code, bits, lanes))``, or None where it declines or is not proven; for
+    tests."""
+    torch = _sys.modules["torch"]
+    if not isinstance(tensor, torch._C.TensorBase):
+        raise TypeError(f"_torch_fields_read: a torch tensor, not {type(tensor).__name__!r}")
+    if _bits_state() == _BITS_UNCALIBRATED:
+        _calibrate_torch_bits()
+    cdef DLTensor read
+    if not _torch_fields_ready or _fill_by_torch_fields(_tensor_cdata(tensor), &read) != 0:
+        return None
+    return (
+        <uintptr_t>read.data,
+        tuple([read.shape[i] for i in range(read.ndim)]),
+        tuple([read.strides[i] for i in range(read.ndim)]),
+        (read.dtype.code, read.dtype.bits, read.dtype.lanes),
+    )
+
+
+def _torch_lean_path():
+    """Whether a plain CPU torch tensor's view now takes the lean path
+    (_view_from_plain_torch: bits and layout from its TensorImpl's fields, no exchange
+    API frame); for tests."""
+    return bool(_bits_state() == _BITS_DIRECT and _torch_lean_ready)
+
+
+def _set_torch_fields_enabled(bint enabled):
+    """Allow (True) or forbid (False) the fields reader; for tests."""
+    global _torch_fields_enabled
+    _torch_fields_enabled = enabled
+    _update_torch_lean(_torch_bits_reader_state)
+
+
+cdef const char *_impl_of(object probe) noexcept:
+    """The TensorImpl address of a probe tensor (its at::Tensor's one pointer)."""
+    return (<const char **>_tensor_cdata(probe))[0]
+
+
+cdef Py_ssize_t _impl_offset_holding(list probes, list values, Py_ssize_t start, int width) except -2:
+    """The first offset from ``start`` on, aligned to ``width``, at which every probe's
+    TensorImpl holds its value in ``values`` (unsigned, ``width`` 8 or 2 bytes); -1 if
+    none before _IMPL_BYTES_READ.  Nothing past the offset found is read (the fields
+    looked for lie inside the impl: a match is the impl's own field)."""
+    cdef Py_ssize_t offset
+    cdef Py_ssize_t i
+    cdef uint64_t word
+    cdef const char *impl
+    start = (start + width - 1) // width * width
+    for offset in range(start, _IMPL_BYTES_READ - width + 1, width):
+        for i in range(len(probes)):
+            impl = _impl_of(probes[i])
+            if width == 8:
+                word = (<const uint64_t *>(impl + offset))[0]
+            else:
+                word = (<const uint16_t *>(impl + offset))[0]
+            if word != <uint64_t>values[i]:
+                break
+        else:
+            return offset
+    return -1
+
+
+cdef bint _calibrate_torch_fields(object torch, list probes) except -1:
+    """Find the TensorImpl offsets the fields reader uses on ``probes`` (the stable
+    ABI's layout probes, proven) and tensors of every inline dimension count, and
+    prove the reader against the stable ABI on all of them; True if it is now used."""
+    global _impl_ndim_offset, _impl_sizes_offset, _impl_strides_offset, _impl_dtype_offset
+    global _impl_keys_offset, _impl_inline_dims, _impl_vtable, _impl_plain_keys
+    global _impl_inference_keys, _torch_fields_ready
+    _torch_fields_ready = False
+    dispatch_keys = torch._C._dispatch_keys
+    from torch.utils._python_dispatch import _disable_current_modes
+    with torch._C.DisableTorchFunction(), _disable_current_modes():
+        with torch.inference_mode():
+            inference = torch.zeros(2, 3)
+        by_dims = [torch.zeros((2,) * count) for count in range(10)]
+        probes = probes + [inference] + by_dims
+        keys = [dispatch_keys(probe).raw_repr() for probe in probes]
+        dims = [probe.dim() for probe in probes]
+        # What the reader must decline: a lazy bit, or a layout other than strided.
+        lazy_or_unstrided = [
+            bool(probe.is_neg() or probe.is_conj() or probe.layout is not torch.strided)
+            for probe in probes
+        ]
+        dtypes = []
+        for probe in probes:
+            dtypes.append(_stable_dtype_code(probe))
+        plain_keys = dispatch_keys(by_dims[1]).raw_repr()
+        inference_keys = dispatch_keys(inference).raw_repr()
+
+    # The extents and strides, where the getters find them for an inline tensor.
+    cdef DLTensor stable, read
+    cdef const char *impl
+    cdef Py_ssize_t sizes_offset = -1, strides_offset = -1
+    cdef Py_ssize_t ndim_offset, keys_offset, dtype_offset, start, i
+    for probe in by_dims[:2]:
+        memset(&stable, 0, sizeof(DLTensor))
+        if _fill_by_stable_abi(_tensor_cdata(probe), &stable) != 0:
+            return False
+        impl = _impl_of(probe)
+        if sizes_offset < 0:
+            sizes_offset = <const char *>stable.shape - impl
+            strides_offset = <const char *>stable.strides - impl
+        elif (
+            sizes_offset != <const char *>stable.shape - impl
+            or strides_offset != <const char *>stable.strides - impl
+        ):
+            return False
+    if not (
+        <Py_ssize_t>sizeof(size_t) <= sizes_offset < strides_offset
+        and (strides_offset - sizes_offset) % sizeof(int64_t) == 0
+    ):
+        return False
+    cdef size_t inline_dims = (strides_offset - sizes_offset) // sizeof(int64_t)
+    if strides_offset + <Py_ssize_t>(inline_dims * sizeof(int64_t)) > _IMPL_BYTES_READ:
+        return False
+    # Up to inline_dims dimensions the arrays are inline, past it they are not.
+    for count in range(len(by_dims)):
+        memset(&stable, 0, sizeof(DLTensor))
+        if _fill_by_stable_abi(_tensor_cdata(by_dims[count]), &stable) != 0:
+            return False
+        impl = _impl_of(by_dims[count])
+        inline = (
+            <const char *>stable.shape == impl + sizes_offset
+            and <const char *>stable.strides == impl + strides_offset
+        )
+        if inline != (<size_t>count <= inline_dims):
+            return False
+    if inline_dims + 1 >= <size_t>len(by_dims):
+        return False  # the first dimension count past the inline arrays is not probed
+    ndim_offset = sizes_offset - <Py_ssize_t>sizeof(size_t)
+    for i in range(len(probes)):
+        if (<const size_t *>(_impl_of(probes[i]) + ndim_offset))[0] != <size_t>dims[i]:
+            return False
+    start = strides_offset + <Py_ssize_t>(inline_dims * sizeof(int64_t))
+    keys_offset = _impl_offset_holding(probes, keys, start, 8)
+    usable = [i for i, code in enumerate(dtypes) if code >= 0]
+    dtype_offset = _impl_offset_holding(
+        [probes[i] for i in usable], [dtypes[i] for i in usable], start, 2
+    )
+    # (the header's order: data_type_ before key_set_; probes of many dtypes and key
+    # sets, so that no other field holds all of them)
+    if (
+        keys_offset < 0 or dtype_offset < 0 or dtype_offset >= keys_offset
+        or len(set(dtypes)) < 10 or len(set(keys)) < 4
+    ):
+        return False
+    vtable = (<const void **>_impl_of(by_dims[1]))[0]
+
+    _impl_ndim_offset = ndim_offset
+    _impl_sizes_offset = sizes_offset
+    _impl_strides_offset = strides_offset
+    _impl_dtype_offset = dtype_offset
+    _impl_keys_offset = keys_offset
+    _impl_inline_dims = inline_dims
+    _impl_vtable = vtable
+    _impl_plain_keys = plain_keys
+    _impl_inference_keys = inference_keys
+    # The proof: on every probe the reader reads exactly what the getters read, or
+    # declines; it reads the plain and inference probes, and declines the sparse,
+    # negative and conjugate ones.
+    for i in range(len(probes)):
+        memset(&stable, 0, sizeof(DLTensor))
+        memset(&read, 0, sizeof(DLTensor))
+        if _fill_by_torch_fields(_tensor_cdata(probes[i]), &read) != 0:
+            continue
+        if (
+            lazy_or_unstrided[i]
+            or _read_is_neg(_tensor_cdata(probes[i]))
+            or _read_is_conj(_tensor_cdata(probes[i]))
+            or _fill_by_stable_abi(_tensor_cdata(probes[i]), &stable) != 0
+            or not _same_dltensor(&read, &stable)
+        ):
+            return False
+    if sum(lazy_or_unstrided) < 3:
+        return False  # the sparse, negative and conjugate probes are among them
+    for probe in (inference, by_dims[0], by_dims[inline_dims], probes[0]):
+        if _fill_by_torch_fields(_tensor_cdata(probe), &read) != 0:
+            return False
+    _torch_fields_ready = True
+    return True
+
+
+cdef int _stable_dtype_code(object probe) except -2:
+    """The stable ABI's dtype code of a probe; -1 where it refuses."""
+    cdef int32_t code
+    if _aoti_get_dtype(_tensor_cdata(probe), &code) != 0:
+        return -1
+    return code
+
+
 def _set_torch_layout_stable_enabled(bint enabled):
     """Allow (True) or forbid (False) the stable-ABI read of a torch tensor's layout;
     for tests."""
     global _torch_layout_stable_enabled
     _torch_layout_stable_enabled = enabled
+    _update_torch_lean(_torch_bits_reader_state)
 
 
 cdef bint _resolve_stable_abi(object library) except -1:
@@ -263,6 +567,10 @@ cdef bint _calibrate_stable_layout(object library, object torch) except -1:
     if failures != 1:  # exactly the sparse probe
         return False
     _stable_layout_ready = True
+    try:
+        _calibrate_torch_fields(torch, probes)
+    except Exception:
+        pass  # the fields reader stays off; the stable ABI is proven all the same
     return True
 
 
@@ -335,6 +643,7 @@ def _set_torch_bits_direct_enabled(bint enabled):
     """Allow (True) or forbid (False) the direct read of torch's bits; for tests."""
     global _torch_bits_direct_enabled
     _torch_bits_direct_enabled = enabled
+    _update_torch_lean(_torch_bits_reader_state)
 
 
 # Whether the extension was built with _cxx_guard.cpp (setup.py leaves it out where
@@ -366,6 +675,7 @@ def _set_torch_layout_direct_enabled(bint enabled):
     for tests."""
     global _torch_layout_direct_enabled
     _torch_layout_direct_enabled = enabled
+    _update_torch_lean(_torch_bits_reader_state)
 
 
 def _reset_torch_bits_calibration(symbols=None, layout_symbol=None, getters=None):
@@ -374,10 +684,12 @@ def _reset_torch_bits_calibration(symbols=None, layout_symbol=None, getters=None
     own when None), ``layout_symbol`` (toDLPackNonOwning when None) and ``getters``
     (the stable ABI's eight getters, in _AOTI_GETTERS's order, when None); for tests."""
     global _torch_bits_reader_state, _torch_bit_symbols, _torch_layout_symbol
-    global _fill_torch_dltensor, _stable_layout_ready, _aoti_getters
+    global _fill_torch_dltensor, _stable_layout_ready, _aoti_getters, _torch_fields_ready
     _torch_bits_reader_state = _BITS_UNCALIBRATED
+    _update_torch_lean(_BITS_UNCALIBRATED)
     _fill_torch_dltensor = NULL
     _stable_layout_ready = False
+    _torch_fields_ready = False
     _aoti_getters = _AOTI_GETTERS if getters is None else tuple(getters)
     _torch_bit_symbols = _TORCH_BIT_SYMBOLS if symbols is None else tuple(symbols)
     _torch_layout_symbol = _TORCH_LAYOUT_SYMBOL if layout_symbol is None else layout_symbol
@@ -490,6 +802,7 @@ cdef int _calibrate_torch_bits() except -1:
                 state = _BITS_DIRECT
         except Exception:
             pass
+        _update_torch_lean(state)
         _store_release(&_torch_bits_reader_state, state)
     return 0
 
