@@ -248,9 +248,8 @@ cdef class _Hold:
     cdef void *managed
     cdef bint managed_is_versioned
     cdef Py_buffer *held_buffer
-
-    def __dealloc__(self):
-        _release_hold_memory(self)
+    # (Released if dropped unreleased by _hold_dealloc, _view_lifecycle.pxi: no Cython
+    # __dealloc__, whose exception save and restore every hold would pay.)
 
 
 @cython.final
@@ -283,11 +282,8 @@ cdef class _Handover(_Hold):
     cdef sv_door_hev *c_events
     cdef bint group
     cdef bint sealed
-
-    def __dealloc__(self):
-        if self.c_events != NULL:  # (dropped unreleased: only if its release failed)
-            sv_door_hev_discard(self.c_events)
-            self.c_events = NULL
+    # (Dropped unreleased, only if its release failed: its events discarded by
+    # _handover_dealloc, _view_lifecycle.pxi.)
 
 
 cdef _Handover _new_handover(list streams, bint group, tuple place=None):
@@ -348,8 +344,11 @@ cdef list _entry_places(_Handover entry):
 
 
 cdef bint _same_place(tuple place, tuple other):
-    """Whether two places have the same handle and keys (int compares: no Python code)."""
+    """Whether two places have the same handle and keys (int compares: no Python code).
+    One tuple is the same place (_stream_place hands out its last one again)."""
     cdef int i
+    if place is other:
+        return True
     for i in range(3):
         if not (<object>PyTuple_GET_ITEM(other, i) == <object>PyTuple_GET_ITEM(place, i)):
             return False
@@ -371,6 +370,8 @@ cdef bint _has_place(list streams, tuple place):
     cdef object other
     cdef int i
     for other in streams:
+        if other is place:
+            return True
         for i in range(3):
             if not (<object>PyTuple_GET_ITEM(other, i) == <object>PyTuple_GET_ITEM(place, i)):
                 break
