@@ -381,6 +381,12 @@ cdef bint _has_place(list streams, tuple place):
 
 cdef object _record_stream_handle(object stream):
     """``stream`` as a handle >= 0; TypeError or ValueError naming record_stream."""
+    cdef int overflow = 0
+    if (
+        type(stream) is int and sizeof(void *) >= 8
+        and _exact_int_value(stream, &overflow) >= 0 and not overflow
+    ):
+        return stream  # the common case (a handle below 2**63), checked in C
     if stream is None or isinstance(stream, bool):
         raise TypeError(
             "record_stream: stream must be an int or an object with __cuda_stream__ "
