@@ -152,7 +152,7 @@ ALWAYS_INLINE = (
     "_int64_tuple",
     "_launch_with", "_new_proxy", "_new_view", "_numpy_dtype", "_park_proxy",
     "_producer_type", "_proxy_view", "_tuple_slot_holds", "_view_from_any",
-    "_view_from_dlpack", "_viewable",
+    "_view_from_dlpack", "_view_from_normalized", "_viewable",
 )
 ALWAYS_INLINE_MISSING = "stridedview: not marked always-inline (Cython's output changed?):"
 # Cold helpers of a hot function, kept out of line (SV_NEVER_INLINE, _view.pyx): gcc

@@ -575,6 +575,41 @@ def test_decorator_deleters_run_once_after_the_stream_from_many_threads(gpu, sim
     assert events_back_to(simulator, live) == live
 
 
+def test_a_recording_launch_on_two_streams_keeps_each_hold_until_both_ran(gpu, simulator):
+    """A recording launch whose two arguments are viewed on two streams (the group's second
+    place, which makes its list of places): each launch records one event on each stream,
+    and every deleter runs once, after both streams ran the launch's work."""
+    live = simulator.counter("events_live")
+    launches = 200
+    marking = Marking(gpu, 2 * launches + 100)
+    first_stream, second_stream = gpu.stream(), gpu.stream()
+    simulator.set_delay_us(DELETER_DELAY_US)
+
+    @args_viewable_as_strided_memory((0, 1), record_stream=True)
+    def launch(a, b, s1, s2):
+        a.view(s1.ptr)
+        b.view(s2.ptr)
+        # each hold is the launch's: both streams run work on both arguments
+        marking.mark(a.obj.last, s2)
+        marking.mark(b.obj.last, s1)
+
+    first, second = marking.producer(), marking.producer()
+    for _ in range(launches):
+        records = simulator.calls("cuEventRecord")
+        waits = simulator.calls("cuStreamWaitEvent")
+        launch(first, second, first_stream, second_stream)
+        records = simulator.calls("cuEventRecord") - records
+        waits = simulator.calls("cuStreamWaitEvent") - waits
+        assert records - waits == 2, (records, waits)  # one hand-over event per stream
+    gc.collect()
+    release_pending(wait=True)
+    simulator.set_delay_us(0)
+    assert len(marking.calls) == 2 * launches
+    assert set(marking.calls.values()) == {1}
+    assert marking.early == []
+    assert events_back_to(simulator, live) == live
+
+
 def _parked_view_ids():
     """The ids of the emptied views the spare proxies keep (no reference kept to them: a view
     held elsewhere is let go, not filled again)."""

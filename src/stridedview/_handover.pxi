@@ -72,7 +72,7 @@
 #   from index _pending_head: the slots before it hold None, left by claims, and
 #   are cut off once they are half the list and at least 64, so that a claim, a
 #   hand-back and an append cost the same with 1 or 4,096 entries pending)
-#   and, while a launch runs, its group's ``streams``, ``holds`` and ``sealed``
+#   and, while a launch runs, its group's ``place``, ``streams``, ``holds`` and ``sealed``
 #   and its proxies' ``_group`` (once the function has them) are changed only
 #   between SV_HANDOVER_LOCK and SV_HANDOVER_UNLOCK, with no
 #   Python code run in between (list appends, pops and slice assignments that
@@ -248,9 +248,8 @@ cdef class _Hold:
     cdef void *managed
     cdef bint managed_is_versioned
     cdef Py_buffer *held_buffer
-
-    def __dealloc__(self):
-        _release_hold_memory(self)
+    # (Released if dropped unreleased by _hold_dealloc, _view_lifecycle.pxi: no Cython
+    # __dealloc__, whose exception save and restore every hold would pay.)
 
 
 @cython.final
@@ -261,13 +260,13 @@ cdef class _Handover(_Hold):
 
     ``streams``: the places (_driver.check_stream) the view was recorded on, each
     once: ``(handle, context key, thread key, context, thread)``, resolved where
-    ``record_stream`` was called (or the view joined its launch); a single view's
-    hand-over recorded on one place has it in ``place`` instead (``streams`` None
-    until a second place is recorded, then a list of both; _entry_places gives
-    either as a list);
+    ``record_stream`` was called (or the view joined its launch); a hand-over
+    recorded on one place has it in ``place`` instead (``streams`` None until a
+    second place is recorded, then a list of both; _entry_places gives either as a
+    list);
     the first hold handed over in its own (_Hold) fields, ``held`` set while they
-    hold it; ``holds``: the _Holds handed over after it (a group's: a list from the
-    start; None for a single view's, and once released); ``events``: the ``[context, event]`` pairs
+    hold it; ``holds``: the _Holds handed over after it (None until a second hold,
+    and once released); ``events``: the ``[context, event]`` pairs
     recorded when it was sealed by _driver.record_handover, or ``c_events`` those the C
     door recorded.  A group (a launch's) is shared by its views and
     sealed when the launch ends.
@@ -283,20 +282,16 @@ cdef class _Handover(_Hold):
     cdef sv_door_hev *c_events
     cdef bint group
     cdef bint sealed
-
-    def __dealloc__(self):
-        if self.c_events != NULL:  # (dropped unreleased: only if its release failed)
-            sv_door_hev_discard(self.c_events)
-            self.c_events = NULL
+    # (Dropped unreleased, only if its release failed: its events discarded by
+    # _handover_dealloc, _view_lifecycle.pxi.)
 
 
 cdef _Handover _new_handover(list streams, bint group, tuple place=None):
-    """A hand-over on ``streams``, or on ``place`` alone (``streams`` None)."""
+    """A hand-over on ``streams``, or on ``place`` alone (``streams`` None); a group
+    starts with neither, and no ``holds`` list (made by its second hold)."""
     cdef _Handover handover = _Handover.__new__(_Handover)
     handover.streams = streams
     handover.place = place
-    if group:  # (a single view's hands over one hold: kept in the entry itself)
-        handover.holds = []
     handover.group = group
     return handover
 
@@ -348,8 +343,11 @@ cdef list _entry_places(_Handover entry):
 
 
 cdef bint _same_place(tuple place, tuple other):
-    """Whether two places have the same handle and keys (int compares: no Python code)."""
+    """Whether two places have the same handle and keys (int compares: no Python code).
+    One tuple is the same place (_stream_place hands out its last one again)."""
     cdef int i
+    if place is other:
+        return True
     for i in range(3):
         if not (<object>PyTuple_GET_ITEM(other, i) == <object>PyTuple_GET_ITEM(place, i)):
             return False
@@ -371,6 +369,8 @@ cdef bint _has_place(list streams, tuple place):
     cdef object other
     cdef int i
     for other in streams:
+        if other is place:
+            return True
         for i in range(3):
             if not (<object>PyTuple_GET_ITEM(other, i) == <object>PyTuple_GET_ITEM(place, i)):
                 break
@@ -381,6 +381,12 @@ cdef bint _has_place(list streams, tuple place):
 
 cdef object _record_stream_handle(object stream):
     """``stream`` as a handle >= 0; TypeError or ValueError naming record_stream."""
+    cdef int overflow = 0
+    if (
+        type(stream) is int and sizeof(void *) >= 8
+        and _exact_int_value(stream, &overflow) >= 0 and not overflow
+    ):
+        return stream  # the common case (a handle below 2**63), checked in C
     if stream is None or isinstance(stream, bool):
         raise TypeError(
             "record_stream: stream must be an int or an object with __cuda_stream__ "
@@ -465,22 +471,43 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream) exc
     if stream == -1 or not view.is_device_accessible:
         return 0
     cdef tuple place = None
+    cdef tuple first
+    cdef list places = None
     cdef bint known
     # An ordinary handle already in the group is the same stream (no driver call); a
     # default-stream handle is resolved for each view (its device may differ).
     SV_HANDOVER_LOCK()
-    known = stream not in (0, 1, 2) and _has_stream(group.streams, stream)
+    known = stream not in (0, 1, 2) and (
+        _has_stream(group.streams, stream) if group.streams is not None
+        else group.place is not None and <object>PyTuple_GET_ITEM(group.place, 0) == stream
+    )
     SV_HANDOVER_UNLOCK()
     if not known:
         place = _stream_place(view, stream)
-    SV_HANDOVER_LOCK()
-    if not group.sealed:
+    # The group's first place is kept in ``place``; a second one makes the list of both,
+    # outside the lock (an allocation may run the collector), and tries again.
+    while True:
+        SV_HANDOVER_LOCK()
+        if group.sealed:
+            break
+        if place is not None:
+            if group.streams is not None:
+                if not _has_place(group.streams, place):
+                    group.streams.append(place)  # appends drop no reference: no Python code
+            elif group.place is None:
+                group.place = place  # (it held None: nothing dropped)
+            elif not _same_place(group.place, place):
+                if places is None or PyList_GET_ITEM(places, 0) != <PyObject *>group.place:
+                    first = group.place  # (a reference taken, none dropped)
+                    SV_HANDOVER_UNLOCK()
+                    places = [first, place]
+                    continue
+                group.streams = places  # (it held None: nothing dropped)
         joined = True
         if view._handover == NULL:
             Py_INCREF(group)
             view._handover = <void *>group
-        if place is not None and not _has_place(group.streams, place):
-            group.streams.append(place)
+        break
     SV_HANDOVER_UNLOCK()
     if joined:
         return 0
@@ -614,16 +641,24 @@ cdef void _hand_over_view(StridedMemoryView view) noexcept:
         return
     # A launch's view: its hold joins the group's while the launch runs (the first in
     # the group's own fields, a later one in a _Hold of its own).
+    # (A group is released only once sealed: unsealed, its fields are unreleased.)
+    cdef bint listed
+    cdef list holds = None
+    cdef list streams
+    cdef tuple place
     SV_HANDOVER_LOCK()
-    if not record.sealed and record.holds is not None and not record.held:
+    if not record.sealed and not record.held:
         _move_hold(view, record)  # (the fields are empty: only None is dropped)
         record.held = True
         joined = True
+    listed = record.holds is not None  # (unsealed, a list once made stays)
     SV_HANDOVER_UNLOCK()
     if joined:
         return
     try:
         hold = _Hold.__new__(_Hold)
+        if not listed:
+            holds = [hold]  # the group's list, should it still have none
     except BaseException as exc:
         # No memory for a hold: the view keeps its hold, released with it now.
         sv_write_unraisable(exc, "stridedview: handing a view's memory over to its streams")
@@ -631,17 +666,26 @@ cdef void _hand_over_view(StridedMemoryView view) noexcept:
     _move_hold(view, hold)
     try:
         SV_HANDOVER_LOCK()
-        if not record.sealed and record.holds is not None:
-            record.holds.append(hold)
-            joined = True
+        if not record.sealed:
+            if record.holds is not None:
+                record.holds.append(hold)  # appends drop no reference: no Python code
+                joined = True
+            elif holds is not None:
+                record.holds = holds  # (it held None: nothing dropped)
+                joined = True
         SV_HANDOVER_UNLOCK()
         if joined:
             return
-        # Released after its launch ended: on its own, on the launch's streams.
+        # Released after its launch ended: on its own, on the launch's streams (sealed:
+        # they no longer change).
         SV_HANDOVER_LOCK()
-        streams = list(record.streams)
+        streams = record.streams
+        place = record.place
         SV_HANDOVER_UNLOCK()
-        entry = _new_handover(streams, False)
+        if streams is not None:
+            entry = _new_handover(list(streams), False)
+        else:
+            entry = _new_handover(None, False, place)
         entry.holds = [hold]
     except BaseException as exc:
         _release_hold(hold)

@@ -236,10 +236,9 @@ cdef StridedMemoryView _proxy_view_joining(
     if stream_ptr is None:
         _proxy_view_without_stream(view, proxy, info)
     else:
-        # Normalized once, for the view and its group (_view_from_any takes it as it is:
-        # one type test, and the host path keeps _view_from_any's body inlined).
+        # Normalized once, for the view and its group.
         stream = _normalize_stream(stream_ptr)
-        _view_from_any(view, proxy.obj, stream, info)
+        _view_from_normalized(view, proxy.obj, stream, info)
         if group is not None:
             _join_group(view, group, stream)
     return view
@@ -668,7 +667,7 @@ cdef object _launch_recording(
 ):
     """A launch whose views hand their memory over to their streams: one group for the
     launch, joined by each view made on a stream, sealed when the function returns."""
-    return _launch_with(self, args, nargsf, kwnames, _new_handover([], True))
+    return _launch_with(self, args, nargsf, kwnames, _new_handover(None, True))
 
 
 cdef inline object _launch_with(

@@ -541,6 +541,15 @@ cdef inline int _view_from_any(
     stream = _normalize_stream(stream_ptr)
     if info is None:
         info = _producer_type(obj)
+    return _view_from_normalized(view, obj, stream, info)
+
+
+cdef inline int _view_from_normalized(
+    StridedMemoryView view, object obj, object stream, _ProducerType info
+) except -1:
+    """_view_from_any with ``stream`` as _normalize_stream returned it and ``info``
+    known (a recording launch's view normalizes its stream once, for the view and its
+    group: an int would be checked again by _view_from_any)."""
     if info.has_dlpack:  # the common case first, every check below left out of line
         return _view_from_dlpack(view, obj, stream, info)
     return _view_without_type_dlpack(view, obj, stream, info)

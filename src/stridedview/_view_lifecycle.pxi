@@ -301,6 +301,69 @@ cdef int _install_view_dealloc() except -1:
 _install_view_dealloc()
 
 
+# The holds of hand-overs (_handover.pxi's _Hold and _Handover) are freed the same
+# way: a hold is released before it is dropped (_release_holds), so the deallocator
+# has nothing to do but in a failure's path, where it runs the deleter and releases
+# the buffer (a _Handover also discards its C events) before Cython's, which drops
+# the references and frees the object.  A Cython __dealloc__ would save and restore
+# the pending exception twice for each _Handover (its own and its base's) and once
+# for each _Hold.  The generated _Handover deallocator calls the generated _Hold one
+# directly, so _handover_dealloc does both types' work.
+
+cdef destructor _generated_hold_dealloc = NULL
+cdef destructor _generated_handover_dealloc = NULL
+
+
+cdef inline void _release_dropped_hold(PyObject *o) noexcept:
+    """A hold dropped unreleased: its buffer and deleter released (with one reference
+    while Cython code handles it, the pending exception saved only when there is one)."""
+    cdef PyObject *error_type
+    cdef PyObject *error_value
+    cdef PyObject *error_traceback
+    Py_SET_REFCNT(o, 1)
+    if PyErr_Occurred() == NULL:
+        _release_hold_memory(<_Hold>o)
+        if PyErr_Occurred() != NULL:
+            PyErr_Clear()
+    else:
+        PyErr_Fetch(&error_type, &error_value, &error_traceback)
+        _release_hold_memory(<_Hold>o)
+        PyErr_Restore(error_type, error_value, error_traceback)
+    Py_SET_REFCNT(o, 0)
+
+
+cdef void _hold_dealloc(PyObject *o) noexcept:
+    if (<_Hold>o).managed != NULL or (<_Hold>o).held_buffer != NULL:  # casts: no reference
+        _release_dropped_hold(o)
+    _generated_hold_dealloc(o)
+
+
+cdef void _handover_dealloc(PyObject *o) noexcept:
+    cdef sv_door_hev *events = (<_Handover>o).c_events
+    if events != NULL:  # (no Python code runs)
+        (<_Handover>o).c_events = NULL
+        sv_door_hev_discard(events)
+    if (<_Hold>o).managed != NULL or (<_Hold>o).held_buffer != NULL:
+        _release_dropped_hold(o)
+    _generated_handover_dealloc(o)
+
+
+cdef int _install_hold_dealloc() except -1:
+    global _generated_hold_dealloc, _generated_handover_dealloc
+    cdef PyTypeObject_dealloc *tp
+    if _generated_hold_dealloc == NULL:
+        tp = <PyTypeObject_dealloc *>_Hold
+        _generated_hold_dealloc = tp.tp_dealloc
+        tp.tp_dealloc = _hold_dealloc
+        tp = <PyTypeObject_dealloc *>_Handover
+        _generated_handover_dealloc = tp.tp_dealloc
+        tp.tp_dealloc = _handover_dealloc
+    return 0
+
+
+_install_hold_dealloc()
+
+
 # --- Clearing (the collector) ----------------------------------------------
 # A view in a garbage cycle is cleared before it is deallocated: Cython's
 # tp_clear drops its object fields, the exporting object among them, which may be
