@@ -566,6 +566,11 @@ def _torch_neg():
     return StridedMemoryView(torch._neg_view(torch.arange(3.0)))
 
 
+def _torch_fields_read_of_a_list():
+    pytest.importorskip("torch")  # the hook reads torch's own types
+    return stridedview._view._torch_fields_read([1.0])
+
+
 def _torch_conj():
     torch = pytest.importorskip("torch")
     return StridedMemoryView(torch.arange(3.0).to(torch.complex64).conj())
@@ -907,6 +912,7 @@ TRIGGERS = [
     ("record-stream-negative", lambda f, m: host_view().record_stream(-3), ValueError, "record_stream: stream must be a stream handle >= 0 (got -3)"),
     ("release-pending-wait", lambda f, m: stridedview.release_pending(wait=1), TypeError, "release_pending: wait must be a bool (got 1)"),
     ("pending-limit", lambda f, m: stridedview._view._set_pending_limit(0), ValueError, "_set_pending_limit: limit must be >= 1 (got 0)"),
+    ("torch-fields-hook", lambda f, m: _torch_fields_read_of_a_list(), TypeError, "_torch_fields_read: a torch tensor, not 'list'"),
     ("decorator-record-stream", lambda f, m: args_viewable_as_strided_memory(0, record_stream="yes"), TypeError, "args_viewable_as_strided_memory: record_stream must be a bool (got 'yes')"),
 ]
 
