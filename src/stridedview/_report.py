@@ -865,17 +865,9 @@ def format_report(report: dict, build: bool = False) -> str:
         if names:
             lines += _wrap_items(names, f"  {key:<14} ", " " * 17)
     lines.append("")
-    consumers: list[str] = []
-    for row in report["rows"]:
-        for cell in row["cells"]:
-            if cell["consumer"] not in consumers:
-                consumers.append(cell["consumer"])
+    consumers = _consumers(report["rows"])
     lines.append("producer -> consumer through a view:")
-    mark_width = max(len(mark) for mark in MARKS.values())
-    for verdict, meaning in VERDICTS.items():
-        lines += _wrap(
-            f"{MARKS[verdict]:<{mark_width}} = {meaning}", "  ", " " * (mark_width + 5)
-        )
+    lines += _legend(MARKS, VERDICTS)
     if any(row["view_us"] is not None for row in report["rows"]):
         lines += _wrap(VIEW_US, "  ", "    ")
     lines.append("")
@@ -884,27 +876,14 @@ def format_report(report: dict, build: bool = False) -> str:
     for row in report["rows"]:
         label = f"{row['producer']} ({row['device']})"
         if row["error"]:
-            reasons.append(f"[{len(reasons) + 1}] {label}: view failed: {row['error']}")
-            table.append([label, "-", f"view FAILED [{len(reasons)}]"])
+            number = _footnote(reasons, f"{label}: view failed: {row['error']}")
+            table.append([label, "-", f"view FAILED [{number}]"])
             continue
         timing = "" if row["view_us"] is None else f"{row['view_us']:.3f}"
-        marks = []
-        by_consumer = {cell["consumer"]: cell for cell in row["cells"]}
-        for name in consumers:
-            cell = by_consumer.get(name)
-            if cell is None:
-                marks.append("")
-            elif cell["verdict"] in SILENT:
-                marks.append(MARKS[cell["verdict"]])
-            else:
-                reasons.append(f"[{len(reasons) + 1}] {label} -> {name}: {cell['reason']}")
-                marks.append(f"{MARKS[cell['verdict']]} [{len(reasons)}]")
+        marks = _marks(row, consumers, MARKS, SILENT, reasons, f"{label} -> ")
         table.append([label, timing, *marks])
     lines += _tables(table)
-    if reasons:
-        lines.append("")
-        for reason in reasons:
-            lines += _wrap(reason)
+    lines += _footnotes(reasons)
     lines += _format_dtypes(report.get("dtypes", []))
     for title, texts in (("not checked here:", report["not_checked"]), ("note:", report["notes"])):
         if texts:
@@ -914,54 +893,82 @@ def format_report(report: dict, build: bool = False) -> str:
     return "\n".join(lines)
 
 
-def _format_dtypes(rows: list) -> list[str]:
-    """The element-type table as text lines (none when no producer makes such types)."""
-    if not rows:
-        return []
+def _consumers(rows: list) -> list[str]:
+    """The consumers of a table's cells, in the order they first appear."""
     consumers: list[str] = []
     for row in rows:
         for cell in row["cells"]:
             if cell["consumer"] not in consumers:
                 consumers.append(cell["consumer"])
+    return consumers
+
+
+def _legend(marks: dict, verdicts: dict) -> list[str]:
+    """One line per verdict: its mark and what it means."""
+    width = max(len(mark) for mark in marks.values())
+    lines: list[str] = []
+    for verdict, meaning in verdicts.items():
+        lines += _wrap(f"{marks[verdict]:<{width}} = {meaning}", "  ", " " * (width + 5))
+    return lines
+
+
+def _footnote(reasons: list[str], text: str) -> int:
+    """The number of the footnote ``text`` in ``reasons``: its first, else a new one."""
+    if text not in reasons:
+        reasons.append(text)
+    return reasons.index(text) + 1
+
+
+def _footnotes(reasons: list[str]) -> list[str]:
+    """The numbered footnotes under a table (none without reasons)."""
+    lines = [""] if reasons else []
+    for number, reason in enumerate(reasons, 1):
+        lines += _wrap(f"[{number}] {reason}")
+    return lines
+
+
+def _marks(row: dict, consumers: list[str], marks: dict, silent, reasons: list[str],
+           prefix: str) -> list[str]:
+    """A row's mark for each consumer ("" where it has no cell); a verdict not in ``silent``
+    carries the number of its reason's footnote (``prefix`` + consumer + reason, each
+    distinct text numbered once)."""
+    by_consumer = {cell["consumer"]: cell for cell in row["cells"]}
+    row_marks = []
+    for name in consumers:
+        cell = by_consumer.get(name)
+        if cell is None:
+            row_marks.append("")
+        elif cell["verdict"] in silent:
+            row_marks.append(marks[cell["verdict"]])
+        else:
+            number = _footnote(reasons, f"{prefix}{name}: {cell['reason']}")
+            row_marks.append(f"{marks[cell['verdict']]} [{number}]")
+    return row_marks
+
+
+def _format_dtypes(rows: list) -> list[str]:
+    """The element-type table as text lines (none when no producer makes such types).  A
+    reason shared by many types (numpy refuses every such type alike) is one footnote."""
+    if not rows:
+        return []
+    consumers = _consumers(rows)
     lines = ["", "element types, host memory: producer -> view -> consumer:"]
-    mark_width = max(len(mark) for mark in DTYPE_MARKS.values())
-    for verdict, meaning in DTYPE_VERDICTS.items():
-        lines += _wrap(
-            f"{DTYPE_MARKS[verdict]:<{mark_width}} = {meaning}", "  ", " " * (mark_width + 5)
-        )
+    lines += _legend(DTYPE_MARKS, DTYPE_VERDICTS)
     lines.append("")
     table = [["source, type", "DLPack", *consumers]]
     reasons: list[str] = []
-    numbers: dict = {}
     for row in rows:
-        label = [f"{row['producer']} {row['type']}"]
+        label = f"{row['producer']} {row['type']}"
         if row["error"]:
-            reasons.append(f"[{len(reasons) + 1}] {' '.join(label)}: view failed: {row['error']}")
-            table.append([*label, f"view FAILED [{len(reasons)}]"])
+            number = _footnote(reasons, f"{label}: view failed: {row['error']}")
+            table.append([label, f"view FAILED [{number}]"])
             continue
-        marks = []
-        by_consumer = {cell["consumer"]: cell for cell in row["cells"]}
-        for name in consumers:
-            cell = by_consumer.get(name)
-            if cell is None:
-                marks.append("")
-            elif cell["verdict"] in ("ok", "copies"):
-                marks.append(DTYPE_MARKS[cell["verdict"]])
-            else:
-                # One number per consumer and reason: numpy refuses every such type alike.
-                key = (name, cell["reason"])
-                if key not in numbers:
-                    reasons.append(f"[{len(reasons) + 1}] -> {name}: {cell['reason']}")
-                    numbers[key] = len(reasons)
-                marks.append(f"{DTYPE_MARKS[cell['verdict']]} [{numbers[key]}]")
-        table.append([*label, str(tuple(row["dlpack"] or ())), *marks])
+        marks = _marks(row, consumers, DTYPE_MARKS, ("ok", "copies"), reasons, "-> ")
+        table.append([label, str(tuple(row["dlpack"] or ())), *marks])
     width = len(table[0])
     lines += _table([line + [""] * (width - len(line)) for line in table], right=set())
     lines += _wrap("DLPack = the view's (code, bits, lanes), as the producer gave it", "  ", "    ")
-    if reasons:
-        lines.append("")
-        for reason in reasons:
-            lines += _wrap(reason)
+    lines += _footnotes(reasons)
     return lines
 
 
