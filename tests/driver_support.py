@@ -46,6 +46,17 @@ def primary(device: int):
         return _primary[device]
 
 
+def create_context(device: int):
+    """A new context on ``device``, current to the calling thread: ``cuCtxCreate`` as the
+    installed cuda-bindings spells it (13 takes the creation parameters first, 12 does not)."""
+    import cuda.bindings
+
+    handle = ok(drv.cuDeviceGet(device))
+    if cuda.bindings.__version__.split(".")[0] == "12":
+        return ok(drv.cuCtxCreate(0, handle))
+    return ok(drv.cuCtxCreate(None, 0, handle))
+
+
 def make_current(device: int) -> None:
     """Make ``device``'s primary context the calling thread's current context."""
     ok(drv.cuCtxSetCurrent(primary(device)))

@@ -13,7 +13,6 @@ after a primary context reset is replaced, and that ``STRIDEDVIEW_NO_C_DRIVER`` 
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 
@@ -317,11 +316,9 @@ def test_door_replaces_a_dead_event_after_primary_context_reset(gpu, two_gpus):
     die), the door's record fails on its dead event: it is dropped, a fresh one created once,
     the record retried, all in C (in a child process: the reset would take every other test's
     memory on device 0 with it)."""
-    from simgpu.simgpu_support import run_python
+    from simgpu.simgpu_support import child_paths, run_python
 
-    tests = os.path.dirname(os.path.abspath(__file__))
-    src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python(RESET_SCRIPT, args=[tests, src], env={"STRIDEDVIEW_NO_C_DRIVER": "0"})
+    result = run_python(RESET_SCRIPT, args=child_paths(), env={"STRIDEDVIEW_NO_C_DRIVER": "0"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split()[-2:] == ["1", "2"], result.stdout
     assert result.stdout.split("]")[0] + "]" == "[True, True, True, True]", result.stdout

@@ -360,13 +360,10 @@ def test_a_driver_with_no_device_is_cuda_error_no_device(gpu):
     CUDA_ERROR_NO_DEVICE), ordering raises CUDAError CUDA_ERROR_NO_DEVICE naming stream_ptr=-1, and views that need no
     ordering still work (in a child process: the device count is fixed at start)."""
     import json
-    import os
 
-    from simgpu.simgpu_support import run_python
+    from simgpu.simgpu_support import child_paths, run_python
 
-    tests = os.path.dirname(os.path.abspath(__file__))
-    src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python(NO_DEVICE_SCRIPT, args=[tests, src], env={"SIMGPU_DEVICES": "0"})
+    result = run_python(NO_DEVICE_SCRIPT, args=child_paths(), env={"SIMGPU_DEVICES": "0"})
     assert result.returncode == 0, result.stderr[-3000:]
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["ordered"]["name"] == "CUDA_ERROR_NO_DEVICE", outcome

@@ -311,13 +311,9 @@ def test_ordering_recovers_after_primary_context_reset(gpu, two_gpus, producer):
     its handle, its events and streams die), the next views drop the dead event and order with
     a fresh one, created once (in a child process: the reset would take every other test's
     memory on device 0 with it)."""
-    import os
+    from simgpu.simgpu_support import child_paths, run_python
 
-    from simgpu.simgpu_support import run_python
-
-    tests = os.path.dirname(os.path.abspath(__file__))
-    src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python(RESET_SCRIPT, args=[tests, src, producer])
+    result = run_python(RESET_SCRIPT, args=[*child_paths(), producer])
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split("]")[0] + "]" == "[True, True, True]", result.stdout
     assert result.stdout.split("]")[1].strip() == "1", result.stdout

@@ -23,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import itertools
-import os
 import threading
 import time
 
@@ -708,11 +707,9 @@ print(before, after, marking.calls)
 def test_a_context_reset_under_a_pending_hold_releases_it_at_once(gpu):
     """cudaDeviceReset under a pending hold discards the work and kills the event: the next
     check releases the hold (in a child process: the reset takes every test's memory)."""
-    from simgpu.simgpu_support import run_python
+    from simgpu.simgpu_support import child_paths, run_python
 
-    tests = os.path.dirname(os.path.abspath(__file__))
-    src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python(RESET_SCRIPT, args=[tests, src])
+    result = run_python(RESET_SCRIPT, args=child_paths())
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "0 1 {1: 1}", result.stdout
 
@@ -749,11 +746,9 @@ print("exiting with", marking.calls, flush=True)
 def test_interpreter_exit_waits_for_the_stream_then_releases(gpu):
     """A hold pending at interpreter exit is released after its stream is done (never before,
     never not at all)."""
-    from simgpu.simgpu_support import run_python
+    from simgpu.simgpu_support import child_paths, run_python
 
-    tests = os.path.dirname(os.path.abspath(__file__))
-    src = os.path.join(os.path.dirname(tests), "src")
-    result = run_python(EXIT_SCRIPT, args=[tests, src])
+    result = run_python(EXIT_SCRIPT, args=child_paths())
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == ["exiting with {}", "deleted; early: []"], result.stdout
 
@@ -992,13 +987,9 @@ def test_a_default_stream_hand_over_after_a_context_reset_takes_a_fresh_event(gp
     """After a primary context reset (which kills the pooled events), a hand-over on the legacy
     stream records a fresh event rather than releasing at once: the hold goes after the stream's
     work, its deleter once (in a child process: the reset takes every test's memory)."""
-    from simgpu.simgpu_support import run_python
+    from simgpu.simgpu_support import child_paths, run_python
 
-    import stridedview
-
-    tests = os.path.dirname(os.path.abspath(__file__))
-    src = os.path.dirname(os.path.dirname(os.path.abspath(stridedview.__file__)))  # this run's
-    result = run_python(RESET_DEFAULT_SCRIPT, args=[tests, src])
+    result = run_python(RESET_DEFAULT_SCRIPT, args=child_paths())
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "{} 1 {1: 1} []", result.stdout
 
@@ -1006,10 +997,10 @@ def test_a_default_stream_hand_over_after_a_context_reset_takes_a_fresh_event(gp
 def test_a_context_destroyed_before_the_view_is_released_releases_it_at_once(gpu, simulator):
     """A view recorded on a stream of a created context, the context destroyed before the view is
     released (its work discarded): the hold goes at once, without a host wait, its deleter once."""
-    from driver_support import drv, ok
+    from driver_support import create_context, drv, ok
 
     marking = Marking(gpu, 10)
-    context = ok(drv.cuCtxCreate(None, 0, ok(drv.cuDeviceGet(0))))
+    context = create_context(0)
     stream = ok(drv.cuStreamCreate(1))
     ok(drv.cuCtxPopCurrent())
     producer = marking.producer()

@@ -228,6 +228,16 @@ def wait_until(predicate, timeout: float = 10.0) -> bool:
 # ---- subprocesses ------------------------------------------------------------------------
 
 
+def child_paths() -> list[str]:
+    """For a child script that puts them first on ``sys.path``: the suite's tests/ directory
+    and the directory this run imported stridedview from (the tree's src/, or an installed
+    copy's site-packages: never a tree whose extension was not built)."""
+    import stridedview
+
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [tests, os.path.dirname(os.path.dirname(os.path.abspath(stridedview.__file__)))]
+
+
 def run_python(
     source: str, env: dict | None = None, timeout: float = 120.0, args: tuple | list = ()
 ) -> subprocess.CompletedProcess:
