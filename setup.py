@@ -153,6 +153,9 @@ ALWAYS_INLINE = (
     "_launch_with", "_new_proxy", "_new_view", "_numpy_dtype", "_park_proxy",
     "_producer_type", "_proxy_view", "_tuple_slot_holds", "_view_from_any",
     "_view_from_dlpack", "_view_from_normalized", "_viewable",
+    # the lean torch path's reader and fill, inside _view_from_plain_torch (itself
+    # out of line: the numpy adapter's caller stays as it was)
+    "_fill_by_torch_fields", "_view_from_lent_torch_layout",
 )
 ALWAYS_INLINE_MISSING = "stridedview: not marked always-inline (Cython's output changed?):"
 # Cold helpers of a hot function, kept out of line (SV_NEVER_INLINE, _view.pyx): gcc

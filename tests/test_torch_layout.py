@@ -25,6 +25,7 @@ from torch_expectations import (
     expected_bits_reader,
     expected_fields_readers,
     expected_layout_reader,
+    expected_storage_readers,
     has_exchange_api,
 )
 
@@ -543,6 +544,123 @@ def test_fields_reader_and_getters_agree(tensor):
     """For any strided tensor the fields reader and the getters give the same view."""
     kind, fields, _ = assert_same_with_and_without_fields(tensor)
     assert kind == "view"
+
+
+@contextlib.contextmanager
+def storage_read(enabled):
+    """Within the block the data pointer is read from the StorageImpl (True) or asked of
+    the getter (False)."""
+    _view._set_torch_storage_enabled(enabled)
+    try:
+        yield
+    finally:
+        _view._set_torch_storage_enabled(True)
+
+
+def storage_expected_in_use():
+    fields_expected_in_use()
+    assert _view._torch_storage_reader() in expected_storage_readers(torch)
+    if _view._torch_storage_reader() != "storage":
+        pytest.skip(f"the data pointer's reader is {_view._torch_storage_reader()!r} on this torch")
+
+
+def test_storage_read_in_use_after_the_first_torch_view():
+    """On the releases claimed the calibration proves the data pointer's read from the StorageImpl, and the switch turns it off."""
+    with calibration(None):
+        assert _view._torch_storage_reader() == "uncalibrated"
+        StridedMemoryView(torch.ones(2), -1)
+        assert _view._torch_storage_reader() in expected_storage_readers(torch)
+        with storage_read(False):
+            assert _view._torch_storage_reader() == "getter"
+
+
+OFFSET_TENSORS = {
+    "whole": lambda: torch.arange(64.0),
+    "offset-1": lambda: torch.arange(64.0)[1:],
+    "offset-9": lambda: torch.arange(64.0)[9:],
+    "2-d-offset": lambda: torch.arange(64.0).reshape(8, 8)[3:, 2:],
+    "int16-strided": lambda: torch.arange(30, dtype=torch.int16)[7:][::3],
+    "complex128-offset": lambda: torch.arange(30.0).to(torch.complex128)[5:],
+    "empty": lambda: torch.empty(0),
+    "empty-past-the-data": lambda: torch.arange(8.0)[8:],
+    "0-d": lambda: torch.tensor(2.5),
+}
+
+
+@pytest.mark.parametrize("name", list(OFFSET_TENSORS))
+def test_storage_read_gives_the_getters_pointer(name):
+    """The data pointer read from the StorageImpl is the getter's: the storage's data plus the storage offset in elements, and an empty tensor's as the getter gives it."""
+    storage_expected_in_use()
+    tensor = OFFSET_TENSORS[name]()
+    with storage_read(True):
+        read = _view._torch_fields_read(tensor)
+        by_storage = outcome(tensor)
+    with storage_read(False):
+        asked = _view._torch_fields_read(tensor)
+        by_getter = outcome(tensor)
+    assert read == asked and by_storage == by_getter
+    if tensor.numel():
+        assert read[0] == tensor.data_ptr() == (
+            tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
+        )
+
+
+@pytest.mark.parametrize("name", list(MUTATIONS))
+def test_storage_read_follows_a_storage_changed_in_place(name):
+    """After a tensor's storage or offset changes in place, the data pointer read from the StorageImpl is the new one."""
+    storage_expected_in_use()
+    tensor = torch.arange(12.0).reshape(3, 4)
+    StridedMemoryView(tensor, -1)
+    MUTATIONS[name](tensor)
+    assert _view._torch_fields_read(tensor)[0] == tensor.data_ptr()
+    assert StridedMemoryView(tensor, -1).ptr == tensor.data_ptr()
+
+
+@pytest.mark.parametrize("entry", ["constructor", "launcher"])
+def test_storage_read_leaves_a_copy_on_write_storage_to_the_getter(entry):
+    """A copy-on-write tensor's view is of its own materialised memory, as the getter gives it: writing through the view leaves the tensor it was lazily cloned from as it was."""
+    numpy = pytest.importorskip("numpy")
+    storage_expected_in_use()
+    source = torch.arange(6.0)
+    clone = torch._lazy_clone(source)
+    if entry == "constructor":
+        view = StridedMemoryView(clone, -1)
+    else:
+        view = args_viewable_as_strided_memory((0,))(lambda arg: arg.view(-1))(clone)
+    assert view.ptr == clone.data_ptr() != source.data_ptr()
+    numpy.from_dlpack(view)[0] = 100.0
+    assert source[0].item() == 0.0 and clone[0].item() == 100.0
+
+
+@pytest.mark.parametrize("flag", ["throw", "warn"])
+def test_storage_read_leaves_a_checked_storage_to_the_getter(flag):
+    """A storage that throws or warns on mutable access is asked through the getter: the view is the same with the storage read on or off."""
+    storage_expected_in_use()
+    tensor = torch.arange(6.0)
+    if flag == "throw":
+        torch._C._set_throw_on_mutable_data_ptr(tensor)
+    else:
+        torch._C._set_warn_deprecated_on_mutable_data_ptr(tensor)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with storage_read(True):
+            on = outcome(tensor)
+        with storage_read(False):
+            off = outcome(tensor)
+    assert on == off
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tensor=strided_tensors())
+def test_storage_read_and_getter_agree(tensor):
+    """For any strided tensor the data pointer read from the StorageImpl and the getter's give the same view."""
+    with storage_read(True):
+        on = outcome(tensor)
+    with storage_read(False):
+        off = outcome(tensor)
+    assert on == off
 
 
 def _fake_tensor_mode():

@@ -47,6 +47,19 @@ FIELDS_READERS = {
 }
 
 
+# The fields reader's data pointer read from the tensor's StorageImpl (_torch_bits.pxi's
+# _read_storage_data), wherever the fields reader is in use: proven by its calibration on the
+# releases CI runs; None where not yet checked (either).
+STORAGE_READERS = {
+    (2, 9): "getter",
+    (2, 10): None,
+    (2, 11): None,
+    (2, 12): None,
+    (2, 13): "storage",
+    (2, 14): "storage",
+}
+
+
 def torch_release(torch) -> tuple[int, int]:
     """``(major, minor)`` of the running torch."""
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
@@ -78,3 +91,11 @@ def expected_fields_readers(torch) -> tuple[str, ...]:
     if expected_layout_reader(torch) != "stable abi" or sys.maxsize < 2**32:
         return ("off",)
     return ("fields", "off") if claimed is None else (claimed,)
+
+
+def expected_storage_readers(torch) -> tuple[str, ...]:
+    """The data pointer's reader states this torch may have on this build and platform."""
+    claimed = STORAGE_READERS[torch_release(torch)]
+    if expected_fields_readers(torch) != ("fields",):
+        return ("getter",) if expected_fields_readers(torch) == ("off",) else ("storage", "getter")
+    return ("storage", "getter") if claimed is None else (claimed,)

@@ -96,14 +96,22 @@ cdef inline int _view_from_lent_torch_layout(StridedMemoryView view, DLTensor *l
             dims[count + i] = 0
     elif overflow:
         return 1  # the element count passes int64
-    cdef int64_t itemsize = lent.dtype.bits // 8
+    cdef int64_t itemsize = lent.dtype.bits >> 3  # whole bytes (checked above)
     cdef int64_t nbytes
-    if (
-        (size > 0 and lent.data == NULL)
-        or sv_mul_i64(size, itemsize, &nbytes)
-        or not _byte_offsets_fit(count, dims, dims + count, size, itemsize)
-    ):
-        return 1  # (an expanded tensor can hold more than int64 bytes' worth of elements)
+    if (size > 0 and lent.data == NULL) or sv_mul_i64(size, itemsize, &nbytes):
+        return 1
+    # Row-major strides (those of extent-1 axes never step) address elements 0 to
+    # size - 1 only, all within the nbytes just checked: _byte_offsets_fit's answer
+    # is then True, so it is asked of other layouts only (an expanded tensor can
+    # hold more than int64 bytes' worth of elements).  The running product is at
+    # most size, which fits.
+    cdef int64_t step = 1
+    i = count - 1
+    while i >= 0 and (dims[i] == 1 or dims[count + i] == step):
+        step *= dims[i]
+        i -= 1
+    if i >= 0 and not _byte_offsets_fit(count, dims, dims + count, size, itemsize):
+        return 1
 
     view._ptr = <uintptr_t>lent.data
     view.ptr = _address_int(view._ptr)

@@ -41,10 +41,20 @@
 # as torch made the probes: so a dense strided CPU tensor, no negative or conjugate
 # key, no Python key (__torch_dispatch__, which may answer sizes in Python), no
 # functionalization, no symbolic shapes; its dimension count fits the inline arrays.
-# Anything else is declined and read through the getters.  The data pointer is still
-# asked of ``aoti_torch_get_data_ptr`` (it checks the storage, returns NULL for an
-# empty tensor and materialises a copy-on-write storage, which a field read would
-# not).  The calibration's searches stop at the first offset holding every probe's
+# Anything else is declined and read through the getters.  The data pointer
+# (_read_storage_data, once _calibrate_torch_storage has proven it): the getter
+# computes it as the StorageImpl's data plus ``storage_offset_`` elements, after
+# ``mutable_data()``, which acts only where the storage's one
+# ``has_mutable_data_ptr_check_`` byte is set (c10/core/StorageImpl.h: set for a
+# copy-on-write storage, which it materialises, and for one that throws or warns on
+# mutable access), and answers NULL for a tensor of no element.  So it is read from
+# the StorageImpl where the impl has a storage whose check byte is 0, whose data is
+# not NULL, and the tensor has an element; everywhere else the getter is asked, as
+# before.  The offsets (the impl's ``storage_``, ``storage_offset_`` and ``numel_``;
+# the StorageImpl's data address and check byte) are found from torch's answers
+# (``untyped_storage()._cdata``, ``.data_ptr()``, ``storage_offset()``, ``numel()``)
+# and storages made copy-on-write, throwing and warning, and the read is proven equal
+# to the getter's on every probe the fields reader reads.  The calibration's searches stop at the first offset holding every probe's
 # value (within torch's own bound on sizeof(TensorImpl), 208 bytes on 64-bit
 # systems); the reader is used only where the calibration proved every offset
 # (_torch_fields_reader(); a test switch turns it off).
@@ -214,6 +224,18 @@ cdef bint _torch_fields_enabled = True  # a test switch
 # C reads, the stable ABI, the fields reader): one flag for the hot path, set by the
 # calibration before it publishes its state, and again by each test switch.
 cdef bint _torch_lean_ready = False
+# The data pointer read from the tensor's StorageImpl (see the opening comment):
+# offsets into the TensorImpl (its storage_, storage_offset_ and numel_) and into the
+# StorageImpl (its DataPtr's address and has_mutable_data_ptr_check_), proven by
+# _calibrate_torch_storage; _torch_storage_read is set once proven and allowed.
+cdef Py_ssize_t _impl_storage_offset = 0
+cdef Py_ssize_t _impl_storage_index_offset = 0
+cdef Py_ssize_t _impl_numel_offset = 0
+cdef Py_ssize_t _storage_data_offset = 0
+cdef Py_ssize_t _storage_check_offset = 0
+cdef bint _torch_storage_ready = False  # set once the storage read is proven
+cdef bint _torch_storage_enabled = True  # a test switch
+cdef bint _torch_storage_read = False  # both: the one flag the reader tests
 
 
 cdef void _update_torch_lean(int state) noexcept:
@@ -243,8 +265,11 @@ cdef inline int _fill_by_torch_fields(const void *tensor, DLTensor *out) noexcep
     if ndim > _impl_inline_dims or dtype >= _AOTI_DTYPE_SLOTS:
         return -1
     out.dtype = _aoti_dtypes[dtype]
-    if out.dtype.bits == 0 or _aoti_get_data_ptr(tensor, &out.data) != 0:
+    if out.dtype.bits == 0:
         return -1
+    if not (_torch_storage_read and _read_storage_data(impl, out.dtype.bits >> 3, &out.data)):
+        if _aoti_get_data_ptr(tensor, &out.data) != 0:
+            return -1
     out.device.device_type = kDLCPU
     out.device.device_id = 0  # torch's DLPack export says 0 for the CPU
     out.ndim = <int32_t>ndim
@@ -252,6 +277,25 @@ cdef inline int _fill_by_torch_fields(const void *tensor, DLTensor *out) noexcep
     out.strides = <int64_t *>(impl + _impl_strides_offset)
     out.byte_offset = 0
     return 0
+
+
+cdef inline bint _read_storage_data(const char *impl, int64_t itemsize, void **data) noexcept nogil:
+    """Set ``data[0]`` to the first element's address of the plain CPU tensor whose
+    TensorImpl is at ``impl`` (the fields reader's checks passed), read from its
+    StorageImpl as ``aoti_torch_get_data_ptr`` computes it: the storage's data plus
+    ``storage_offset_`` elements of ``itemsize`` bytes.  False, ``data`` untouched,
+    where the getter must answer: no storage, a storage whose mutable-data check is
+    on (copy-on-write, which the getter materialises; throw or warn on mutable
+    access), no data, or no element (the getter's NULL).  Valid once
+    _torch_storage_read."""
+    cdef const char *storage = (<const char **>(impl + _impl_storage_offset))[0]
+    if storage == NULL or (<const uint8_t *>(storage + _storage_check_offset))[0] != 0:
+        return False
+    cdef char *base = (<char **>(storage + _storage_data_offset))[0]
+    if base == NULL or (<const int64_t *>(impl + _impl_numel_offset))[0] == 0:
+        return False
+    data[0] = base + itemsize * (<const int64_t *>(impl + _impl_storage_index_offset))[0]
+    return True
 
 
 cdef inline int _fill_torch_layout(const void *tensor, DLTensor *out) noexcept nogil:
@@ -346,8 +390,10 @@ cdef bint _calibrate_torch_fields(object torch, list probes) except -1:
     prove the reader against the stable ABI on all of them; True if it is now used."""
     global _impl_ndim_offset, _impl_sizes_offset, _impl_strides_offset, _impl_dtype_offset
     global _impl_keys_offset, _impl_inline_dims, _impl_vtable, _impl_plain_keys
-    global _impl_inference_keys, _torch_fields_ready
+    global _impl_inference_keys, _torch_fields_ready, _torch_storage_ready, _torch_storage_read
     _torch_fields_ready = False
+    _torch_storage_ready = False
+    _torch_storage_read = False
     dispatch_keys = torch._C._dispatch_keys
     from torch.utils._python_dispatch import _disable_current_modes
     with torch._C.DisableTorchFunction(), _disable_current_modes():
@@ -458,6 +504,141 @@ cdef bint _calibrate_torch_fields(object torch, list probes) except -1:
         if _fill_by_torch_fields(_tensor_cdata(probe), &read) != 0:
             return False
     _torch_fields_ready = True
+    try:
+        _calibrate_torch_storage(torch, probes)
+    except Exception:
+        pass  # the data pointer stays the getter's; the fields reader is proven
+    return True
+
+
+def _set_torch_storage_enabled(bint enabled):
+    """Allow (True) or forbid (False) the data pointer's read from the StorageImpl
+    (the getter answers instead); for tests."""
+    global _torch_storage_enabled, _torch_storage_read
+    _torch_storage_enabled = enabled
+    _torch_storage_read = _torch_storage_ready and _torch_storage_enabled
+
+
+def _torch_storage_reader():
+    """Whether the fields reader reads the data pointer from the StorageImpl now:
+    "storage", "getter" (``aoti_torch_get_data_ptr``: not proven, or a test turned
+    it off) or "uncalibrated"; for tests and the report."""
+    if _torch_bits_reader_state == _BITS_UNCALIBRATED:
+        return "uncalibrated"
+    return "storage" if _torch_storage_read else "getter"
+
+
+cdef Py_ssize_t _word_offset_holding(list addresses, list values, Py_ssize_t start, Py_ssize_t end) except -2:
+    """The first 8-byte-aligned offset in [start, end) at which the object at each of
+    ``addresses`` holds its value in ``values``; -1 if none."""
+    cdef Py_ssize_t offset, i
+    for offset in range(start, end - 7, 8):
+        for i in range(len(addresses)):
+            if (<const uint64_t *><uintptr_t>(<uintptr_t>addresses[i] + offset))[0] != <uint64_t>values[i]:
+                break
+        else:
+            return offset
+    return -1
+
+
+cdef bint _calibrate_torch_storage(object torch, list probes) except -1:
+    """Find the offsets _read_storage_data uses on the probes the fields reader reads
+    (``probes``, more with distinct storage offsets, and storages whose mutable-data
+    check is on: copy-on-write, throw and warn on mutable access), and prove the
+    read against ``aoti_torch_get_data_ptr`` on every probe; True if it is now used."""
+    global _impl_storage_offset, _impl_storage_index_offset, _impl_numel_offset
+    global _storage_data_offset, _storage_check_offset, _torch_storage_ready
+    global _torch_storage_read
+    _torch_storage_ready = False
+    _torch_storage_read = False
+    cdef DLTensor read
+    from torch.utils._python_dispatch import _disable_current_modes
+    with torch._C.DisableTorchFunction(), _disable_current_modes():
+        flat = torch.arange(40.0)
+        probes = probes + [flat[k:k + 8] for k in (2, 3, 5, 7)]
+        # Only what the fields reader reads (plain CPU tensors) is read this way.
+        plain = [
+            probe for probe in probes
+            if _fill_by_torch_fields(_tensor_cdata(probe), &read) == 0
+        ]
+        storages = [probe.untyped_storage() for probe in plain]
+        storage_impls = [storage._cdata for storage in storages]
+        datas = [storage.data_ptr() for storage in storages]
+        indexes = [probe.storage_offset() for probe in plain]
+        counts = [probe.numel() for probe in plain]
+        # Storages whose mutable-data check is on, each a fresh one.
+        cow = torch.arange(6.0)
+        torch._lazy_clone(cow)  # cow's storage is now copy-on-write, shared
+        throwing = torch.arange(6.0)
+        torch._C._set_throw_on_mutable_data_ptr(throwing)
+        warning = torch.arange(6.0)
+        torch._C._set_warn_deprecated_on_mutable_data_ptr(warning)
+        checked = [cow, throwing, warning]
+        checked_impls = [probe.untyped_storage()._cdata for probe in checked]
+    if (
+        len(plain) < 20 or len(set(indexes)) < 5 or len(set(counts)) < 5
+        or len(set(storage_impls)) < 20 or 0 not in counts
+    ):
+        return False
+    impls = [<uintptr_t>_impl_of(probe) for probe in plain]
+    # storage_ lies between the reference counts and sizes_and_strides_; the
+    # storage offset and the element count right after the inline arrays (the
+    # header's order: storage_offset_, then numel_).
+    start = _impl_strides_offset + <Py_ssize_t>(_impl_inline_dims * sizeof(int64_t))
+    storage_offset = _word_offset_holding(impls, storage_impls, 8, _impl_ndim_offset)
+    index_offset = _word_offset_holding(impls, indexes, start, _IMPL_BYTES_READ)
+    numel_offset = _word_offset_holding(impls, counts, start, _IMPL_BYTES_READ)
+    # The DataPtr's address first in the StorageImpl, after its vtable pointer and
+    # reference counts; the flags follow it and its size (c10/core/StorageImpl.h),
+    # all within its first 64 bytes: the mutable-data check is the one byte there
+    # that is 0 on every plain probe's storage and 1 on each checked storage.
+    filled = [i for i in range(len(plain)) if counts[i] != 0 and datas[i] != 0]
+    if len(filled) < 20:
+        return False
+    data_offset = _word_offset_holding(
+        [storage_impls[i] for i in filled], [datas[i] for i in filled], 16, 48
+    )
+    if storage_offset < 0 or index_offset < 0 or numel_offset != index_offset + 8 or data_offset < 0:
+        return False
+    cdef Py_ssize_t offset
+    cdef bint holds
+    found = []
+    for offset in range(data_offset + 8, 64):
+        holds = True
+        for address in storage_impls:
+            holds = holds and (<const uint8_t *><uintptr_t>(<uintptr_t>address + offset))[0] == 0
+        for address in checked_impls:
+            holds = holds and (<const uint8_t *><uintptr_t>(<uintptr_t>address + offset))[0] == 1
+        if holds:
+            found.append(offset)
+    if len(found) != 1:
+        return False
+    _impl_storage_offset = storage_offset
+    _impl_storage_index_offset = index_offset
+    _impl_numel_offset = numel_offset
+    _storage_data_offset = data_offset
+    _storage_check_offset = found[0]
+    # The proof: on every probe the fields reader reads, the data pointer read from
+    # the storage is the getter's; on the checked storages it declines.
+    cdef void *by_storage
+    cdef void *by_getter
+    cdef Py_ssize_t i
+    cdef int code
+    cdef bint answered
+    for i in range(len(plain)):
+        code = _stable_dtype_code(plain[i])
+        if code < 0 or _aoti_get_data_ptr(_tensor_cdata(plain[i]), &by_getter) != 0:
+            return False
+        by_storage = NULL
+        answered = _read_storage_data(_impl_of(plain[i]), _aoti_dtypes[code].bits >> 3, &by_storage)
+        # An empty tensor is left to the getter (its NULL); every other is read.
+        if answered != (counts[i] != 0) or (answered and by_storage != by_getter):
+            return False
+    for probe in checked:
+        if _read_storage_data(_impl_of(probe), 4, &by_storage):
+            return False
+    _torch_storage_ready = True
+    _torch_storage_read = _torch_storage_enabled
     return True
 
 
@@ -685,11 +866,14 @@ def _reset_torch_bits_calibration(symbols=None, layout_symbol=None, getters=None
     (the stable ABI's eight getters, in _AOTI_GETTERS's order, when None); for tests."""
     global _torch_bits_reader_state, _torch_bit_symbols, _torch_layout_symbol
     global _fill_torch_dltensor, _stable_layout_ready, _aoti_getters, _torch_fields_ready
+    global _torch_storage_ready, _torch_storage_read
     _torch_bits_reader_state = _BITS_UNCALIBRATED
     _update_torch_lean(_BITS_UNCALIBRATED)
     _fill_torch_dltensor = NULL
     _stable_layout_ready = False
     _torch_fields_ready = False
+    _torch_storage_ready = False
+    _torch_storage_read = False
     _aoti_getters = _AOTI_GETTERS if getters is None else tuple(getters)
     _torch_bit_symbols = _TORCH_BIT_SYMBOLS if symbols is None else tuple(symbols)
     _torch_layout_symbol = _TORCH_LAYOUT_SYMBOL if layout_symbol is None else layout_symbol
