@@ -525,6 +525,48 @@ def test_c_hand_overs_on_one_stream_join_its_pending_entry_up_to_a_limit(door, s
     assert _view._pending_holds() == (0, 0, 0)
 
 
+def test_released_joined_hand_overs_are_reused_and_keep_their_new_holds(door, simulator):
+    """Hand-overs that joined an entry are kept for reuse once released (with the GIL;
+    none without it), and a reused one starts empty: the views and launches handed over
+    with them on two other slow streams keep each hold until their own stream ran, and
+    every deleter runs once."""
+    from test_gpu_record_stream import DELETER_DELAY_US, Marking
+
+    from stridedview import args_viewable_as_strided_memory
+
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    marking = Marking(door, 200)
+    first, second, third = door.stream(), door.stream(), door.stream()
+    producers_ = [marking.producer() for _ in range(3)]
+    for _ in range(40):  # joined on one stream, then all released
+        view = StridedMemoryView(producers_[0], stream_ptr=-1)
+        view.record_stream(first)
+        del view
+    release_pending(wait=True)
+    spares = _view._spare_handovers()
+    assert (spares >= 30) if gil else spares == 0
+
+    @args_viewable_as_strided_memory((0, 1), record_stream=True)
+    def launch(a, b, stream):
+        for arg in (a, b):
+            arg.view(stream.ptr)
+            marking.mark(arg.obj.last, stream)
+
+    simulator.set_delay_us(DELETER_DELAY_US)
+    for i in range(10):
+        view = StridedMemoryView(producers_[0], stream_ptr=-1)
+        marking.mark(producers_[0].last, second)
+        view.record_stream(second)
+        del view
+        launch(producers_[1], producers_[2], third)
+    assert (_view._spare_handovers() < spares) if gil else _view._spare_handovers() == 0
+    release_pending(wait=True)
+    simulator.set_delay_us(0)
+    assert _view._pending_holds() == (0, 0, 0)
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 70
+    assert sorted(marking.early) == list(range(1, 41))  # (the first 40: nothing marked)
+
+
 def test_a_hand_over_joins_no_entry_of_a_stream_whose_id_is_not_known_the_same(door, simulator):
     """A pending entry's event is recorded again only on the stream it was recorded on: the
     stream's id (cuStreamGetId, never reused) must read the same.  A handle that names

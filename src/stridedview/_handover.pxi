@@ -313,10 +313,39 @@ cdef class _Handover(_Hold):
     # _handover_dealloc, _view_lifecycle.pxi.)
 
 
+cdef extern from *:
+    """
+    /* Released hand-overs kept for reuse (_keep_spare_handover): with the GIL only,
+       which makes each take and put back one step (no Python code runs in either). */
+    #ifdef Py_GIL_DISABLED
+    #define SV_HANDOVER_REUSE 0
+    #else
+    #define SV_HANDOVER_REUSE 1
+    #endif
+    #define SV_SPARE_HANDOVERS 64
+    static PyObject *sv_spare_handovers[SV_SPARE_HANDOVERS];
+    static int sv_spare_handover_count = 0;
+    """
+    bint SV_HANDOVER_REUSE
+    int SV_SPARE_HANDOVERS
+    PyObject **sv_spare_handovers
+    int sv_spare_handover_count
+
+
 cdef _Handover _new_handover(list streams, bint group, tuple place=None):
     """A hand-over on ``streams``, or on ``place`` alone (``streams`` None); a group
-    starts with neither, and no ``holds`` list (made by its second hold)."""
-    cdef _Handover handover = _Handover.__new__(_Handover)
+    starts with neither, and no ``holds`` list (made by its second hold).  A spare one
+    (_keep_spare_handover: as a new one is) when there is one."""
+    global sv_spare_handover_count
+    cdef _Handover handover
+    cdef PyObject *spare
+    if SV_HANDOVER_REUSE and sv_spare_handover_count > 0:
+        sv_spare_handover_count -= 1
+        spare = sv_spare_handovers[sv_spare_handover_count]
+        handover = <_Handover>spare
+        Py_DECREF_ptr(spare)  # the spares' reference (``handover`` holds one: nothing runs)
+    else:
+        handover = _Handover.__new__(_Handover)
     handover.streams = streams
     handover.place = place
     handover.group = group
@@ -662,6 +691,7 @@ cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
     cdef bint held = entry.held
     cdef _Hold hold
     cdef _Handover chain = entry.joined
+    cdef _Handover following
     cdef Py_ssize_t count = 0
     entry.holds = None
     entry.held = False
@@ -676,11 +706,45 @@ cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
         for hold in holds:
             _release_hold(hold)
             count += 1
-    # The hand-overs that joined this one (_join_youngest): all of theirs.
+    # The hand-overs that joined this one (_join_youngest): all of theirs; each then
+    # unlinked and kept as a spare when nothing else holds it.
     while chain is not None:
         count += _release_holds(chain)
-        chain = chain.joined_next
+        following = chain.joined_next
+        if following is not None:
+            chain.joined_next = None  # (``following`` holds it: nothing runs)
+        _keep_spare_handover(chain)
+        chain = following
     return count
+
+
+cdef inline void _keep_spare_handover(_Handover handover) noexcept:
+    """``handover``, released (its holds, joins and events gone), kept for _new_handover
+    when nothing but the caller holds it (with the GIL, a reference count of 1) and there
+    is room: put back in the state a new one starts in (its places dropped: tuples and a
+    list of ints, no Python code runs)."""
+    global sv_spare_handover_count
+    if (
+        not SV_HANDOVER_REUSE or sv_spare_handover_count >= SV_SPARE_HANDOVERS
+        or Py_REFCNT_ptr(<PyObject *>handover) != 1
+    ):
+        return
+    if (
+        handover.held or handover.n_slots or handover.holds is not None
+        or handover.joined is not None or handover.joined_next is not None
+        or handover.c_events != NULL or handover.events is not None
+        or handover.managed != NULL or handover.held_buffer != NULL
+    ):
+        return
+    handover.streams = None
+    handover.place = None
+    handover.n_joined = 0
+    handover.sealed = False
+    handover.managed_is_versioned = False
+    # (exporting_obj, interface and memory_owner are None since the release.)
+    Py_INCREF(handover)
+    sv_spare_handovers[sv_spare_handover_count] = <PyObject *>handover
+    sv_spare_handover_count += 1
 
 
 cdef Py_ssize_t _hold_count(_Handover entry):
@@ -1459,6 +1523,12 @@ def _pending_holds():
         sum([_hold_count(<_Handover>entry) for entry in entries]),
         sum([_hold_count(<_Handover>entry) for entry in captured]),
     )
+
+
+def _spare_handovers():
+    """How many released hand-overs are kept for reuse now (_keep_spare_handover), for
+    tests."""
+    return sv_spare_handover_count
 
 
 def _deferred_holds():
