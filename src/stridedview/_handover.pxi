@@ -62,6 +62,11 @@
 #   no entry listed, nothing queried, so a hand-over costs the same with 1 or
 #   4,096 entries pending.  Anything else (two places, a per-thread stream, the
 #   Python path, no cuStreamGetId, a capture, a failing call) records as above.
+# - Spares (_keep_spare_handover, _new_handover; with the GIL only): a hand-over
+#   that joined an entry, once released with it (its holds, joins and events gone)
+#   and held by nothing else (a reference count of 1), is kept (up to 64) and
+#   handed out again by _new_handover in the state a new one starts in.  A
+#   free-threaded build makes each anew.
 # - A group is sealed when its launch ends, and a seal is never undone: a view
 #   joins it (_join_group) only while it is not sealed, decided under the lock,
 #   so a sealed group's streams never change.  A view made on a stream after the
