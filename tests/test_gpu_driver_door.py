@@ -352,10 +352,11 @@ def refuse_python_hand_overs(monkeypatch) -> None:
 
 def test_warm_hand_over_is_recorded_queried_and_released_in_c(door, simulator, monkeypatch):
     """After warm-up, a view's hand-over (record_stream, then the view dropped) is one
-    cuStreamIsCapturing, one cuStreamGetId and one cuEventRecord: it joins the pending
-    entry of the same stream, whose event is recorded again (no event created), queried
-    with cuEventQuery and given back to the door's pool when the holds are released; no
-    call to _driver.py's hand-over functions."""
+    cuStreamIsCapturing, one cuStreamGetId and one cuEventRecord (no context call: an
+    ordinary stream carries its context): it joins the pending entry of the same stream,
+    whose event is recorded again (no event created), queried with cuEventQuery and given
+    back to the door's pool when the holds are released; no call to _driver.py's hand-over
+    functions."""
     from test_gpu_record_stream import Marking
 
     marking = Marking(door, 100)
@@ -379,9 +380,7 @@ def test_warm_hand_over_is_recorded_queried_and_released_in_c(door, simulator, m
     made.pop("cuEventQuery", None)  # (a check on view creation may have come)
     # (A second event once, if such a check released the entry the others joined.)
     assert made.pop("cuEventCreate", 0) <= 1
-    assert made == {
-        "cuStreamIsCapturing": 10, "cuStreamGetId": 10, "cuEventRecord": 10, "cuCtxGetCurrent": 10,
-    }
+    assert made == {"cuStreamIsCapturing": 10, "cuStreamGetId": 10, "cuEventRecord": 10}
     assert handover_info()["handed"] - handed == 10
     queries = simulator.calls("cuEventQuery")
     release_pending()  # the stream is done: queried, released
@@ -393,7 +392,8 @@ def test_warm_hand_over_is_recorded_queried_and_released_in_c(door, simulator, m
 
 def test_warm_launch_with_record_stream_is_one_record_per_stream_in_c(door, simulator, monkeypatch):
     """A launch of three views on one stream with record_stream=True hands over once: one
-    cuStreamIsCapturing and one cuEventRecord, in C."""
+    cuStreamIsCapturing, one cuStreamGetId and one cuEventRecord, in C (no context call),
+    its three holds kept in its hand-over's own fields and slots."""
     from test_gpu_record_stream import Marking
 
     from stridedview import args_viewable_as_strided_memory
@@ -418,12 +418,68 @@ def test_warm_launch_with_record_stream_is_one_record_per_stream_in_c(door, simu
     made = delta(simulator, before)
     made.pop("cuEventQuery", None)
     assert made.pop("cuEventCreate", 0) <= 1
-    assert made == {
-        "cuStreamIsCapturing": 10, "cuStreamGetId": 10, "cuEventRecord": 10, "cuCtxGetCurrent": 10,
-    }
+    assert made == {"cuStreamIsCapturing": 10, "cuStreamGetId": 10, "cuEventRecord": 10}
     assert handover_info()["handed"] - handed == 10
     release_pending(wait=True)
     assert set(marking.calls.values()) == {1} and len(marking.calls) == 39
+
+
+@pytest.mark.parametrize("current", ["device 0", "none"])
+def test_a_c_hand_over_on_another_devices_stream_needs_no_context_current(
+    door, simulator, two_gpus, monkeypatch, current
+):
+    """A hand-over on device 1's stream, made and released on a new thread whose current
+    context is device 0's or none: recorded in C with an event of device 1's context
+    (created once, that context pushed around the create only: a record of an event of another context
+    fails in the simulator), later ones with no context call at all; each hold released
+    once, only after the stream's work (its marker set by then)."""
+    from driver_support import drv, make_current, ok
+    from test_gpu_record_stream import DELETER_DELAY_US, Marking
+
+    marking = Marking(door, 20)
+    stream = door.stream(device=1)
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    del view  # (no hand-over: its deleter counts as early)
+    outcome = {}
+
+    def run():
+        if current == "device 0":
+            make_current(0)
+        else:
+            assert int(ok(drv.cuCtxGetCurrent())) == 0
+        before = counts(simulator, HANDOVER_COUNTED)
+        simulator.set_delay_us(DELETER_DELAY_US)
+        for i in range(10):
+            view = StridedMemoryView(producer, stream_ptr=-1)
+            marking.mark(producer.last, stream)
+            view.record_stream(stream.ptr)
+            del view
+            if i == 0:
+                outcome["first"] = delta(simulator, before)
+                before = counts(simulator, HANDOVER_COUNTED)
+        outcome["later"] = delta(simulator, before)
+        outcome["released"] = release_pending(wait=True)
+
+    refuse_python_hand_overs(monkeypatch)
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    simulator.set_delay_us(0)
+    first, later = outcome["first"], outcome["later"]
+    assert first.pop("cuEventCreate") == 1
+    assert first.pop("cuCtxGetCurrent") == 1
+    assert first.pop("cuCtxPushCurrent_v2") == first.pop("cuCtxPopCurrent_v2") == 1
+    assert first == {  # (the stream's context looked up once by this thread's table)
+        "cuStreamGetCtx": 1, "cuStreamIsCapturing": 1, "cuStreamGetId": 1, "cuEventRecord": 1,
+    }
+    later.pop("cuEventQuery", None)  # (a check on view creation may have come)
+    assert "cuCtxGetCurrent" not in later and "cuCtxPushCurrent_v2" not in later
+    assert later.pop("cuEventRecord") == 9
+    assert outcome["released"] >= 1
+    assert _view._pending_holds() == (0, 0, 0)
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 11
+    assert marking.early == [1]
 
 
 def slow_stream_marking(door, simulator, count):
@@ -464,6 +520,48 @@ def test_c_hand_overs_on_one_stream_join_its_pending_entry_up_to_a_limit(door, s
     assert set(marking.calls.values()) == {1} and len(marking.calls) == 101
     assert marking.early == [1]  # (1: the first view, not handed over)
     assert _view._pending_holds() == (0, 0, 0)
+
+
+def test_released_joined_hand_overs_are_reused_and_keep_their_new_holds(door, simulator):
+    """Hand-overs that joined an entry are kept for reuse once released (with the GIL;
+    none without it), and a reused one starts empty: the views and launches handed over
+    with them on two other slow streams keep each hold until their own stream ran, and
+    every deleter runs once."""
+    from test_gpu_record_stream import DELETER_DELAY_US, Marking
+
+    from stridedview import args_viewable_as_strided_memory
+
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    marking = Marking(door, 200)
+    first, second, third = door.stream(), door.stream(), door.stream()
+    producers_ = [marking.producer() for _ in range(3)]
+    for _ in range(40):  # joined on one stream, then all released
+        view = StridedMemoryView(producers_[0], stream_ptr=-1)
+        view.record_stream(first)
+        del view
+    release_pending(wait=True)
+    spares = _view._spare_handovers()
+    assert (spares >= 30) if gil else spares == 0
+
+    @args_viewable_as_strided_memory((0, 1), record_stream=True)
+    def launch(a, b, stream):
+        for arg in (a, b):
+            arg.view(stream.ptr)
+            marking.mark(arg.obj.last, stream)
+
+    simulator.set_delay_us(DELETER_DELAY_US)
+    for i in range(10):
+        view = StridedMemoryView(producers_[0], stream_ptr=-1)
+        marking.mark(producers_[0].last, second)
+        view.record_stream(second)
+        del view
+        launch(producers_[1], producers_[2], third)
+    assert (_view._spare_handovers() < spares) if gil else _view._spare_handovers() == 0
+    release_pending(wait=True)
+    simulator.set_delay_us(0)
+    assert _view._pending_holds() == (0, 0, 0)
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 70
+    assert sorted(marking.early) == list(range(1, 41))  # (the first 40: nothing marked)
 
 
 def test_a_hand_over_joins_no_entry_of_a_stream_whose_id_is_not_known_the_same(door, simulator):

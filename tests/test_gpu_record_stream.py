@@ -574,6 +574,36 @@ def test_decorator_deleters_run_once_after_the_stream_from_many_threads(gpu, sim
     assert events_back_to(simulator, live) == live
 
 
+def test_recording_launches_of_six_arguments_joined_keep_every_hold_until_the_stream_ran(
+    gpu, simulator
+):
+    """Recording launches of six arguments on one slow stream (each group's holds in its own
+    fields, its slots and two hold objects; the launches after the first join its entry,
+    up to the limit, then a new entry): every deleter runs once, only after the stream's
+    work on its view (its marker set), and no hold is left pending."""
+    launches = 80
+    marking = Marking(gpu, 6 * launches + 10)
+    stream = gpu.stream()
+    producers_ = [marking.producer() for _ in range(6)]
+
+    @args_viewable_as_strided_memory((0, 1, 2, 3, 4, 5), record_stream=True)
+    def launch(a, b, c, d, e, f, stream):
+        for arg in (a, b, c, d, e, f):
+            arg.view(stream.ptr)
+            marking.mark(arg.obj.last, stream)
+
+    simulator.set_delay_us(DELETER_DELAY_US // 4)
+    for _ in range(launches):
+        launch(*producers_, stream)
+    assert _view._pending_holds()[1] >= 1
+    release_pending(wait=True)
+    simulator.set_delay_us(0)
+    assert _view._pending_holds() == (0, 0, 0)
+    assert len(marking.calls) == 6 * launches
+    assert set(marking.calls.values()) == {1}
+    assert marking.early == []
+
+
 def test_a_recording_launch_on_two_streams_keeps_each_hold_until_both_ran(gpu, simulator):
     """A recording launch whose two arguments are viewed on two streams (the group's second
     place, which makes its list of places): each launch records one event on each stream,

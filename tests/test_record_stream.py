@@ -641,6 +641,48 @@ def test_decorator_records_one_event_per_launch(fake_streams):
     assert [producers.deleter_calls(p) for p in made] == [1, 1, 1]
 
 
+@pytest.mark.parametrize("count", [1, 2, 4, 5, 7])
+def test_decorator_holds_of_any_number_of_arguments_released_once_after_the_stream(
+    fake_streams, count
+):
+    """A launch of ``count`` arguments (the group's first hold kept in its own fields, the
+    next three in its slots, any more in hold objects): one event, every hold kept until
+    the stream is done, each deleter run once, each temporary freed then; the next launch
+    the same (its kept views filled again)."""
+    fake = fake_streams
+    stream = fake.new_stream()
+    seen = []
+
+    @args_viewable_as_strided_memory(tuple(range(7)), record_stream=True)
+    def launch(a, b, c, d, e, f, g, stream):
+        for arg in (a, b, c, d, e, f, g):
+            if arg is not None:
+                arg.view(stream)
+        fake.enqueue(stream)
+
+    def temporary():
+        device = Device()
+        seen.append(weakref.ref(device))
+        return device
+
+    made = [device_capsule_producer() for _ in range(0, count, 2)]  # even positions
+    for round_ in (1, 2):
+        seen.clear()
+        arguments = [made[i // 2] if i % 2 == 0 else temporary() for i in range(count)]
+        before = len(fake.calls)
+        launch(*arguments, *[None] * (7 - count), stream)
+        assert fake.names(fake.calls[before:]).count("cuEventRecord") == 1
+        del arguments
+        assert pending() == (1, count)
+        assert [producers.deleter_calls(p) for p in made] == [round_ - 1] * len(made)
+        assert all(ref() is not None for ref in seen)
+        fake.finish(stream)
+        assert release_pending() == count
+        assert [producers.deleter_calls(p) for p in made] == [round_] * len(made)
+        assert all(ref() is None for ref in seen)
+        assert pending() == (0, 0)
+
+
 def test_decorator_without_the_option_hands_nothing_over(fake_streams):
     """The control: without record_stream the arguments are released when the launch ends."""
     fake = fake_streams

@@ -99,9 +99,13 @@
 #   _driver.py's calls take as a CUcontext); 2, no current context and any failure
 #   go to check_stream.
 # - A hand-over's record (_door_record_entry, sv_door_handover_record): per place,
-#   its context pushed when not current, cuStreamIsCapturing must answer NONE,
-#   then an event from this thread's C pool for that context (created there, with
-#   CU_EVENT_DISABLE_TIMING, when empty) is recorded.  Anything else (a capture
+#   cuStreamIsCapturing must answer NONE, then an event from this thread's C pool
+#   for that context (created there, with CU_EVENT_DISABLE_TIMING, when empty; the
+#   context pushed around the create when not current) is recorded.  A default
+#   stream's place (0, 1) has its context pushed around all of it when not current
+#   (the handle names the current context's stream); an ordinary stream is reached
+#   by its handle, which carries its context, with no context call (as
+#   sv_door_order records on a producer's stream).  Anything else (a capture
 #   status other than NONE, any failing call, a ninth context, a per-thread stream
 #   (2) released other than by its live recording thread) gives back the events
 #   recorded so far and leaves the whole entry to _driver.record_handover (which
@@ -789,8 +793,10 @@ cdef extern from *:
     }
 
     /* Record an event from this thread's pool of ``context`` (created there when the
-       pool is empty) on ``stream``, ``context`` current (pushed around it when it is
-       not), after cuStreamIsCapturing said NONE.  SV_CUDA_SUCCESS: recorded, *event set.
+       pool is empty, ``context`` current: pushed around the create when it is not) on
+       ``stream``, after cuStreamIsCapturing said NONE; for a default-stream handle (0, 1,
+       2) ``context`` is made current around the whole (pushed when it is not), an
+       ordinary stream is reached by its handle alone (its context is its own).  SV_CUDA_SUCCESS: recorded, *event set.
        Anything else (a capture status other than NONE, a failing call, no pool slot):
        the caller gives back what it recorded and leaves the whole entry to _driver.py;
        *event is then an event to give back (a failing pop after the record) or NULL.
@@ -810,12 +816,18 @@ cdef extern from *:
         if (again != NULL && (stream_id == NULL || *stream_id == 0 || sv_door_fn.cuStreamGetId == NULL))
             return SV_DOOR_NOT_HANDLED;
         *event = NULL;
-        r = sv_door_fn.cuCtxGetCurrent(&current);
-        if (r != SV_CUDA_SUCCESS) return r;
-        if (current != context) {
-            r = sv_door_fn.cuCtxPushCurrent(context);
+        if (stream <= 2) {
+            /* A default-stream handle names the current context's stream: ``context``
+               made current.  An ordinary stream carries its context (as sv_door_order's
+               record on a producer's stream): no context call, unless an event must be
+               created (below). */
+            r = sv_door_fn.cuCtxGetCurrent(&current);
             if (r != SV_CUDA_SUCCESS) return r;
-            pushed = 1;
+            if (current != context) {
+                r = sv_door_fn.cuCtxPushCurrent(context);
+                if (r != SV_CUDA_SUCCESS) return r;
+                pushed = 1;
+            }
         }
         r = sv_door_fn.cuStreamIsCapturing((void *)stream, &status);
         if (r == SV_CUDA_SUCCESS && status != 0) r = SV_DOOR_NOT_HANDLED;
@@ -832,20 +844,43 @@ cdef extern from *:
             if (i < 0) r = SV_DOOR_NOT_HANDLED;
             else if (t->pool_count[i] > 0) ev = t->pool_event[i][--t->pool_count[i]];
             else {
-                r = sv_door_fn.cuEventCreate(&ev, SV_CU_EVENT_DISABLE_TIMING);
+                /* Created in ``context``: current already for a default stream, else
+                   made current around the create (an event belongs to the context
+                   current at its creation). */
+                void *creator = context;
+                int around = 0;
+                if (stream > 2) {
+                    r = sv_door_fn.cuCtxGetCurrent(&creator);
+                    if (r == SV_CUDA_SUCCESS && creator != context) {
+                        r = sv_door_fn.cuCtxPushCurrent(context);
+                        around = r == SV_CUDA_SUCCESS;
+                    }
+                }
+                if (r == SV_CUDA_SUCCESS) r = sv_door_fn.cuEventCreate(&ev, SV_CU_EVENT_DISABLE_TIMING);
                 if (r == SV_CUDA_SUCCESS) {
                     __atomic_add_fetch(&sv_door_handover_live, 1, __ATOMIC_RELAXED);
                     t->events_made++;
+                } else {
+                    ev = NULL;
+                }
+                if (around) {
+                    r_pop = sv_door_fn.cuCtxPopCurrent(&popped);
+                    if (r == SV_CUDA_SUCCESS && r_pop != SV_CUDA_SUCCESS) r = r_pop;  /* ev given back */
                 }
             }
         }
         if (r == SV_CUDA_SUCCESS && again == NULL) {
             r = sv_door_fn.cuEventRecord(ev, (void *)stream);
             if (r != SV_CUDA_SUCCESS) {
+                /* Destroyed with ``context`` current (pushed here for an ordinary stream;
+                   a push that fails, a gone context, destroys without it). */
+                int around = !pushed && stream > 2
+                             && sv_door_fn.cuCtxPushCurrent(context) == SV_CUDA_SUCCESS;
                 sv_door_fn.cuEventDestroy(ev);
                 __atomic_sub_fetch(&sv_door_handover_live, 1, __ATOMIC_RELAXED);
                 ev = NULL;
                 if (sv_door_stale(r)) sv_door_pool_drop(t, i);  /* a reset context's are all dead */
+                if (around) sv_door_fn.cuCtxPopCurrent(&popped);
             }
         }
         if (pushed) {

@@ -3,9 +3,11 @@
 # ``record_stream=True``) does not let go of that memory when it is released:
 # what it held (its reference to the exporting object, the DLPack capsule's
 # tensor and deleter, the CAI dict, a held buffer, the root view of a derived
-# one) moves to a hold (the _Handover's own fields for its first; a _Hold for each
-# later one of a launch's group), handed to the streams, and released only once an
-# event recorded on each of them then has completed.
+# one) moves to a hold (the _Handover's own fields for its first; its slots for
+# the next _HOLD_SLOTS of a launch's group, a _Hold for each later one; every
+# slot's references counted, moved under the lock like the rest), handed to the
+# streams, and released only once an event recorded on each of them then has
+# completed.
 #
 # What is here, and the invariant each piece rests on:
 #
@@ -53,13 +55,18 @@
 #   captured: later queries see the latest point only), after cuStreamIsCapturing
 #   said NONE and cuStreamGetId said the handle still names the stream the entry
 #   was recorded on (ids are never reused: a stream destroyed and another made at
-#   its address fails this), becomes one item of the entry's ``holds`` (its own
-#   holds with it: _release_holds releases such an item's all) and puts the entry
-#   back at the end.  The earlier holds then wait for a later point of the same stream,
+#   its address fails this), is linked from the entry's ``joined`` (its own holds
+#   with it: _release_holds releases a joined one's all) and puts the entry back at
+#   the end.  The earlier holds then wait for a later point of the same stream,
 #   never an earlier one, and for at most _JOIN_LIMIT records; no event is made,
 #   no entry listed, nothing queried, so a hand-over costs the same with 1 or
 #   4,096 entries pending.  Anything else (two places, a per-thread stream, the
 #   Python path, no cuStreamGetId, a capture, a failing call) records as above.
+# - Spares (_keep_spare_handover, _new_handover; with the GIL only): a hand-over
+#   that joined an entry, once released with it (its holds, joins and events gone)
+#   and held by nothing else (a reference count of 1), is kept (up to 64) and
+#   handed out again by _new_handover in the state a new one starts in.  A
+#   free-threaded build makes each anew.
 # - A group is sealed when its launch ends, and a seal is never undone: a view
 #   joins it (_join_group) only while it is not sealed, decided under the lock,
 #   so a sealed group's streams never change.  A view made on a stream after the
@@ -230,6 +237,21 @@ cdef enum:
     _ENTRY_RECORDED = 3  # its events recorded
 
 
+cdef enum:
+    # A group's holds after its first kept in the _Handover itself (``slots``), no _Hold
+    # made: a launch of up to 1 + _HOLD_SLOTS arguments makes no hold object nor list.
+    _HOLD_SLOTS = 3
+
+# A hold in a _Handover's slot: a _Hold's fields, its three references counted.
+ctypedef struct sv_hold_slot:
+    PyObject *exporting_obj
+    PyObject *interface
+    PyObject *memory_owner
+    void *managed
+    bint managed_is_versioned
+    Py_buffer *held_buffer
+
+
 @cython.no_gc
 @cython.auto_pickle(False)
 cdef class _Hold:
@@ -237,9 +259,10 @@ cdef class _Hold:
 
     Released once, by _release_hold (or, should it be dropped unreleased, by its
     deallocator): the buffer, then the deleter, then the references.  A _Handover
-    is one too: its first hold is kept in these fields (``held``), a _Hold made only
-    for a group's later ones; one that joined a pending entry is an item of that
-    entry's ``holds``, its own holds with it (_join_youngest).
+    is one too: its first hold is kept in these fields (``held``), a group's next
+    _HOLD_SLOTS in its ``slots``, a _Hold made only for the ones after; one that
+    joined a pending entry is linked from that entry's ``joined``, its own holds with
+    it (_join_youngest).
     """
 
     cdef object exporting_obj
@@ -265,8 +288,12 @@ cdef class _Handover(_Hold):
     second place is recorded, then a list of both; _entry_places gives either as a
     list);
     the first hold handed over in its own (_Hold) fields, ``held`` set while they
-    hold it; ``holds``: the _Holds handed over after it (None until a second hold,
-    and once released); ``events``: the ``[context, event]`` pairs
+    hold it; the next _HOLD_SLOTS of a group in ``slots`` (``n_slots`` of them);
+    ``holds``: the _Holds handed over after those (None until one more, and once
+    released); ``joined``: the latest hand-over that joined this pending entry
+    (_join_youngest), each linking the one before it through ``joined_next``
+    (``n_joined`` of them), their holds released with this entry's; ``events``: the
+    ``[context, event]`` pairs
     recorded when it was sealed by _driver.record_handover, or ``c_events`` those the C
     door recorded.  A group (a launch's) is shared by its views and
     sealed when the launch ends.
@@ -276,6 +303,11 @@ cdef class _Handover(_Hold):
     cdef tuple place  # the one place of a single view's hand-over (streams None)
     cdef list holds
     cdef bint held  # the first hold is in this object's _Hold fields
+    cdef int n_slots
+    cdef sv_hold_slot slots[_HOLD_SLOTS]
+    cdef _Handover joined
+    cdef _Handover joined_next
+    cdef int n_joined
     cdef list events
     # Recorded through the C door instead (_door_record_entry): its (context, event)
     # pairs in C, given back to the releasing thread's C pool (never to _driver.py's).
@@ -286,10 +318,39 @@ cdef class _Handover(_Hold):
     # _handover_dealloc, _view_lifecycle.pxi.)
 
 
+cdef extern from *:
+    """
+    /* Released hand-overs kept for reuse (_keep_spare_handover): with the GIL only,
+       which makes each take and put back one step (no Python code runs in either). */
+    #ifdef Py_GIL_DISABLED
+    #define SV_HANDOVER_REUSE 0
+    #else
+    #define SV_HANDOVER_REUSE 1
+    #endif
+    #define SV_SPARE_HANDOVERS 64
+    static PyObject *sv_spare_handovers[SV_SPARE_HANDOVERS];
+    static int sv_spare_handover_count = 0;
+    """
+    bint SV_HANDOVER_REUSE
+    int SV_SPARE_HANDOVERS
+    PyObject **sv_spare_handovers
+    int sv_spare_handover_count
+
+
 cdef _Handover _new_handover(list streams, bint group, tuple place=None):
     """A hand-over on ``streams``, or on ``place`` alone (``streams`` None); a group
-    starts with neither, and no ``holds`` list (made by its second hold)."""
-    cdef _Handover handover = _Handover.__new__(_Handover)
+    starts with neither, and no ``holds`` list (made by its second hold).  A spare one
+    (_keep_spare_handover: as a new one is) when there is one."""
+    global sv_spare_handover_count
+    cdef _Handover handover
+    cdef PyObject *spare
+    if SV_HANDOVER_REUSE and sv_spare_handover_count > 0:
+        sv_spare_handover_count -= 1
+        spare = sv_spare_handovers[sv_spare_handover_count]
+        handover = <_Handover>spare
+        Py_DECREF_ptr(spare)  # the spares' reference (``handover`` holds one: nothing runs)
+    else:
+        handover = _Handover.__new__(_Handover)
     handover.streams = streams
     handover.place = place
     handover.group = group
@@ -539,11 +600,65 @@ cdef void _release_hold_memory(_Hold hold) noexcept:
     cdef Py_buffer *buffer = hold.held_buffer
     hold.managed = NULL
     hold.held_buffer = NULL
+    _release_memory(managed, hold.managed_is_versioned, buffer)
+
+
+cdef inline void _move_hold_to_slot(StridedMemoryView view, sv_hold_slot *slot) noexcept:
+    """_move_hold into a _Handover's slot (its references taken: only None is dropped
+    from the view, no Python code runs)."""
+    slot.exporting_obj = <PyObject *>view.exporting_obj
+    slot.interface = <PyObject *>view._interface
+    slot.memory_owner = <PyObject *>view._memory_owner
+    Py_INCREF_ptr(slot.exporting_obj)
+    Py_INCREF_ptr(slot.interface)
+    Py_INCREF_ptr(slot.memory_owner)
+    slot.managed = view._managed
+    slot.managed_is_versioned = view._managed_is_versioned
+    slot.held_buffer = view._held_buffer
+    view._managed = NULL
+    view._held_buffer = NULL
+    view.exporting_obj = None  # each still referenced by the slot: nothing runs
+    view._interface = None
+    view._memory_owner = None
+
+
+cdef Py_ssize_t _release_slots(_Handover entry) noexcept:
+    """Release the holds in ``entry``'s slots (once: taken out first), as _release_hold
+    does: buffer, deleter, then the references, the pending exception saved around them
+    only when there is one; how many."""
+    cdef int n = entry.n_slots
+    cdef int i
+    cdef sv_hold_slot taken[_HOLD_SLOTS]
+    cdef PyObject *error_type = NULL
+    cdef PyObject *error_value = NULL
+    cdef PyObject *error_traceback = NULL
+    cdef bint saved
+    if n == 0:
+        return 0
+    memcpy(taken, entry.slots, n * sizeof(sv_hold_slot))
+    entry.n_slots = 0
+    saved = PyErr_Occurred() != NULL
+    if saved:
+        PyErr_Fetch(&error_type, &error_value, &error_traceback)
+    for i in range(n):
+        _release_memory(taken[i].managed, taken[i].managed_is_versioned, taken[i].held_buffer)
+        Py_DECREF_ptr(taken[i].memory_owner)
+        Py_DECREF_ptr(taken[i].interface)
+        Py_DECREF_ptr(taken[i].exporting_obj)
+    if saved:
+        PyErr_Restore(error_type, error_value, error_traceback)
+    elif PyErr_Occurred() != NULL:
+        PyErr_Clear()
+    return n
+
+
+cdef void _release_memory(void *managed, bint managed_is_versioned, Py_buffer *buffer) noexcept:
+    """A hold's buffer released and its deleter run (no exception pending)."""
     if buffer != NULL:
         _release_held_buffer(buffer)
     if managed == NULL:
         return
-    if hold.managed_is_versioned:
+    if managed_is_versioned:
         if (<DLManagedTensorVersioned *>managed).deleter != NULL:
             (<DLManagedTensorVersioned *>managed).deleter(<DLManagedTensorVersioned *>managed)
     elif (<DLManagedTensor *>managed).deleter != NULL:
@@ -580,29 +695,72 @@ cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
     cdef list holds = entry.holds
     cdef bint held = entry.held
     cdef _Hold hold
+    cdef _Handover chain = entry.joined
+    cdef _Handover following
     cdef Py_ssize_t count = 0
     entry.holds = None
     entry.held = False
+    if chain is not None:
+        entry.joined = None  # (``chain`` holds it: nothing runs)
+        entry.n_joined = 0
     if held:
         _release_hold(entry)  # its first, in its own fields
         count = 1
-    if holds is None:
-        return count
-    for hold in holds:
-        if type(hold) is _Handover:  # one that joined this one (_join_youngest): all of its
-            count += _release_holds(<_Handover>hold)
-        else:
+    count += _release_slots(entry)
+    if holds is not None:
+        for hold in holds:
             _release_hold(hold)
             count += 1
+    # The hand-overs that joined this one (_join_youngest): all of theirs; each then
+    # unlinked and kept as a spare when nothing else holds it.
+    while chain is not None:
+        count += _release_holds(chain)
+        following = chain.joined_next
+        if following is not None:
+            chain.joined_next = None  # (``following`` holds it: nothing runs)
+        _keep_spare_handover(chain)
+        chain = following
     return count
+
+
+cdef inline void _keep_spare_handover(_Handover handover) noexcept:
+    """``handover``, released (its holds, joins and events gone), kept for _new_handover
+    when nothing but the caller holds it (with the GIL, a reference count of 1) and there
+    is room: put back in the state a new one starts in (its places dropped: tuples and a
+    list of ints, no Python code runs)."""
+    global sv_spare_handover_count
+    if (
+        not SV_HANDOVER_REUSE or sv_spare_handover_count >= SV_SPARE_HANDOVERS
+        or Py_REFCNT_ptr(<PyObject *>handover) != 1
+    ):
+        return
+    if (
+        handover.held or handover.n_slots or handover.holds is not None
+        or handover.joined is not None or handover.joined_next is not None
+        or handover.c_events != NULL or handover.events is not None
+        or handover.managed != NULL or handover.held_buffer != NULL
+    ):
+        return
+    handover.streams = None
+    handover.place = None
+    handover.n_joined = 0
+    handover.sealed = False
+    handover.managed_is_versioned = False
+    # (exporting_obj, interface and memory_owner are None since the release.)
+    Py_INCREF(handover)
+    sv_spare_handovers[sv_spare_handover_count] = <PyObject *>handover
+    sv_spare_handover_count += 1
 
 
 cdef Py_ssize_t _hold_count(_Handover entry):
     """How many holds ``entry`` has not released (for tests)."""
-    cdef Py_ssize_t count = entry.held
+    cdef Py_ssize_t count = entry.held + entry.n_slots
+    cdef _Handover chain = entry.joined
     if entry.holds is not None:
-        for hold in entry.holds:
-            count += _hold_count(<_Handover>hold) if type(hold) is _Handover else 1
+        count += len(entry.holds)
+    while chain is not None:
+        count += _hold_count(chain)
+        chain = chain.joined_next
     return count
 
 
@@ -640,17 +798,23 @@ cdef void _hand_over_view(StridedMemoryView view) noexcept:
         _seal_and_register(record)
         return
     # A launch's view: its hold joins the group's while the launch runs (the first in
-    # the group's own fields, a later one in a _Hold of its own).
+    # the group's own fields, the next ones in its slots, any later one in a _Hold of
+    # its own).
     # (A group is released only once sealed: unsealed, its fields are unreleased.)
     cdef bint listed
     cdef list holds = None
     cdef list streams
     cdef tuple place
     SV_HANDOVER_LOCK()
-    if not record.sealed and not record.held:
-        _move_hold(view, record)  # (the fields are empty: only None is dropped)
-        record.held = True
-        joined = True
+    if not record.sealed:
+        if not record.held:
+            _move_hold(view, record)  # (the fields are empty: only None is dropped)
+            record.held = True
+            joined = True
+        elif record.n_slots < _HOLD_SLOTS:
+            _move_hold_to_slot(view, &record.slots[record.n_slots])
+            record.n_slots += 1
+            joined = True
     listed = record.holds is not None  # (unsealed, a list once made stays)
     SV_HANDOVER_UNLOCK()
     if joined:
@@ -907,9 +1071,9 @@ cdef void _defer(_Handover entry) noexcept:
 
 
 cdef enum:
-    # The most later hand-overs on its place an entry takes (_join_youngest; with its
-    # first, the items of its ``holds``): its first hold then waits for at most this many
-    # records of its stream.
+    # The most later hand-overs on its place an entry takes (_join_youngest, linked from
+    # its ``joined``): its first hold then waits for at most this many records of its
+    # stream.
     _JOIN_LIMIT = 32
 
 
@@ -925,7 +1089,7 @@ cdef tuple _one_place(_Handover entry):
 cdef _Handover _claim_youngest(tuple place):
     """The youngest pending entry, taken out of the registry (as _claim_oldest takes the
     oldest), if a hand-over on ``place`` may join it: recorded in C on ``place`` alone,
-    its stream's id known, fewer than _JOIN_LIMIT holds; else None.  No Python code
+    its stream's id known, joined by fewer than _JOIN_LIMIT; else None.  No Python code
     runs: int compares, and the list's reference dropped while ``entry`` holds one."""
     cdef _Handover entry = None
     cdef _Handover youngest
@@ -940,7 +1104,7 @@ cdef _Handover _claim_youngest(tuple place):
         if (
             youngest.c_events != NULL and youngest.c_events.n == 1
             and youngest.c_events.stream_id != 0
-            and (youngest.holds is None or PyList_GET_SIZE(youngest.holds) < _JOIN_LIMIT)
+            and youngest.n_joined < _JOIN_LIMIT
         ):
             other = _one_place(youngest)
             if other is not None and _same_place(other, place):
@@ -974,14 +1138,14 @@ cdef bint _join_youngest(_Handover entry) noexcept:
     place alone and is still the same stream (its id): its event is recorded again on
     that stream, so its earlier holds wait for a later point of the same stream, never
     an earlier one (what a record covers only grows), and no event is made and no
-    entry listed.  True when joined (``entry``, with its holds, is then one item of the
-    youngest's ``holds``); False leaves ``entry`` as it was (the youngest put back
+    entry listed.  True when joined (``entry``, with its holds, is then linked from the
+    youngest's ``joined``); False leaves ``entry`` as it was (the youngest put back
     unchanged, or recorded again, which only delays its holds)."""
     cdef tuple place
     cdef _Handover youngest
     cdef sv_door_thread *t
     cdef bint joined = False
-    if sv_door_state_load() != 1 or not (entry.held or entry.holds):
+    if sv_door_state_load() != 1 or not (entry.held or entry.n_slots or entry.holds):
         return False
     place = _one_place(entry)
     if place is None:
@@ -996,11 +1160,11 @@ cdef bint _join_youngest(_Handover entry) noexcept:
         if sv_door_hev_record_again(
             t, youngest.c_events, <object>PyTuple_GET_ITEM(place, 0)
         ) == SV_CUDA_SUCCESS:
-            # ``entry`` joins as one item, its own holds with it (_release_holds goes in).
-            if youngest.holds is None:
-                youngest.holds = [entry]
-            else:
-                youngest.holds.append(entry)
+            # ``entry`` joins, its own holds with it (_release_holds goes in): linked in
+            # front of the ones before it (no Python code runs: only None is dropped).
+            entry.joined_next = youngest.joined
+            youngest.joined = entry
+            youngest.n_joined += 1
             joined = True
     except BaseException:
         pass
@@ -1364,6 +1528,12 @@ def _pending_holds():
         sum([_hold_count(<_Handover>entry) for entry in entries]),
         sum([_hold_count(<_Handover>entry) for entry in captured]),
     )
+
+
+def _spare_handovers():
+    """How many released hand-overs are kept for reuse now (_keep_spare_handover), for
+    tests."""
+    return sv_spare_handover_count
 
 
 def _deferred_holds():

@@ -795,7 +795,7 @@ cdef void _seal_group(_Handover group) noexcept:
     cdef bint empty
     SV_HANDOVER_LOCK()
     group.sealed = True
-    empty = not group.held and not group.holds
+    empty = not group.held and group.n_slots == 0 and not group.holds
     SV_HANDOVER_UNLOCK()
     if not empty:
         _seal_and_register(group)

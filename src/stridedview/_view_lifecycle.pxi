@@ -308,7 +308,8 @@ _install_view_dealloc()
 # the references and frees the object.  A Cython __dealloc__ would save and restore
 # the pending exception twice for each _Handover (its own and its base's) and once
 # for each _Hold.  The generated _Handover deallocator calls the generated _Hold one
-# directly, so _handover_dealloc does both types' work.
+# directly, so _handover_dealloc does both types' work, and for a _Handover's slots
+# (C fields Cython does not know) drops their references as well.
 
 cdef destructor _generated_hold_dealloc = NULL
 cdef destructor _generated_handover_dealloc = NULL
@@ -345,6 +346,10 @@ cdef void _handover_dealloc(PyObject *o) noexcept:
         sv_door_hev_discard(events)
     if (<_Hold>o).managed != NULL or (<_Hold>o).held_buffer != NULL:
         _release_dropped_hold(o)
+    if (<_Handover>o).n_slots != 0:  # its slots' holds: their references too (not Cython's)
+        Py_SET_REFCNT(o, 1)
+        _release_slots(<_Handover>o)
+        Py_SET_REFCNT(o, 0)
     _generated_handover_dealloc(o)
 
 
