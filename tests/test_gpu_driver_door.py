@@ -660,12 +660,22 @@ def test_a_per_thread_stream_is_recorded_in_c_on_its_recording_thread(door, simu
     view.record_stream(2)
     del view
     assert handover_info()["handed"] - handed == 1 and python_records == []
-    view = StridedMemoryView(producer, stream_ptr=-1)
-    view.record_stream(2)
-    views = [view]
-    del view
-    thread = threading.Thread(target=views.clear)
+    # The other thread makes the view and drops the last reference: with the GIL off, an
+    # object is freed by the thread that made it when another thread drops its last
+    # reference (biased reference counting), so a view made here would be released here.
+    views, made, recorded = [], threading.Event(), threading.Event()
+
+    def make_then_release():
+        views.append(StridedMemoryView(producer, stream_ptr=-1))
+        made.set()
+        recorded.wait(30)
+        views.clear()
+
+    thread = threading.Thread(target=make_then_release)
     thread.start()
+    made.wait(30)
+    views[0].record_stream(2)
+    recorded.set()
     thread.join(30)
     assert python_records == [1]
     release_pending(wait=True)

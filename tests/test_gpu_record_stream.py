@@ -903,19 +903,19 @@ def test_a_per_thread_stream_handed_to_another_thread_is_waited_for(gpu, simulat
     context is waited for), never on the main thread's own per-thread stream."""
     marking = Marking(gpu, 10)
     simulator.set_delay_us(LATE_US)
-    box = []
+    # The main thread makes the view: with the GIL off, an object is freed by the thread that
+    # made it when another thread drops its last reference (biased reference counting), so
+    # a view made by A would be released by A (and A blocked here would release it late).
+    producer = marking.producer()
+    box = [StridedMemoryView(producer, stream_ptr=-1)]
     recorded, finish = threading.Event(), threading.Event()
 
     def record():
         from driver_support import make_current
 
         make_current(0)
-        producer = marking.producer()
-        view = StridedMemoryView(producer, stream_ptr=-1)
         marking.mark(producer.last, Default(2))
-        view.record_stream(2)
-        box.append(view)
-        del view
+        box[0].record_stream(2)
         recorded.set()
         finish.wait(60)
 
