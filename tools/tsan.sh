@@ -8,6 +8,19 @@
 #
 #   tools/tsan.sh                      # tests/test_free_threading.py, test_threads.py, test_record_stream.py
 #   tools/tsan.sh tests/test_launch_reuse.py -k thread   # other tests (pytest arguments)
+#   tools/tsan.sh --simgpu             # the hand-over tests on the simulated device (below)
+#   tools/tsan.sh --simgpu tests/test_gpu_graphs.py -k thread   # other gpu tests on it
+#
+# --simgpu runs the C driver door (_driver_door.pxi, _handover.pxi) on the simulated device:
+# cuda-bindings (its cp313t wheel) goes into the environment, the simulator (tests/simgpu) is
+# built with -fsanitize=thread too (so that ThreadSanitizer sees its locks, and its stream
+# threads, which run host functions and the deleters of released holds, report no false race
+# with stridedview; a race in the simulator's own code is a simulator defect), and it is made
+# the process's libcuda.so.1 (LD_LIBRARY_PATH, SIMGPU_LIB_DIR,
+# STRIDEDVIEW_REQUIRE_DEVICE=simulated).  Its default tests are the gpu tests of hand-overs
+# and ordering from several threads: tests/test_gpu_record_stream.py, test_gpu_driver_door.py,
+# test_gpu_ordering.py and test_gpu_streams.py, marked gpu or simgpu (about NN minutes on two
+# cores).
 #
 # The interpreter and its environment are cached under ~/.cache/stridedview (building the
 # interpreter takes 10 to 20 minutes on two cores, once); the package is built in a copy of
@@ -17,6 +30,11 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+simgpu=0
+if [ "${1:-}" = "--simgpu" ]; then
+    simgpu=1
+    shift
+fi
 cache="${STRIDEDVIEW_FT_CACHE:-$HOME/.cache/stridedview}"
 python="$(STRIDEDVIEW_PY_VARIANT=tsan bash "$repo/tools/build_freethreaded_python.sh" | tail -n 1)"
 venv="$cache/venv3.13t-tsan"
@@ -25,6 +43,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install -q --only-binary=numpy,ml_dtypes \
     numpy ml_dtypes pytest "hypothesis>=6,<6.150" "Cython>=3.0,<4" "setuptools>=74"
+if [ "$simgpu" = 1 ]; then
+    "$venv/bin/python" -m pip install -q --only-binary=:all: "cuda-bindings>=12,<14"
+fi
 
 work="${STRIDEDVIEW_TSAN_WORK:-$(mktemp -d)}"
 mkdir -p "$work/tree" "$work/reports"
@@ -42,6 +63,17 @@ for flag in -fsanitize=thread -DNDEBUG -O3; do
 done
 echo "tsan: _view.c compiled with$(grep -oE -- ' -(O[^ ]*|DNDEBUG|fsanitize=[^ ]*)' <<< "$line" | tr -d '\n')"
 
+if [ "$simgpu" = 1 ]; then
+    # The simulator with the interpreter's compiler (one ThreadSanitizer runtime in the process).
+    CC="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("CC").split()[0])')" \
+        CFLAGS="-fsanitize=thread" bash "$work/tree/tests/simgpu/build.sh" "$work/simgpu" \
+        > "$work/simgpu.log" 2>&1 || { tail -n 40 "$work/simgpu.log"; exit 1; }
+    echo "tsan: the simulator built with -fsanitize=thread in $work/simgpu"
+    export LD_LIBRARY_PATH="$work/simgpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export SIMGPU_LIB_DIR="$work/simgpu" STRIDEDVIEW_REQUIRE_DEVICE=simulated
+    [ $# -gt 0 ] || set -- -m "gpu or simgpu" tests/test_gpu_record_stream.py tests/test_gpu_driver_door.py \
+        tests/test_gpu_ordering.py tests/test_gpu_streams.py
+fi
 [ $# -gt 0 ] || set -- tests/test_free_threading.py tests/test_threads.py tests/test_record_stream.py
 export TSAN_OPTIONS="suppressions=$repo/tools/tsan-suppressions.txt halt_on_error=0 history_size=4 second_deadlock_stack=1 log_path=$work/reports/tsan"
 status=0
@@ -55,11 +87,16 @@ if [ ! -e "${reports[0]}" ]; then
     exit "$status"
 fi
 count="$(cat "${reports[@]}" | grep -c '^WARNING: ThreadSanitizer' || true)"
-ours="$(cat "${reports[@]}" | awk '/^WARNING: ThreadSanitizer/{r=$0; keep=0} /_view\.c|stridedview/{keep=1} /^SUMMARY/{if (keep) print r " | " $0}')"
+ours="$(cat "${reports[@]}" | awk '/^WARNING: ThreadSanitizer/{r=$0; keep=0} /_view\.c|src\/stridedview\//{keep=1} /^SUMMARY/{if (keep) print r " | " $0}')"
+simulator="$(cat "${reports[@]}" | awk '/^WARNING: ThreadSanitizer/{r=$0; keep=0} /simgpu\/src\//{keep=1} /^SUMMARY/{if (keep) print r " | " $0}')"
 echo "tsan: $count unsuppressed report(s), in $work/reports"
 cat "${reports[@]}" | grep '^SUMMARY' | sort | uniq -c | sort -rn | head -n 40
 if [ -n "$ours" ]; then
     echo "tsan: reports with a frame in stridedview's code:"
     echo "$ours"
+fi
+if [ -n "$simulator" ]; then
+    echo "tsan: reports with a frame in the simulator's code (tests/simgpu/src):"
+    echo "$simulator"
 fi
 exit 1
