@@ -492,6 +492,66 @@ def test_deleters_run_once_after_the_stream_from_many_threads(gpu, simulator):
     assert live <= events_back_to(simulator, live) <= live + HAND_OVERS // 100
 
 
+class _RecordAsTheThreadEnds:
+    """Kept in a thread's threading.local made after the thread's first hand-over, so released
+    as that thread ends, after stridedview's own per-thread caches: records its views on
+    ``stream`` and drops them one by one, the stream synchronized after each (so that each
+    release finds the one before it done, and gives its event back to the thread's pool)."""
+
+    def __init__(self, views, stream):
+        self.views, self.stream = views, stream
+
+    def __del__(self):
+        while self.views:
+            view = self.views.pop()
+            view.record_stream(self.stream.ptr)
+            del view
+            self.stream.synchronize()
+
+
+def test_hand_overs_as_a_thread_ends_leave_no_event_behind(gpu, simulator):
+    """Views recorded and released by code that runs as their thread ends (its thread state's
+    dict cleared, stridedview's per-thread caches already released): every deleter runs once,
+    after the stream, and no event is left behind (a threading.local reached then keeps what
+    it is given in a new dict that is never cleared: driver state kept there leaked its events,
+    a few per thread, up to a pool's worth)."""
+    live = simulator.counter("events_live")
+    marking = Marking(gpu, 200)
+    stream = gpu.stream()
+    local = threading.local()
+    failures = []
+
+    def work():
+        try:
+            from driver_support import make_current
+
+            make_current(0)
+            producer = marking.producer()
+            for _ in range(3):  # this thread's caches made and its pool used
+                view = StridedMemoryView(producer, stream_ptr=stream.ptr)
+                marking.mark(producer.last, stream)
+                view.record_stream(stream.ptr)
+                del view
+            release_pending(wait=True)
+            views = []
+            for _ in range(5):
+                views.append(StridedMemoryView(producer, stream_ptr=stream.ptr))
+                marking.mark(producer.last, stream)
+            local.keep = _RecordAsTheThreadEnds(views, stream)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    for _ in range(4):
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join(60)
+    release_pending(wait=True)
+    assert failures == []
+    assert len(marking.calls) == 4 * 8 and set(marking.calls.values()) == {1}
+    assert marking.early == []
+    assert events_back_to(simulator, live, seconds=1.0) == live
+
+
 def test_without_a_hand_over_deleters_run_before_the_stream(gpu, simulator):
     """Control: the same capsules without record_stream are deleted at once, while the stream
     still has the copy queued (so the test above can fail)."""
