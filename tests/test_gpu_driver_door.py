@@ -599,7 +599,11 @@ def test_c_hand_over_pools_are_destroyed_when_their_threads_end(door, simulator)
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert seen == [(5, 1)] * 4
+    # Each thread handed 5 over in C.  Its pool holds its own event back, or another's:
+    # release_pending(wait=True) releases every thread's pending holds, and gives their events
+    # to the calling thread's pool (with the GIL off the threads interleave there).
+    assert [handed for handed, _ in seen] == [5] * 4
+    assert sum(pooled for _, pooled in seen) >= 1
     assert simulator.counter("events_live") == live
     assert handover_info()["handover_events"] == door_live
 

@@ -19,8 +19,9 @@
 # the process's libcuda.so.1 (LD_LIBRARY_PATH, SIMGPU_LIB_DIR,
 # STRIDEDVIEW_REQUIRE_DEVICE=simulated).  Its default tests are the gpu tests of hand-overs
 # and ordering from several threads: tests/test_gpu_record_stream.py, test_gpu_driver_door.py,
-# test_gpu_ordering.py and test_gpu_streams.py, marked gpu or simgpu (about NN minutes on two
-# cores).
+# test_gpu_ordering.py and test_gpu_streams.py, marked gpu or simgpu (their tests took 7
+# minutes on two loaded cores, after the package's build).  The hand-over tests that need
+# cuda-core or numba-cuda (not installed here) skip (STRIDEDVIEW_ALLOW_MISSING).
 #
 # The interpreter and its environment are cached under ~/.cache/stridedview (building the
 # interpreter takes 10 to 20 minutes on two cores, once); the package is built in a copy of
@@ -71,6 +72,9 @@ if [ "$simgpu" = 1 ]; then
     echo "tsan: the simulator built with -fsanitize=thread in $work/simgpu"
     export LD_LIBRARY_PATH="$work/simgpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export SIMGPU_LIB_DIR="$work/simgpu" STRIDEDVIEW_REQUIRE_DEVICE=simulated
+    # cuda-core, numba-cuda and torch are not installed here (no cp313t wheel, or not needed):
+    # the tests that need them skip (gpu_import, importorskip) instead of failing.
+    export STRIDEDVIEW_ALLOW_MISSING="cuda.core,numba,torch"
     [ $# -gt 0 ] || set -- -m "gpu or simgpu" tests/test_gpu_record_stream.py tests/test_gpu_driver_door.py \
         tests/test_gpu_ordering.py tests/test_gpu_streams.py
 fi
