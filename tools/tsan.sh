@@ -19,8 +19,8 @@
 # the process's libcuda.so.1 (LD_LIBRARY_PATH, SIMGPU_LIB_DIR,
 # STRIDEDVIEW_REQUIRE_DEVICE=simulated).  Its default tests are the gpu tests of hand-overs
 # and ordering from several threads: tests/test_gpu_record_stream.py, test_gpu_driver_door.py,
-# test_gpu_ordering.py and test_gpu_streams.py, marked gpu or simgpu (their tests took 7
-# minutes on two loaded cores, after the package's build).  The hand-over tests that need
+# test_gpu_ordering.py and test_gpu_streams.py, marked gpu or simgpu, less the timed race
+# controls (below; their tests took 5 to 7 minutes on two loaded cores, after the build).  The hand-over tests that need
 # cuda-core or numba-cuda (not installed here) skip (STRIDEDVIEW_ALLOW_MISSING).
 #
 # The interpreter and its environment are cached under ~/.cache/stridedview (building the
@@ -82,7 +82,11 @@ if [ "$simgpu" = 1 ]; then
     # cuda-core, numba-cuda and torch are not installed here (no cp313t wheel, or not needed):
     # the tests that need them skip (gpu_import, importorskip) instead of failing.
     export STRIDEDVIEW_ALLOW_MISSING="cuda.core,numba,torch"
-    [ $# -gt 0 ] || set -- -m "gpu or simgpu" tests/test_gpu_record_stream.py tests/test_gpu_driver_door.py \
+    # Left out: the controls that must see a race within 200 unordered runs (a stream reading
+    # reused or stale memory), timed against the simulator's delay: under ThreadSanitizer the
+    # host is slowed more than the simulated device's delays, and they may see none.
+    [ $# -gt 0 ] || set -- -m "gpu or simgpu" -k "not reads_reused_memory and not read_stale_data" \
+        tests/test_gpu_record_stream.py tests/test_gpu_driver_door.py \
         tests/test_gpu_ordering.py tests/test_gpu_streams.py
 fi
 [ $# -gt 0 ] || set -- tests/test_free_threading.py tests/test_threads.py tests/test_record_stream.py
