@@ -23,7 +23,9 @@ Both imply ``gpu``: with no driver at all they skip with the ``gpu`` reason.
 ``gpu_import(name)``: in a ``gpu`` test, import a GPU library.  On a machine with a GPU a missing
 library FAILS the test (naming the ``gpu`` extra) instead of skipping it: a GPU machine that skips
 the GPU tests proves nothing.  On the simulated device the failure names the ``full`` extra
-instead (numba-cuda; the ``gpu`` extra's CuPy cannot run there).
+instead (numba-cuda; the ``gpu`` extra's CuPy cannot run there).  A library that
+``STRIDEDVIEW_ALLOW_MISSING`` names and that is not installed is skipped as an ``importorskip``
+would be (below).
 
 ``STRIDEDVIEW_REQUIRE_INTEROP=1`` (set by CI): every skip makes the run fail except a skip for
 missing hardware (the reasons in ``HARDWARE_SKIP_REASONS``: no CUDA GPU and driver, or fewer GPUs
@@ -50,7 +52,7 @@ checks, fuzzing).  CI runs the quick run with none of the three installed and un
 
 ``STRIDEDVIEW_ALLOW_MISSING=torch,jax,...`` (set only by CI's interpreter matrix, where some
 producers have no wheel at hand for that Python): an ``importorskip`` skip of a module named
-there, or of a submodule of one, is allowed, and only while that module is truly not installed
+there, or of a submodule of one (``gpu_import``'s too), is allowed, and only while that module is truly not installed
 (an installed module that fails to import still fails the run).  Every other skip still fails it.
 """
 
@@ -268,6 +270,10 @@ def gpu_import(name: str):
     try:
         return importlib.import_module(name)
     except ImportError as exc:
+        reason = f"could not import {name!r}: {exc}"
+        if _allowed_missing(reason):
+            # An interpreter of CI's matrix with no wheel of it (STRIDEDVIEW_ALLOW_MISSING).
+            pytest.skip(reason)
         if simulated_gpu():
             # The gpu extra's CuPy cannot run on the simulator (no CUDA runtime); the gpu
             # tests that run there need the full extra's numba-cuda (and cuda-core, in test).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import has_cuda_gpu
+from conftest import gpu_import, has_cuda_gpu
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 GPU_EXAMPLES = sorted(path.name for path in EXAMPLES.glob("gpu_*.py"))
@@ -112,6 +112,7 @@ def test_temporaries_example_without_a_driver_says_what_it_needs(tmp_path):
 def test_temporaries_example_keeps_every_temporary(tmp_path):
     """On a device (the simulated one in CI), the record_stream=True launcher reads the temporary
     it was given in every round, though each is dropped right after its launch."""
+    gpu_import("cuda.core")  # the example's allocator
     result = _run("launcher_temporaries.py", tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "with record_stream=True: 20 of 20 launches read the temporary they were given, 0 read" \
@@ -127,6 +128,7 @@ def test_temporaries_example_unsafe_reads_reused_memory(tmp_path):
     import os
     import re
 
+    gpu_import("cuda.core")  # the example's allocator
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "launcher_temporaries.py"), "--unsafe"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,

@@ -315,8 +315,8 @@ def test_no_current_context_pushes_the_primary(gpu, two_gpus):
 def test_cuda_core_buffers_as_both_sides(gpu):
     """cuda.core device Buffers from its default pool, typed and strided through cuda.core's
     own StridedMemoryView.from_buffer, copied into and out of through stridedview."""
-    from cuda.core import Device
-    from cuda.core.utils import StridedMemoryView as CoreView
+    Device = gpu_import("cuda.core").Device
+    CoreView = gpu_import("cuda.core.utils").StridedMemoryView
 
     device = Device(0)
     device.set_current()

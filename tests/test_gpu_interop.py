@@ -34,9 +34,7 @@ EXPECTED = HOST[:, ::2]
 
 
 def core_view_class():
-    from cuda.core.utils import StridedMemoryView as CoreView
-
-    return CoreView
+    return gpu_import("cuda.core.utils").StridedMemoryView
 
 
 def fields(view) -> dict:
@@ -124,7 +122,7 @@ def test_readonly_cai_is_readonly(gpu):
 def test_cuda_core_buffer_through_dlpack(gpu):
     """A cuda.core device Buffer from the default pool, through its __dlpack__: the same view as
     cuda.core's own."""
-    from cuda.core import Device
+    Device = gpu_import("cuda.core").Device
 
     device = Device(0)
     device.set_current()
@@ -145,7 +143,7 @@ def test_cuda_core_buffer_through_dlpack(gpu):
 def test_cuda_core_strided_view_both_ways(gpu, through):
     """cuda.core's StridedMemoryView of a Buffer (strided float32) viewed by stridedview, and
     stridedview's view viewed by cuda.core again: the same fields all the way, the same values."""
-    from cuda.core import Device
+    Device = gpu_import("cuda.core").Device
 
     CoreView = core_view_class()
     device = Device(0)
@@ -240,16 +238,16 @@ def test_cuda_core_buffer_from_buffer_as_the_constructor_sees_it(gpu, resource):
     """from_buffer on a cuda.core Buffer of a legacy pinned resource (whose device_id raises
     RuntimeError: it is bound to no GPU) and of the device's pool: the memory kind, device and
     pointer the constructor gets through the Buffer's own DLPack; the pinned bytes read back."""
-    import cuda.core
+    cuda_core = gpu_import("cuda.core")
 
-    device = cuda.core.Device(0)
+    device = cuda_core.Device(0)
     device.set_current()
     stream = device.create_stream()
     try:
         if resource == "device":
             buffer = device.allocate(HOST.nbytes, stream=stream)
         else:
-            buffer = getattr(cuda.core, resource)().allocate(HOST.nbytes, stream=stream)
+            buffer = getattr(cuda_core, resource)().allocate(HOST.nbytes, stream=stream)
             with pytest.raises(RuntimeError):
                 buffer.device_id  # cuda.core's own: the reason from_buffer had failed
             np.ctypeslib.as_array((ctypes.c_float * HOST.size).from_address(int(buffer.handle)))[...] = HOST.ravel()
@@ -387,7 +385,7 @@ def test_views_on_the_second_device(gpu, two_gpus, producer):
             obj = numba_cuda.to_device(HOST)[:, ::2]
         theirs = CoreView.from_cuda_array_interface(obj, stream_ptr=-1)
     elif producer == "cuda-core":
-        from cuda.core import Device
+        Device = gpu_import("cuda.core").Device
 
         Device(1).set_current()
         core_stream = Device(1).create_stream()
@@ -445,7 +443,7 @@ def test_numba_writes_through_a_view_from_cuda_core(gpu):
     """cuda.core memory (DLPack only) handed to numba-cuda (CAI only) through a view: numba's
     write lands in the cuda.core Buffer."""
     numba_cuda = gpu_import("numba.cuda")
-    from cuda.core import Device
+    Device = gpu_import("cuda.core").Device
 
     device = Device(0)
     device.set_current()

@@ -46,7 +46,11 @@ across threads is not, hence one per thread.  Each thread's events are held by a
 ``_ThreadEvents`` object in a ``threading.local``; when the thread ends the object
 is dropped and its finalizer destroys the events (``cuEventDestroy``, with the
 event's context pushed); ``use_api`` destroys every thread's events and releases
-the retained primary contexts.  Nothing is destroyed at interpreter exit: the
+the retained primary contexts.  Code run as the thread ends, once its thread state's
+dict was cleared (a hold released then, by an object of another ``threading.local``),
+gets a ``_ThreadEvents`` kept by nobody, whose events go when the call that made it
+returns: a ``threading.local`` reached then keeps what it is given in a new dict that
+is never cleared (``_ThreadEnd``, and ``_thread_state.pxi``'s last section).  Nothing is destroyed at interpreter exit: the
 process's driver resources go with it.
 
 Hand-overs (``check_stream``, ``record_handover``, ``handover_done``,
@@ -363,13 +367,43 @@ def _destroy_quietly(api, context, event) -> None:
         pass
 
 
+class _ThreadEnd:
+    """Kept in a thread's ``_per_thread`` before its _ThreadEvents (so released first when
+    the thread state's dict is cleared, as the thread ends): its release notes that thread
+    state as ending (``_view._note_thread_state_cleared``), after which _thread_state keeps
+    nothing for it (a threading.local reached then would keep it in a new dict that is
+    never cleared, with its events: see _thread_state.pxi)."""
+
+    __slots__ = ("mark",)
+
+    def __init__(self, view_module):
+        self.mark = view_module._thread_state_mark()
+
+    def __del__(self):
+        try:
+            from stridedview import _view
+
+            _view._note_thread_state_cleared(*self.mark)
+        except Exception:  # noqa: BLE001 - at interpreter exit the module may be gone
+            pass
+
+
 def _thread_state(api) -> _ThreadEvents:
+    """The calling thread's cached driver state, made on first use.  Code run as the thread
+    ends (its thread state's dict cleared) gets a state of its own, kept by nobody: its
+    events are destroyed when it is dropped, at the end of the call that made it."""
     state = _per_thread
     try:
         return state.events
     except AttributeError:
-        state.events = _ThreadEvents(api)
-        return state.events
+        pass
+    from stridedview import _view
+
+    if _view._thread_state_cleared():
+        return _ThreadEvents(api)
+    state.end = _ThreadEnd(_view)  # first in the thread's dict: released first
+    state.events = _ThreadEvents(api)
+    return state.events
 
 
 def _new_event(api, state: _ThreadEvents, context):
@@ -1086,7 +1120,8 @@ def give_back_events(events: list) -> None:
         api = _api
         if api is None:
             return
-        pools = _thread_state(api).pool_of_context
+        state = _thread_state(api)  # kept to the end: a thread's last state dies with the call
+        pools = state.pool_of_context
         for context, event in events:
             if event is None:
                 continue

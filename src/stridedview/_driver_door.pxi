@@ -1040,6 +1040,14 @@ cdef extern from *:
         return n;
     }
 
+    /* Whether this OS thread's struct was closed with the current thread state: code
+       run as that thread state ends (its dict cleared), which takes the Python path. */
+    static int sv_door_thread_ending(void) {
+        sv_door_thread *t = sv_door_tls;
+        return t != NULL && t->closed
+            && t->closed_tstate_id == PyThreadState_GetID(PyThreadState_Get());
+    }
+
     #else  /* !SV_DOOR_AVAILABLE */
 
     typedef struct sv_door_hev { int n; } sv_door_hev;
@@ -1062,6 +1070,7 @@ cdef extern from *:
     static void sv_door_stream_forget(uintptr_t stream) { (void)stream; }
     static unsigned long long sv_door_thread_handed(void) { return 0; }
     static long long sv_door_thread_pooled(void) { return 0; }
+    static int sv_door_thread_ending(void) { return 0; }
     static long long sv_door_handover_events(void) { return 0; }
     static long long sv_door_trim_pools(void) { return 0; }
     static void sv_door_hev_add(sv_door_hev *h, void *context, void *event) {
@@ -1176,6 +1185,7 @@ cdef extern from *:
     unsigned long long sv_door_thread_recorded() nogil
     unsigned long long sv_door_thread_handed() nogil
     long long sv_door_thread_pooled() nogil
+    int sv_door_thread_ending() noexcept
     long long sv_door_handover_events() nogil
     long long sv_door_trim_pools() nogil
 
@@ -1345,3 +1355,10 @@ def _driver_door_handover_info():
         "pooled": sv_door_thread_pooled(),
         "handover_events": sv_door_handover_events(),
     }
+
+
+def _thread_state_cleared():
+    """Whether the calling thread state's dict was cleared: code run as its thread ends,
+    seen by _driver.py's marker (_thread_state.pxi's last section) or by this thread's
+    door struct, closed with that thread state."""
+    return bool(_tstate_cleared() or sv_door_thread_ending())

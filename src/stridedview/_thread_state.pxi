@@ -344,3 +344,61 @@ def _live_thread_states():
     """How many per-thread states exist (free-threaded builds; 1 on GIL builds with the
     fast paths, 0 without them): for the tests of their creation and release."""
     return _live_thread_state_count()
+
+
+
+# The thread state whose dict is being (or was) cleared, for _driver.py's per-thread
+# caches: a threading.local accessed by code that runs as its thread ends, after the
+# thread state's dict was cleared (PyThreadState_Clear), makes a new dict that is never
+# cleared, and whatever is kept there (a _ThreadEvents and its driver events) is never
+# released.  _driver.py keeps a marker beside its caches, made with the thread state's
+# unique id and its dict's address; released while that thread state is current and its
+# dict is no longer that dict (PyThreadState_Clear sets it to NULL before releasing the
+# old one, whose memory is not reused while its entries are released), the marker notes
+# the id in a thread-local C variable, and the caches are not kept again for that thread
+# state.  Released otherwise (use_api drops every thread's caches at once), it notes
+# nothing.  A thread state is attached to one OS thread at a time, and its id is never
+# reused within an interpreter: a new thread state on the same OS thread is not taken for
+# the cleared one.  _thread_state_cleared (_driver_door.pxi) asks this and the C door,
+# whose per-thread struct is closed with its thread state: a thread that used only the
+# door before it ended has no marker.
+cdef extern from *:
+    """
+    #if defined(_MSC_VER)
+    #define SV_ENDING_TLS __declspec(thread)
+    #elif defined(__GNUC__) || defined(__clang__)
+    #define SV_ENDING_TLS __thread
+    #else
+    #define SV_ENDING_TLS _Thread_local
+    #endif
+    static SV_ENDING_TLS uint64_t sv_cleared_tstate_id = 0;  /* 0: none (ids start at 1) */
+    static uint64_t sv_current_tstate_id(void) { return PyThreadState_GetID(PyThreadState_Get()); }
+    static unsigned long long sv_current_tstate_dict(void) {
+        return (unsigned long long)(uintptr_t)PyThreadState_Get()->dict;
+    }
+    static void sv_note_tstate_cleared(uint64_t id, unsigned long long dict) {
+        PyThreadState *ts = PyThreadState_Get();
+        if (id != 0 && id == PyThreadState_GetID(ts) && (unsigned long long)(uintptr_t)ts->dict != dict)
+            sv_cleared_tstate_id = id;
+    }
+    static int sv_tstate_cleared(void) {
+        return sv_cleared_tstate_id != 0 && sv_cleared_tstate_id == sv_current_tstate_id();
+    }
+    """
+    unsigned long long _current_tstate_id "sv_current_tstate_id"() noexcept
+    unsigned long long _current_tstate_dict "sv_current_tstate_dict"() noexcept
+    void _note_tstate_cleared "sv_note_tstate_cleared"(unsigned long long, unsigned long long) noexcept
+    int _tstate_cleared "sv_tstate_cleared"() noexcept
+
+
+def _thread_state_mark():
+    """(the calling thread state's unique id, its dict's address): what _driver.py's
+    marker keeps, made after the dict is (_driver.py's threading.local made it)."""
+    return (_current_tstate_id(), _current_tstate_dict())
+
+
+def _note_thread_state_cleared(unsigned long long tstate_id, unsigned long long dict_address):
+    """A marker of ``_thread_state_mark()`` released: note that thread state as cleared if
+    it is the calling one and its dict is no longer that dict (its thread is ending)."""
+    _note_tstate_cleared(tstate_id, dict_address)
+
