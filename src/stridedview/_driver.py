@@ -50,8 +50,8 @@ the retained primary contexts.  Code run as the thread ends, once its thread sta
 dict was cleared (a hold released then, by an object of another ``threading.local``),
 gets a ``_ThreadEvents`` kept by nobody, whose events go when the call that made it
 returns: a ``threading.local`` reached then keeps what it is given in a new dict that
-is never cleared (``_ThreadEnd``, and ``_thread_state.pxi``'s last section).  Nothing is destroyed at interpreter exit: the
-process's driver resources go with it.
+is never cleared (``_ThreadEnd``, and ``_thread_state.pxi``'s last section).  Nothing
+is destroyed at interpreter exit: the process's driver resources go with it.
 
 Hand-overs (``check_stream``, ``record_handover``, ``handover_done``,
 ``wait_handover``, ``give_back_events``): where a stream is, is decided when the
