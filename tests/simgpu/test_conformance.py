@@ -465,6 +465,47 @@ def test_record_on_a_stream_of_another_context_fails(primary, two_devices, res):
     ok(drv.cuEventRecord(event, drv.CUstream(1)))
 
 
+def test_record_and_wait_need_no_current_context(primary, res):
+    """cuEventRecord and cuStreamWaitEvent on ordinary streams act in the streams' context,
+    whatever the calling thread has current: no context, or another context of the same
+    device.  The ordering holds either way.  (stridedview's C door records a hand-over on an
+    ordinary stream so, without pushing the stream's context.)"""
+    F = drv.CUevent_flags
+    event = res.event(F.CU_EVENT_DISABLE_TIMING)
+    producer, consumer = res.stream(), res.stream()
+    markers = [res.event(F.CU_EVENT_DISABLE_TIMING) for _ in range(2)]
+
+    def ordered_after_a_gate(marker):
+        gate = Gate().enqueue(producer)
+        try:
+            ok(drv.cuEventRecord(event, producer))
+            ok(drv.cuStreamWaitEvent(consumer, event, 0))
+            ok(drv.cuEventRecord(marker, consumer))
+            time.sleep(0.05)
+            assert drv.cuEventQuery(marker)[0] == E.CUDA_ERROR_NOT_READY
+        finally:
+            gate.open()
+        ok(drv.cuEventSynchronize(marker))
+        return True
+
+    def with_none_current():
+        assert int(ok(drv.cuCtxGetCurrent())) == 0
+        return ordered_after_a_gate(markers[0])
+
+    assert in_thread(with_none_current)
+
+    def with_another_current():
+        dev = ok(drv.cuDeviceGet(0))
+        other = ok(drv.cuCtxCreate(None, 0, dev))  # pushed: current in this thread
+        try:
+            assert int(ok(drv.cuCtxGetCurrent())) == int(other) != int(primary[0])
+            return ordered_after_a_gate(markers[1])
+        finally:
+            ok(drv.cuCtxDestroy(other))
+
+    assert in_thread(with_another_current)
+
+
 def test_wait_on_an_event_of_another_device(primary, two_devices, sim, res):
     """A stream of one device may wait on an event of another; the ordering holds."""
     n = 1 << 16
