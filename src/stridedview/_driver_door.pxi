@@ -750,6 +750,9 @@ cdef extern from *:
         /* The id (cuStreamGetId) of the stream of an entry's one place, read when it was
            recorded; 0: unknown (more places, no cuStreamGetId, a failed call). */
         unsigned long long stream_id;
+        /* That place's stream handle (set with stream_id, by _door_record_entry): a later
+           hand-over on the same place records the event again on it (_join_youngest). */
+        uintptr_t stream;
         struct { void *context; void *event; } item[1];  /* n of them */
     } sv_door_hev;
 
@@ -758,6 +761,7 @@ cdef extern from *:
         if (h != NULL) {
             h->n = 0;
             h->stream_id = 0;
+            h->stream = 0;
         }
         return h;
     }
@@ -1050,7 +1054,7 @@ cdef extern from *:
 
     #else  /* !SV_DOOR_AVAILABLE */
 
-    typedef struct sv_door_hev { int n; } sv_door_hev;
+    typedef struct sv_door_hev { int n; unsigned long long stream_id; uintptr_t stream; } sv_door_hev;
     typedef struct sv_door_thread { int unused; } sv_door_thread;
     static sv_door_thread *sv_door_thread_get(void) { return NULL; }
     static sv_door_hev *sv_door_hev_new(int n) { (void)n; return NULL; }
@@ -1163,6 +1167,7 @@ cdef extern from *:
     ctypedef struct sv_door_hev:
         int n
         unsigned long long stream_id
+        uintptr_t stream
     ctypedef struct sv_door_thread:
         pass
     sv_door_thread *sv_door_thread_get()
