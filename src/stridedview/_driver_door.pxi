@@ -1293,6 +1293,45 @@ cdef extern from "Python.h":
     object PyLong_FromVoidPtr(void *)
 
 
+cdef extern from *:
+    """
+    /* An exact int's value as a handle (``*out``); 0, no exception left set, when it is
+       negative or past 2**64.  A small int's digits read in C (no exception state saved
+       around a conversion that may fail), else PyLong_AsSize_t. */
+    static inline int sv_handle_value(PyObject *o, uintptr_t *out) {
+        size_t v;
+    #if PY_VERSION_HEX >= 0x030C0000
+        if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+            Py_ssize_t c = PyUnstable_Long_CompactValue((PyLongObject *)o);
+            if (c < 0)
+                return 0;
+            *out = (uintptr_t)c;
+            return 1;
+        }
+    #elif PY_VERSION_HEX >= 0x030B0000
+        {
+            Py_ssize_t size = Py_SIZE(o);
+            const digit *d = ((PyLongObject *)o)->ob_digit;
+            if (size >= 0 && size <= 2) {
+                v = size == 0 ? 0 : size == 1 ? (size_t)d[0]
+                    : (size_t)d[0] | (size_t)d[1] << PyLong_SHIFT;
+                *out = (uintptr_t)v;
+                return 1;
+            }
+        }
+    #endif
+        v = PyLong_AsSize_t(o);
+        if (v == (size_t)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        *out = (uintptr_t)v;
+        return 1;
+    }
+    """
+    int sv_handle_value(object, uintptr_t *) noexcept
+
+
 cdef int _door_place_context(object handle, uintptr_t *stream, void **context) except -1:
     """The context of ``_driver.check_stream(handle)``'s place, found in C: for an ordinary
     handle, from this thread's stream table (or cuStreamGetCtx); for 0 and 1, the current
@@ -1303,11 +1342,7 @@ cdef int _door_place_context(object handle, uintptr_t *stream, void **context) e
     cdef int state = sv_door_state_load()
     cdef uintptr_t h
     cdef sv_CUresult r
-    if state == -1 or type(handle) is not int:
-        return 0
-    try:
-        h = handle
-    except OverflowError:
+    if state == -1 or type(handle) is not int or not sv_handle_value(handle, &h):
         return 0
     if state != 1:
         _door_decide()  # (as check_stream would: the driver loaded, cuInit called)
