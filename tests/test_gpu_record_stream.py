@@ -696,6 +696,43 @@ def test_a_recording_launch_on_two_streams_keeps_each_hold_until_both_ran(gpu, s
     assert events_back_to(simulator, live) == live
 
 
+def test_a_recording_launch_takes_one_stream_named_by_equal_ints_of_any_make(gpu, simulator):
+    """A recording launch whose three views name one stream through different objects of
+    the same value (the handle itself, an equal int made anew, a numpy integer): each is
+    that stream (an int's value read in C, not only the same object), so each launch
+    records one hand-over event, and every deleter runs once, after the stream's work."""
+    live = simulator.counter("events_live")
+    launches = 100
+    marking = Marking(gpu, 3 * launches + 50)
+    stream = gpu.stream()
+    simulator.set_delay_us(DELETER_DELAY_US)
+
+    @args_viewable_as_strided_memory((0, 1, 2), record_stream=True)
+    def launch(a, b, c, s):
+        handle = s.ptr
+        a.view(handle)
+        b.view(int(str(handle)))  # an equal int, not the same object
+        c.view(np.uint64(handle))
+        for arg in (a, b, c):
+            marking.mark(arg.obj.last, s)
+
+    args = [marking.producer() for _ in range(3)]
+    for _ in range(launches):
+        records = simulator.calls("cuEventRecord")
+        waits = simulator.calls("cuStreamWaitEvent")
+        launch(*args, stream)
+        records = simulator.calls("cuEventRecord") - records
+        waits = simulator.calls("cuStreamWaitEvent") - waits
+        assert records - waits == 1, (records, waits)  # one hand-over event per launch
+    gc.collect()
+    release_pending(wait=True)
+    simulator.set_delay_us(0)
+    assert len(marking.calls) == 3 * launches
+    assert set(marking.calls.values()) == {1}
+    assert marking.early == []
+    assert events_back_to(simulator, live) == live
+
+
 def _parked_view_ids():
     """The ids of the emptied views the spare proxies keep (no reference kept to them: a view
     held elsewhere is let go, not filled again)."""

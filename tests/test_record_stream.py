@@ -1057,3 +1057,26 @@ def test_use_api_releases_pending_holds_first():
     finally:
         _driver.use_api(None)
     assert producers.deleter_calls(producer) == 1 and pending() == (0, 0)
+
+
+class _IntHandle(int):
+    """An int subclass (not an exact int): read by a Python compare, not in C."""
+
+
+@pytest.mark.parametrize(
+    "value, kind",
+    [(-1, "opt-out"), (0, "default"), (1, "default"), (2, "default"), (3, "ordinary"),
+     (255, "ordinary"), (2**30 - 1, "ordinary"), (2**30, "ordinary"), (2**31 + 2, "ordinary"),
+     (2**60, "ordinary"), (2**63 + 1, "ordinary"), (2**64 - 1, "ordinary")],
+)
+def test_a_launch_view_reads_a_stream_handle_in_c_as_its_value(value, kind):
+    """sv_handle_kind (what _join_group reads a normalized stream as, without a Python
+    compare) gives each int's value its kind, for the int itself and an equal one made
+    anew, on either side of every size an int's storage changes at (one digit, compact);
+    an int subclass is left to the Python compare (as every int is on 3.10, whose int
+    internals it does not read)."""
+    if sys.version_info < (3, 11):
+        kind = "unknown"
+    assert _view._stream_handle_kind(value) == kind
+    assert _view._stream_handle_kind(int(str(value))) == kind
+    assert _view._stream_handle_kind(_IntHandle(value)) == "unknown"

@@ -750,6 +750,9 @@ cdef extern from *:
         /* The id (cuStreamGetId) of the stream of an entry's one place, read when it was
            recorded; 0: unknown (more places, no cuStreamGetId, a failed call). */
         unsigned long long stream_id;
+        /* That place's stream handle (set with stream_id, by _door_record_entry): a later
+           hand-over on the same place records the event again on it (_join_youngest). */
+        uintptr_t stream;
         struct { void *context; void *event; } item[1];  /* n of them */
     } sv_door_hev;
 
@@ -758,6 +761,7 @@ cdef extern from *:
         if (h != NULL) {
             h->n = 0;
             h->stream_id = 0;
+            h->stream = 0;
         }
         return h;
     }
@@ -1050,7 +1054,7 @@ cdef extern from *:
 
     #else  /* !SV_DOOR_AVAILABLE */
 
-    typedef struct sv_door_hev { int n; } sv_door_hev;
+    typedef struct sv_door_hev { int n; unsigned long long stream_id; uintptr_t stream; } sv_door_hev;
     typedef struct sv_door_thread { int unused; } sv_door_thread;
     static sv_door_thread *sv_door_thread_get(void) { return NULL; }
     static sv_door_hev *sv_door_hev_new(int n) { (void)n; return NULL; }
@@ -1163,6 +1167,7 @@ cdef extern from *:
     ctypedef struct sv_door_hev:
         int n
         unsigned long long stream_id
+        uintptr_t stream
     ctypedef struct sv_door_thread:
         pass
     sv_door_thread *sv_door_thread_get()
@@ -1288,6 +1293,45 @@ cdef extern from "Python.h":
     object PyLong_FromVoidPtr(void *)
 
 
+cdef extern from *:
+    """
+    /* An exact int's value as a handle (``*out``); 0, no exception left set, when it is
+       negative or past 2**64.  A small int's digits read in C (no exception state saved
+       around a conversion that may fail), else PyLong_AsSize_t. */
+    static inline int sv_handle_value(PyObject *o, uintptr_t *out) {
+        size_t v;
+    #if PY_VERSION_HEX >= 0x030C0000
+        if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+            Py_ssize_t c = PyUnstable_Long_CompactValue((PyLongObject *)o);
+            if (c < 0)
+                return 0;
+            *out = (uintptr_t)c;
+            return 1;
+        }
+    #elif PY_VERSION_HEX >= 0x030B0000
+        {
+            Py_ssize_t size = Py_SIZE(o);
+            const digit *d = ((PyLongObject *)o)->ob_digit;
+            if (size >= 0 && size <= 2) {
+                v = size == 0 ? 0 : size == 1 ? (size_t)d[0]
+                    : (size_t)d[0] | (size_t)d[1] << PyLong_SHIFT;
+                *out = (uintptr_t)v;
+                return 1;
+            }
+        }
+    #endif
+        v = PyLong_AsSize_t(o);
+        if (v == (size_t)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        *out = (uintptr_t)v;
+        return 1;
+    }
+    """
+    int sv_handle_value(object, uintptr_t *) noexcept
+
+
 cdef int _door_place_context(object handle, uintptr_t *stream, void **context) except -1:
     """The context of ``_driver.check_stream(handle)``'s place, found in C: for an ordinary
     handle, from this thread's stream table (or cuStreamGetCtx); for 0 and 1, the current
@@ -1298,11 +1342,7 @@ cdef int _door_place_context(object handle, uintptr_t *stream, void **context) e
     cdef int state = sv_door_state_load()
     cdef uintptr_t h
     cdef sv_CUresult r
-    if state == -1 or type(handle) is not int:
-        return 0
-    try:
-        h = handle
-    except OverflowError:
+    if state == -1 or type(handle) is not int or not sv_handle_value(handle, &h):
         return 0
     if state != 1:
         _door_decide()  # (as check_stream would: the driver loaded, cuInit called)

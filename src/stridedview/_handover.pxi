@@ -194,6 +194,63 @@ cdef extern from *:
     """
     PyObject *sv_list_take_last(object) noexcept nogil
 
+cdef extern from *:
+    """
+    /* ``item`` put back at the end of ``list`` when the list's storage has room (as
+       after sv_list_take_last: its size was cut, its storage kept), a reference taken;
+       1, else 0 with nothing done (the caller appends).  No allocation, no Python code:
+       a claim's hand-back needs no exception handling. */
+    static inline int sv_list_put_back(PyObject *list, PyObject *item) {
+        Py_ssize_t size = PyList_GET_SIZE(list);
+        if (size >= ((PyListObject *)list)->allocated)
+            return 0;
+        Py_INCREF(item);
+        PyList_SET_ITEM(list, size, item);
+        Py_SET_SIZE(list, size + 1);
+        return 1;
+    }
+    /* What a normalized stream (None, -1, or an int handle >= 0) is, read from the int
+       in C without a Python compare: SV_HANDLE_OPT_OUT (-1), SV_HANDLE_DEFAULT (0, 1,
+       2), SV_HANDLE_ORDINARY (any other handle), SV_HANDLE_UNKNOWN (not an exact int:
+       the caller compares in Python).  ``h`` is normalized (_normalize_stream: never
+       below -1), so an int too large to be compact is an ordinary handle. */
+    #define SV_HANDLE_UNKNOWN 0
+    #define SV_HANDLE_OPT_OUT 1
+    #define SV_HANDLE_DEFAULT 2
+    #define SV_HANDLE_ORDINARY 3
+    static inline int sv_handle_kind(PyObject *h) {
+        if (!PyLong_CheckExact(h))
+            return SV_HANDLE_UNKNOWN;
+    #if PY_VERSION_HEX >= 0x030C0000
+        if (PyUnstable_Long_IsCompact((PyLongObject *)h)) {
+            Py_ssize_t v = PyUnstable_Long_CompactValue((PyLongObject *)h);
+            if (v == -1)
+                return SV_HANDLE_OPT_OUT;
+            if (v >= 0 && v <= 2)
+                return SV_HANDLE_DEFAULT;
+            return v > 2 ? SV_HANDLE_ORDINARY : SV_HANDLE_UNKNOWN;
+        }
+        return SV_HANDLE_ORDINARY;
+    #elif PY_VERSION_HEX >= 0x030B0000
+        {
+            Py_ssize_t size = Py_SIZE(h);
+            if (size == 0)
+                return SV_HANDLE_DEFAULT;
+            if (size == 1)
+                return ((PyLongObject *)h)->ob_digit[0] <= 2 ? SV_HANDLE_DEFAULT : SV_HANDLE_ORDINARY;
+            if (size == -1 && ((PyLongObject *)h)->ob_digit[0] == 1)
+                return SV_HANDLE_OPT_OUT;
+            return size > 1 ? SV_HANDLE_ORDINARY : SV_HANDLE_UNKNOWN;
+        }
+    #else
+        return SV_HANDLE_UNKNOWN;  /* (3.10: its int internals are not read here) */
+    #endif
+    }
+    """
+    int sv_list_put_back(object, object) noexcept nogil
+    int sv_handle_kind(object) noexcept
+    int SV_HANDLE_UNKNOWN, SV_HANDLE_OPT_OUT, SV_HANDLE_DEFAULT, SV_HANDLE_ORDINARY
+
 cdef extern from "Python.h":
     Py_ssize_t PyList_GET_SIZE(object) nogil
     PyObject *PyList_GET_ITEM(object, Py_ssize_t) nogil
@@ -419,7 +476,10 @@ cdef bint _has_stream(list streams, object handle):
     """Whether ``streams`` holds a place of ``handle`` (int compares: no Python code)."""
     cdef object place
     for place in streams:
-        if <object>PyTuple_GET_ITEM(place, 0) == handle:
+        if (
+            PyTuple_GET_ITEM(place, 0) == <PyObject *>handle
+            or <object>PyTuple_GET_ITEM(place, 0) == handle
+        ):
             return True
     return False
 
@@ -529,20 +589,31 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream) exc
     cdef bint joined = False
     if stream is None:
         return 0
-    if stream == -1 or not view.is_device_accessible:
+    cdef int kind = sv_handle_kind(stream)  # (an exact int's value read in C)
+    if kind == SV_HANDLE_UNKNOWN:
+        kind = (
+            SV_HANDLE_OPT_OUT if stream == -1
+            else SV_HANDLE_DEFAULT if stream in (0, 1, 2) else SV_HANDLE_ORDINARY
+        )
+    if kind == SV_HANDLE_OPT_OUT or not view.is_device_accessible:
         return 0
     cdef tuple place = None
     cdef tuple first
     cdef list places = None
-    cdef bint known
+    cdef bint known = False
+    cdef PyObject *group_handle
     # An ordinary handle already in the group is the same stream (no driver call); a
     # default-stream handle is resolved for each view (its device may differ).
-    SV_HANDOVER_LOCK()
-    known = stream not in (0, 1, 2) and (
-        _has_stream(group.streams, stream) if group.streams is not None
-        else group.place is not None and <object>PyTuple_GET_ITEM(group.place, 0) == stream
-    )
-    SV_HANDOVER_UNLOCK()
+    if kind == SV_HANDLE_ORDINARY:
+        SV_HANDOVER_LOCK()
+        if group.streams is not None:
+            known = _has_stream(group.streams, stream)
+        elif group.place is not None:
+            # The same int object as the group's place's handle (a launch's views are
+            # usually made with the caller's one stream object), else an int compare.
+            group_handle = PyTuple_GET_ITEM(group.place, 0)
+            known = group_handle == <PyObject *>stream or <object>group_handle == stream
+        SV_HANDOVER_UNLOCK()
     if not known:
         place = _stream_place(view, stream)
     # The group's first place is kept in ``place``; a second one makes the list of both,
@@ -1011,6 +1082,8 @@ cdef bint _door_record_entry(_Handover entry) noexcept:
             r = sv_door_handover_record(
                 t, <void *>context, handle, &event, &h.stream_id if n == 1 and handle != 2 else NULL
             )
+            if n == 1:
+                h.stream = handle  # (with its id: _join_youngest records on it again)
             if event != NULL:
                 sv_door_hev_add(h, <void *>context, event)
             if r != SV_CUDA_SUCCESS:
@@ -1120,16 +1193,28 @@ cdef void _put_back_youngest(_Handover entry) noexcept:
     memory), its events are waited for and it is released now."""
     cdef bint listed = False
     SV_HANDOVER_LOCK()
-    try:
-        _pending_entries.append(entry)  # (the slot it left: no allocation, as a rule)
-        listed = True
-    except BaseException:
-        pass
+    listed = sv_list_put_back(_pending_entries, entry)  # the slot it left: no allocation
     SV_HANDOVER_UNLOCK()
+    if not listed:  # (the list was cut meanwhile): appended
+        listed = _append_youngest(entry)
     if not listed:
         PyErr_Clear()
         sv_door_hev_wait(entry.c_events)
         _release_entry(entry)
+
+
+cdef bint _append_youngest(_Handover entry) noexcept:
+    """_put_back_youngest's append, when the registry's storage has no room left; False
+    (no exception left set) when no memory."""
+    cdef bint listed = False
+    SV_HANDOVER_LOCK()
+    try:
+        _pending_entries.append(entry)
+        listed = True
+    except BaseException:
+        pass
+    SV_HANDOVER_UNLOCK()
+    return listed
 
 
 cdef bint _join_youngest(_Handover entry) noexcept:
@@ -1156,18 +1241,15 @@ cdef bint _join_youngest(_Handover entry) noexcept:
     youngest = _claim_youngest(place)
     if youngest is None:
         return False
-    try:
-        if sv_door_hev_record_again(
-            t, youngest.c_events, <object>PyTuple_GET_ITEM(place, 0)
-        ) == SV_CUDA_SUCCESS:
-            # ``entry`` joins, its own holds with it (_release_holds goes in): linked in
-            # front of the ones before it (no Python code runs: only None is dropped).
-            entry.joined_next = youngest.joined
-            youngest.joined = entry
-            youngest.n_joined += 1
-            joined = True
-    except BaseException:
-        pass
+    # (On the youngest's handle, kept in C when it was recorded: _claim_youngest found
+    # ``place`` the same, its handle an equal int.)
+    if sv_door_hev_record_again(t, youngest.c_events, youngest.c_events.stream) == SV_CUDA_SUCCESS:
+        # ``entry`` joins, its own holds with it (_release_holds goes in): linked in
+        # front of the ones before it (no Python code runs: only None is dropped).
+        entry.joined_next = youngest.joined
+        youngest.joined = entry
+        youngest.n_joined += 1
+        joined = True
     _put_back_youngest(youngest)
     return joined
 
@@ -1528,6 +1610,13 @@ def _pending_holds():
         sum([_hold_count(<_Handover>entry) for entry in entries]),
         sum([_hold_count(<_Handover>entry) for entry in captured]),
     )
+
+
+def _stream_handle_kind(stream):
+    """What _join_group reads a normalized stream as, in C (sv_handle_kind): "opt-out"
+    (-1), "default" (0, 1, 2), "ordinary" (another handle), "unknown" (not an exact
+    int: compared in Python), for tests."""
+    return ("unknown", "opt-out", "default", "ordinary")[sv_handle_kind(stream)]
 
 
 def _spare_handovers():

@@ -775,19 +775,17 @@ cdef void _leave_group(PyObject **items, Py_ssize_t filled, _Handover group) noe
     function kept makes views of its own from now on).  The latter under the hand-over
     lock: _proxy_group reads ``_group`` on any thread the function handed a proxy to."""
     cdef Py_ssize_t i
-    if SV_FAST_PATHS:
-        for i in range(filled):
-            if Py_TYPE_ptr(items[i]) == <void *>ViewableArgument and (
-                (<ViewableArgument>items[i])._group is group
-            ):
-                _kept_view_hands_over(<ViewableArgument>items[i], group)
-    SV_HANDOVER_LOCK()
+    # One pass: each proxy's kept view hands over, then the proxy leaves (the one's
+    # leaving does not touch another's view).
     for i in range(filled):
         if Py_TYPE_ptr(items[i]) == <void *>ViewableArgument and (
             (<ViewableArgument>items[i])._group is group
         ):
+            if SV_FAST_PATHS:
+                _kept_view_hands_over(<ViewableArgument>items[i], group)
+            SV_HANDOVER_LOCK()
             sv_proxy_leave_group(items[i])  # no Python code: no last reference dropped
-    SV_HANDOVER_UNLOCK()
+            SV_HANDOVER_UNLOCK()
 
 
 cdef void _seal_group(_Handover group) noexcept:
