@@ -431,14 +431,14 @@ cdef tuple _stream_place(StridedMemoryView view, object handle):
     global _last_place, _last_place_stream, _last_place_context
     cdef uintptr_t stream
     cdef void *context
-    cdef tuple place = None
+    cdef tuple place
     if _door_place_context(handle, &stream, &context):
         SV_HANDOVER_LOCK()
         if _last_place is not None and _last_place_stream == stream and _last_place_context == context:
             place = _last_place
-        SV_HANDOVER_UNLOCK()
-        if place is not None:
+            SV_HANDOVER_UNLOCK()
             return place
+        SV_HANDOVER_UNLOCK()
         key = PyLong_FromVoidPtr(context)
         place = (handle, key, 0, key, None)
         SV_HANDOVER_LOCK()
@@ -597,9 +597,10 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream) exc
         )
     if kind == SV_HANDLE_OPT_OUT or not view.is_device_accessible:
         return 0
-    cdef tuple place = None
+    cdef tuple place  # set unless ``known``
     cdef tuple first
-    cdef list places = None
+    cdef list places  # set once ``have_places``
+    cdef bint have_places = False
     cdef bint known = False
     cdef PyObject *group_handle
     # An ordinary handle already in the group is the same stream (no driver call); a
@@ -622,17 +623,18 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream) exc
         SV_HANDOVER_LOCK()
         if group.sealed:
             break
-        if place is not None:
+        if not known:
             if group.streams is not None:
                 if not _has_place(group.streams, place):
                     group.streams.append(place)  # appends drop no reference: no Python code
             elif group.place is None:
                 group.place = place  # (it held None: nothing dropped)
             elif not _same_place(group.place, place):
-                if places is None or PyList_GET_ITEM(places, 0) != <PyObject *>group.place:
+                if not have_places or PyList_GET_ITEM(places, 0) != <PyObject *>group.place:
                     first = group.place  # (a reference taken, none dropped)
                     SV_HANDOVER_UNLOCK()
                     places = [first, place]
+                    have_places = True
                     continue
                 group.streams = places  # (it held None: nothing dropped)
         joined = True
@@ -643,25 +645,83 @@ cdef int _join_group(StridedMemoryView view, _Handover group, object stream) exc
     SV_HANDOVER_UNLOCK()
     if joined:
         return 0
-    if place is None:
+    if known:
         place = _stream_place(view, stream)
     return _hand_to_stream(view, place)
 
 
+cdef extern from *:
+    """
+    #define SV_HOLD_STRUCT struct __pyx_obj_11stridedview_5_view__Hold
+    /* A view's hold moved into an empty _Hold (object fields None, C fields NULL):
+       each object field is exchanged with the hold's None, so no count changes and
+       nothing is dropped (no code runs); the view keeps none of its C fields. */
+    #define SV_MOVE_HOLD(view, hold) do { \
+        SV_VIEW_STRUCT *sv_mv = (SV_VIEW_STRUCT *)(view); \
+        SV_HOLD_STRUCT *sv_mh = (SV_HOLD_STRUCT *)(hold); \
+        PyObject *sv_none; \
+        sv_none = sv_mh->exporting_obj; \
+        sv_mh->exporting_obj = sv_mv->exporting_obj; \
+        sv_mv->exporting_obj = sv_none; \
+        sv_none = sv_mh->interface; \
+        sv_mh->interface = sv_mv->_interface; \
+        sv_mv->_interface = sv_none; \
+        sv_none = sv_mh->memory_owner; \
+        sv_mh->memory_owner = (PyObject *)sv_mv->_memory_owner; \
+        sv_mv->_memory_owner = (SV_VIEW_STRUCT *)sv_none; \
+        sv_mh->managed = sv_mv->_managed; \
+        sv_mh->managed_is_versioned = sv_mv->_managed_is_versioned; \
+        sv_mh->held_buffer = sv_mv->_held_buffer; \
+        sv_mv->_managed = NULL; \
+        sv_mv->_held_buffer = NULL; \
+    } while (0)
+    /* The same into a _Handover's slot (raw fields, no None to exchange): the view's
+       references move to the slot, and the view's fields take None. */
+    #define SV_MOVE_HOLD_TO_SLOT(view, slot) do { \
+        SV_VIEW_STRUCT *sv_mv = (SV_VIEW_STRUCT *)(view); \
+        (slot)->exporting_obj = sv_mv->exporting_obj; \
+        sv_mv->exporting_obj = SV_NONE_NEW(); \
+        (slot)->interface = sv_mv->_interface; \
+        sv_mv->_interface = SV_NONE_NEW(); \
+        (slot)->memory_owner = (PyObject *)sv_mv->_memory_owner; \
+        sv_mv->_memory_owner = (SV_VIEW_STRUCT *)SV_NONE_NEW(); \
+        (slot)->managed = sv_mv->_managed; \
+        (slot)->managed_is_versioned = sv_mv->_managed_is_versioned; \
+        (slot)->held_buffer = sv_mv->_held_buffer; \
+        sv_mv->_managed = NULL; \
+        sv_mv->_held_buffer = NULL; \
+    } while (0)
+    #define SV_HANDOVER_STRUCT struct __pyx_obj_11stridedview_5_view__Handover
+    /* A _Handover's list of holds and its first joined hand-over, taken out (the
+       field left None): a reference moved, none taken or dropped. */
+    #define SV_TAKE_HOLDS(h) sv_take_field(&((SV_HANDOVER_STRUCT *)(h))->holds)
+    #define SV_TAKE_JOINED(h) \
+        sv_take_field((PyObject **)&((SV_HANDOVER_STRUCT *)(h))->joined)
+    /* A released hold's three references dropped, its fields None first (so a
+       finalizer the drops run sees the hold empty), in _release_hold's order. */
+    #define SV_HOLD_DROP_REFERENCES(hold) do { \
+        PyObject *sv_owner = sv_take_field(&((SV_HOLD_STRUCT *)(hold))->memory_owner); \
+        PyObject *sv_interface = sv_take_field(&((SV_HOLD_STRUCT *)(hold))->interface); \
+        PyObject *sv_exporter = sv_take_field(&((SV_HOLD_STRUCT *)(hold))->exporting_obj); \
+        Py_DECREF(sv_owner); \
+        Py_DECREF(sv_interface); \
+        Py_DECREF(sv_exporter); \
+    } while (0)
+    """
+    void SV_MOVE_HOLD(PyObject *view, PyObject *hold) noexcept
+    void SV_MOVE_HOLD_TO_SLOT(PyObject *view, sv_hold_slot *slot) noexcept
+    list _take_holds "SV_TAKE_HOLDS"(PyObject *entry)
+    _Handover _take_joined "SV_TAKE_JOINED"(PyObject *entry)
+    void SV_HOLD_DROP_REFERENCES(PyObject *hold) noexcept
+    # The view's reference to its hand-over, taken (as _take_reference, typed).
+    _Handover _take_handover "sv_take_reference"(PyObject *)
+
+
 cdef inline void _move_hold(StridedMemoryView view, _Hold hold) noexcept:
-    """Move what ``view`` holds on its memory into ``hold``, empty (its fields None and
-    NULL: only None is dropped, no Python code runs); the view keeps none."""
-    hold.exporting_obj = view.exporting_obj
-    hold.interface = view._interface
-    hold.memory_owner = view._memory_owner
-    hold.managed = view._managed
-    hold.managed_is_versioned = view._managed_is_versioned
-    hold.held_buffer = view._held_buffer
-    view._managed = NULL
-    view._held_buffer = NULL
-    view.exporting_obj = None  # each still referenced by the hold: nothing runs
-    view._interface = None
-    view._memory_owner = None
+    """Move what ``view`` holds on its memory into ``hold``, which must be empty (its
+    fields None and NULL, as a new or released _Hold's are): the references move, no
+    count changes, nothing is dropped and no Python code runs; the view keeps none."""
+    SV_MOVE_HOLD(<PyObject *>view, <PyObject *>hold)
 
 
 cdef void _release_hold_memory(_Hold hold) noexcept:
@@ -675,22 +735,9 @@ cdef void _release_hold_memory(_Hold hold) noexcept:
 
 
 cdef inline void _move_hold_to_slot(StridedMemoryView view, sv_hold_slot *slot) noexcept:
-    """_move_hold into a _Handover's slot (its references taken: only None is dropped
-    from the view, no Python code runs)."""
-    slot.exporting_obj = <PyObject *>view.exporting_obj
-    slot.interface = <PyObject *>view._interface
-    slot.memory_owner = <PyObject *>view._memory_owner
-    Py_INCREF_ptr(slot.exporting_obj)
-    Py_INCREF_ptr(slot.interface)
-    Py_INCREF_ptr(slot.memory_owner)
-    slot.managed = view._managed
-    slot.managed_is_versioned = view._managed_is_versioned
-    slot.held_buffer = view._held_buffer
-    view._managed = NULL
-    view._held_buffer = NULL
-    view.exporting_obj = None  # each still referenced by the slot: nothing runs
-    view._interface = None
-    view._memory_owner = None
+    """_move_hold into a _Handover's slot: the view's references move to the slot,
+    None takes their place (nothing is dropped, no Python code runs)."""
+    SV_MOVE_HOLD_TO_SLOT(<PyObject *>view, slot)
 
 
 cdef Py_ssize_t _release_slots(_Handover entry) noexcept:
@@ -746,33 +793,27 @@ cdef void _release_hold(_Hold hold) noexcept:
     cdef PyObject *error_traceback
     if PyErr_Occurred() == NULL:
         _release_hold_memory(hold)
-        hold.memory_owner = None
-        hold.interface = None
-        hold.exporting_obj = None
+        SV_HOLD_DROP_REFERENCES(<PyObject *>hold)
         if PyErr_Occurred() != NULL:
             PyErr_Clear()
         return
     PyErr_Fetch(&error_type, &error_value, &error_traceback)
     _release_hold_memory(hold)
-    hold.memory_owner = None
-    hold.interface = None
-    hold.exporting_obj = None
+    SV_HOLD_DROP_REFERENCES(<PyObject *>hold)
     PyErr_Restore(error_type, error_value, error_traceback)
 
 
 cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
     """Release every hold of ``entry`` (once: ``held`` cleared and the list taken);
     how many."""
-    cdef list holds = entry.holds
+    cdef list holds = _take_holds(<PyObject *>entry)  # (the fields left None)
     cdef bint held = entry.held
     cdef _Hold hold
-    cdef _Handover chain = entry.joined
+    cdef _Handover chain = _take_joined(<PyObject *>entry)
     cdef _Handover following
     cdef Py_ssize_t count = 0
-    entry.holds = None
     entry.held = False
     if chain is not None:
-        entry.joined = None  # (``chain`` holds it: nothing runs)
         entry.n_joined = 0
     if held:
         _release_hold(entry)  # its first, in its own fields
@@ -857,9 +898,9 @@ cdef void _hand_over_view(StridedMemoryView view) noexcept:
     Called by the deallocator and by tp_clear, with ``_handover`` set and no
     exception pending.  Nothing is raised: a failure is reported as unraisable.
     """
-    cdef _Handover record = <_Handover>_take_reference(<PyObject *>view._handover)
+    cdef _Handover record = _take_handover(<PyObject *>view._handover)
     cdef _Handover entry
-    cdef _Hold hold = None
+    cdef _Hold hold
     cdef bint joined = False
     view._handover = NULL
     if not record.group:
@@ -873,7 +914,7 @@ cdef void _hand_over_view(StridedMemoryView view) noexcept:
     # its own).
     # (A group is released only once sealed: unsealed, its fields are unreleased.)
     cdef bint listed
-    cdef list holds = None
+    cdef list holds
     cdef list streams
     cdef tuple place
     SV_HANDOVER_LOCK()
@@ -890,6 +931,7 @@ cdef void _hand_over_view(StridedMemoryView view) noexcept:
     SV_HANDOVER_UNLOCK()
     if joined:
         return
+    holds = None
     try:
         hold = _Hold.__new__(_Hold)
         if not listed:

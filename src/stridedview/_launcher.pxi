@@ -173,7 +173,7 @@ cdef int _not_a_view(str name) except -1:
 cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_ptr):
     """``proxy.view(stream_ptr)``."""
     cdef StridedMemoryView view
-    cdef _ProducerType info = None
+    cdef _ProducerType info
     # Whether this thread may use and change the proxy's own fields (always, with
     # the GIL; without it, the thread that owns the proxy: see above).
     cdef bint own = _owned_here(<PyObject *>proxy)
@@ -203,6 +203,8 @@ cdef inline StridedMemoryView _proxy_view(ViewableArgument proxy, object stream_
     # assigned) and that type is unchanged.
     if own:
         info = proxy._info
+    else:
+        info = None
     if info is None or not _describes(info, type(proxy.obj)):
         info = _producer_type(proxy.obj)
         if own:
@@ -223,12 +225,14 @@ cdef StridedMemoryView _proxy_view_joining(
     since, and the view is one of its own, as after the launch).  Never read again
     here: the producer's code, run while the view is made, may let the launch end;
     _join_group decides under the lock whether the group still takes the view."""
-    cdef _ProducerType info = None
+    cdef _ProducerType info
     # Without a GIL, only the thread that owns the proxy uses and sets its cached
     # type (as in _proxy_view): another thread looks it up and writes nothing.
     cdef bint own = _owned_here(<PyObject *>proxy)
     if own:
         info = proxy._info
+    else:
+        info = None
     if info is None or not _describes(info, type(proxy.obj)):
         info = _producer_type(proxy.obj)
         if own:
@@ -753,16 +757,18 @@ cdef inline void _enter_group(ViewableArgument proxy, _Handover group) noexcept:
     proxy._group = group
 
 
-cdef inline void _kept_view_hands_over(ViewableArgument proxy, _Handover group) noexcept:
+cdef inline void _kept_view_hands_over(PyObject *proxy, _Handover group) noexcept:
     """The launch is ending: ``proxy``'s kept view, made in it (its hand-over is
     ``group``, not sealed yet) and held by the proxy alone, hands its hold over to the
     group now, as its deallocator would (no Python code runs: the group takes it).  It
     then holds nothing, and _park_proxy empties it for the next launch instead of
     letting it go.  The launching thread's: it owns the proxy's fields."""
-    cdef PyObject *view = <PyObject *>proxy._kept_view
+    # (``proxy``, a ViewableArgument, borrowed from the launch's items: its fields read
+    # in place, no reference taken.)
+    cdef PyObject *view = <PyObject *>(<ViewableArgument>proxy)._kept_view
     if (
         view != <PyObject *>None
-        and not proxy._kept_view_empty
+        and not (<ViewableArgument>proxy)._kept_view_empty
         and (<StridedMemoryView>view)._handover == <void *>group
         and _is_unique(view)
     ):
@@ -782,7 +788,7 @@ cdef void _leave_group(PyObject **items, Py_ssize_t filled, _Handover group) noe
             (<ViewableArgument>items[i])._group is group
         ):
             if SV_FAST_PATHS:
-                _kept_view_hands_over(<ViewableArgument>items[i], group)
+                _kept_view_hands_over(items[i], group)
             SV_HANDOVER_LOCK()
             sv_proxy_leave_group(items[i])  # no Python code: no last reference dropped
             SV_HANDOVER_UNLOCK()

@@ -88,6 +88,17 @@ cdef extern from *:
     /* The reference passed in becomes the caller's (Cython takes an object
        returned by a function as a new reference). */
     static CYTHON_INLINE PyObject *sv_take_reference(PyObject *o) { return o; }
+    /* An object field's reference taken out of the field, which holds None after. */
+    static CYTHON_INLINE PyObject *sv_take_field(PyObject **field) {
+        PyObject *o = *field;
+    #if PY_VERSION_HEX >= 0x030C0000
+        *field = Py_None;
+    #else
+        Py_INCREF(Py_None);
+        *field = Py_None;
+    #endif
+        return o;
+    }
     """
     object _take_reference "sv_take_reference"(PyObject *)
     Py_ssize_t Py_REFCNT_ptr "Py_REFCNT"(PyObject *)

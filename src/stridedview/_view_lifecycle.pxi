@@ -561,6 +561,11 @@ cdef bint _is_new(StridedMemoryView view) noexcept:
     )
 
 
+cdef extern from *:
+    # A view's reference passed in becomes the caller's (as _take_reference, typed).
+    StridedMemoryView _take_view "sv_take_reference"(PyObject *)
+
+
 cdef inline StridedMemoryView _new_view():
     """A new empty view, as ``StridedMemoryView.__new__(StridedMemoryView)`` makes it
     (object fields None, C fields zero), sooner when the freelist has one."""
@@ -570,11 +575,11 @@ cdef inline StridedMemoryView _new_view():
     if SV_VIEW_FREE_COUNT > 0:  # GIL builds: Cython's freelist
         view = SV_VIEW_FREE_POP()
         SV_VIEW_PREPARE(view)
-        return <StridedMemoryView>_take_reference(view)
+        return _take_view(view)
     view = _view_thread_free_pop()  # free-threaded builds: this thread's (else NULL)
     if view != NULL:
         SV_VIEW_PREPARE(view)
-        return <StridedMemoryView>_take_reference(view)
+        return _take_view(view)
     return StridedMemoryView.__new__(StridedMemoryView)
 
 
