@@ -2,6 +2,7 @@
 
     python benchmarks/device.py [--calls N] [--quick] [--cases SUBSTRING ...] [--json FILE]
     python benchmarks/device.py --check      # no valgrind: every case runs, both libraries agree
+    python benchmarks/device.py --wall       # no valgrind: microseconds a call (a real GPU's driver)
 
 Needs cuda-bindings, cuda-core and a CUDA driver: the simulated device (``LD_LIBRARY_PATH`` at
 the folder of tests/simgpu's ``libcuda.so.1``, built by ``tests/simgpu/build.sh DIR``) or a
@@ -409,6 +410,42 @@ def check(calls: int = 3) -> int:
     return 1 if failed else 0
 
 
+def wall(calls: int, patterns: list[str], repeats: int = 5) -> dict[str, float]:
+    """Microseconds a call of each case (the best of ``repeats`` loops of ``calls``, after a
+    warm-up), without valgrind: on a real GPU, where the instruction counts would measure
+    the driver's own code, unknown here.  Each pair's ratio is printed as well."""
+    import time
+
+    every_case = build_cases()
+    cases = {
+        name: func for name, func in every_case.items()
+        if not patterns or any(p in name for p in patterns)
+    }
+    timings: dict[str, float] = {}
+    for name, func in cases.items():
+        func.setup()
+        for _ in range(max(calls // 10, 10)):
+            func()
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(calls):
+                func()
+            best = min(best, (time.perf_counter() - start) / calls)
+        teardown = getattr(func, "teardown", None)
+        if teardown is not None:
+            teardown()
+        timings[name] = best * 1e6
+        print(f"{timings[name]:10.2f} us  {name}", flush=True)
+    every_case["view on s"].state.settle()
+    print()
+    for pair in PAIRS:
+        ours, theirs = timings.get(OURS + pair), timings.get(THEIRS + pair)
+        if ours and theirs:
+            print(f"{ours / theirs:6.2f}x  {pair} ({ours:.2f} against {theirs:.2f} us)")
+    return timings
+
+
 def report(counts: dict[str, float]) -> None:
     width = max(map(len, PAIRS))
     print(f"{'case':<{width}}  {'stridedview':>11}  {'cuda.core':>9}  ratio")
@@ -458,9 +495,19 @@ def main(argv=None) -> int:
         "--check", action="store_true",
         help="no valgrind: run every case and compare the two libraries' views",
     )
+    parser.add_argument(
+        "--wall", action="store_true",
+        help="no valgrind: microseconds a call of each case (--calls a loop, best of five)",
+    )
     args = parser.parse_args(argv)
     if args.check:
         return check()
+    if args.wall:
+        timings = wall(args.calls, args.cases)
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump(timings, handle, indent=1)
+        return 0
     if args.quick:
         args.calls = 100
     sys.path.insert(0, str(HERE))
