@@ -190,17 +190,25 @@ def test_replays_wait_for_the_producer_work_queued_at_capture(door, simulator, p
 
 def test_without_ordering_the_replay_reads_stale_data(door):
     """The control: the same capture with ``stream_ptr=-1`` does not wait for the producer, and
-    its first replay reads the bytes from before the write."""
+    its first replay reads the bytes from before the write.  The producer's stream is held
+    at a gate until that replay has read (the delay alone let a loaded machine's replay
+    start after the write), so the control cannot pass by the write's timing."""
+    from simgpu.simgpu_support import Gate
+
     spot = Spot(door)
     consumer, producer = door.stream(), door.stream()
-    spot.write(producer.ptr)
-    with Capture(consumer.handle) as capture:
-        StridedMemoryView(spot.array(producer.ptr), stream_ptr=-1)
-        spot.capture_copy(consumer.handle)
+    gate = Gate().enqueue(producer.handle)
     try:
-        assert replays_read(spot, capture, value=ORIGINAL, times=1) == 1
+        spot.write(producer.ptr)
+        with Capture(consumer.handle) as capture:
+            StridedMemoryView(spot.array(producer.ptr), stream_ptr=-1)
+            spot.capture_copy(consumer.handle)
+        try:
+            assert replays_read(spot, capture, value=ORIGINAL, times=1) == 1
+        finally:
+            capture.close()
     finally:
-        capture.close()
+        gate.open()
 
 
 def test_a_plain_wait_would_have_invalidated_the_capture(door):
