@@ -19,6 +19,13 @@
 # code).  A description is immutable once made, so threads share them through
 # the dict, whose operations are atomic in a free-threaded build; without the
 # state (-DSV_NO_GIL_FAST_PATHS) only the dict is used.
+#
+# The per-view instance-dict check (_instance_overrides_dlpack) reads, on CPython
+# 3.11 and 3.12 with the GIL only, the managed-dict words CPython's own inline
+# accessors read (sv_no_managed_attributes): where neither a dict nor a values
+# array exists, the instance has no attribute, which is what _PyObject_GetDictPtr's
+# NULL slot would say.  Anything else asks the general check.  Proven equal by
+# tests/test_fast_paths.py (test_managed_dict_read_agrees_with_the_instance_dict_check).
 
 import sys as _sys
 
