@@ -803,3 +803,61 @@ def test_byte_offsets_check_128_bit_and_portable_agree_with_exact_integers(layou
     fast, portable = _view._byte_offsets_fit_both_ways(extents, strides, itemsize)
     if fast not in (-1, expected) or portable != expected:
         raise AssertionError((extents, strides, itemsize, fast, portable, expected))
+
+
+def test_managed_dict_read_agrees_with_the_instance_dict_check():
+    """The managed-dict read (CPython 3.11/3.12 with the GIL) proves "no instance attribute"
+    only where the general instance-dict check finds no DLPack method, and proves it for a
+    fresh torch tensor; elsewhere it says nothing."""
+    torch = pytest.importorskip("torch")
+    from stridedview import _view
+
+    class Plain:
+        pass
+
+    def states():
+        tensor = torch.arange(3.0)
+        yield "fresh tensor", tensor, True
+        other = torch.arange(3.0)
+        other.note = 1
+        yield "tensor with an attribute", other, False
+        emptied = torch.arange(3.0)
+        emptied.note = 1
+        del emptied.note
+        yield "tensor whose attribute was deleted", emptied, None
+        owned = torch.arange(3.0)
+        owned.__dlpack__ = torch.Tensor.__dlpack__.__get__(owned)
+        yield "tensor with its own __dlpack__", owned, False
+        device = torch.arange(3.0)
+        device.__dlpack_device__ = lambda: (1, 0)
+        yield "tensor with its own __dlpack_device__", device, False
+        yield "parameter", torch.nn.Parameter(torch.arange(3.0)), None
+        yield "plain object", Plain(), None
+        yield "numpy array", np.arange(3.0), False
+
+    compiled = _view._managed_dict_read()
+    for name, obj, proven in states():
+        fast, general = _view._instance_dict_answers(obj)
+        if fast and general:
+            raise AssertionError(f"{name}: the read proves no attribute, the dict holds one")
+        if not compiled and fast:
+            raise AssertionError(f"{name}: the read answered though not compiled in")
+        if compiled and proven is not None and fast != proven:
+            raise AssertionError(f"{name}: the read says {fast}, expected {proven}")
+
+
+def test_torch_tensor_given_its_own_dlpack_after_a_view_is_asked():
+    """A torch tensor viewed on the lean path, then given an instance __dlpack__, is viewed
+    through that method (the managed-dict read sees the new attribute)."""
+    torch = pytest.importorskip("torch")
+    tensor = torch.arange(6.0).reshape(2, 3)
+    assert StridedMemoryView(tensor, stream_ptr=-1).shape == (2, 3)
+
+    def own(**kwargs):
+        raise BufferError("asked its own __dlpack__")
+
+    tensor.__dlpack__ = own
+    with pytest.raises(BufferError, match="asked its own __dlpack__"):
+        StridedMemoryView(tensor, stream_ptr=-1)
+    del tensor.__dlpack__  # the dict stays, empty: the general check answers
+    assert StridedMemoryView(tensor, stream_ptr=-1).shape == (2, 3)

@@ -19,6 +19,13 @@
 # code).  A description is immutable once made, so threads share them through
 # the dict, whose operations are atomic in a free-threaded build; without the
 # state (-DSV_NO_GIL_FAST_PATHS) only the dict is used.
+#
+# The per-view instance-dict check (_instance_overrides_dlpack) reads, on CPython
+# 3.11 and 3.12 with the GIL only, the managed-dict words CPython's own inline
+# accessors read (sv_no_managed_attributes): where neither a dict nor a values
+# array exists, the instance has no attribute, which is what _PyObject_GetDictPtr's
+# NULL slot would say.  Anything else asks the general check.  Proven equal by
+# tests/test_fast_paths.py (test_managed_dict_read_agrees_with_the_instance_dict_check).
 
 import sys as _sys
 
@@ -287,6 +294,35 @@ cdef extern from *:
     }
     """
     int _instance_defines "sv_instance_defines"(object, object, object) except -1
+
+cdef extern from *:
+    """
+    /* 1 where obj's type keeps its instances' attributes in CPython's managed dict
+       and obj has none (no dict, no values array): then _PyObject_GetDictPtr would
+       answer a slot holding NULL, and sv_instance_defines 0.  The slots are read
+       where CPython 3.11's and 3.12's own inline accessors read them
+       (Include/internal/pycore_object.h): 3.11 the values pointer at obj[-4] and the
+       dict at obj[-3] (_PyObject_ValuesPointer, _PyObject_ManagedDictPointer); 3.12
+       one tagged dict-or-values word at obj[-3] (_PyObject_DictOrValuesPointer), 0
+       when neither.  Other versions and free-threaded builds: 0 (ask
+       sv_instance_defines). */
+    #if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+    #define SV_MANAGED_DICT_READ 1
+    static inline int sv_no_managed_attributes(PyObject *obj) {
+        if (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_MANAGED_DICT)) return 0;
+    #if PY_VERSION_HEX < 0x030C0000
+        return ((void **)obj)[-4] == NULL && ((void **)obj)[-3] == NULL;
+    #else
+        return ((void **)obj)[-3] == NULL;
+    #endif
+    }
+    #else
+    #define SV_MANAGED_DICT_READ 0
+    static inline int sv_no_managed_attributes(PyObject *obj) { (void)obj; return 0; }
+    #endif
+    """
+    bint _no_managed_attributes "sv_no_managed_attributes"(PyObject *) noexcept nogil
+    bint _MANAGED_DICT_READ "SV_MANAGED_DICT_READ"
     ctypedef struct _PyTypeObject_dictoffset "PyTypeObject":
         Py_ssize_t tp_dictoffset
     void *Py_TYPE_ptr "Py_TYPE"(PyObject *)
@@ -297,7 +333,23 @@ cdef inline bint _instance_overrides_dlpack(object obj) except -1:
     its type's fast paths (the exchange API, the numpy adapter) must not answer for it."""
     if (<_PyTypeObject_dictoffset *>Py_TYPE_ptr(<PyObject *>obj)).tp_dictoffset == 0:
         return False  # no instance dict at all (numpy.ndarray): one load, no call
+    if _no_managed_attributes(<PyObject *>obj):
+        return False  # a managed dict neither made nor filled (a plain torch.Tensor)
     return _instance_defines(obj, _DLPACK, _DLPACK_DEVICE)
+
+
+def _instance_dict_answers(obj):
+    """(whether the managed-dict read proves ``obj`` has no instance attribute, what
+    the general instance-dict check answers), for tests: the first True only where
+    the second is False; the first always False where the read is not compiled in."""
+    return bool(_no_managed_attributes(<PyObject *>obj)), bool(
+        _instance_defines(obj, _DLPACK, _DLPACK_DEVICE)
+    )
+
+
+def _managed_dict_read():
+    """Whether the managed-dict read is compiled in (CPython 3.11 and 3.12 with the GIL)."""
+    return bool(_MANAGED_DICT_READ)
 
 
 cdef int _refuse_half_dlpack(object obj) except -1:
