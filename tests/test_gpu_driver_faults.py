@@ -306,25 +306,30 @@ def test_a_stale_hand_over_record_on_a_live_stream_is_retried(gpu, simulator, mo
     there is retried with a fresh event: the hold stays until the stream's work is done, its
     deleter runs once, nothing is reported (the stale-event rule of
     test_context_reset_under_a_pending_hold_releases_it, on a live stream)."""
-    from test_gpu_record_stream import LATE_US, Marking
+    from simgpu.simgpu_support import Gate
+    from test_gpu_record_stream import Marking
 
     reported = []
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
     marking = Marking(gpu, 10)
     stream = gpu.stream()
-    simulator.set_delay_us(LATE_US)
-    producer = marking.producer()
-    view = StridedMemoryView(producer, stream_ptr=stream.ptr)
-    marking.mark(producer.last, stream)
-    view.record_stream(stream)
-    simulator.calls_reset()
-    simulator.fail("cuEventRecord", code("CUDA_ERROR_INVALID_HANDLE"))
-    del view
-    assert simulator.fail_fired("cuEventRecord") == 1
-    assert calls(simulator, "cuEventRecord") == 2
-    assert release_pending() == 0 and marking.calls == {}
+    # The stream held at a gate until the hold is found pending (a delay alone let a
+    # loaded machine's stream finish first).
+    gate = Gate().enqueue(stream.handle)
+    try:
+        producer = marking.producer()
+        view = StridedMemoryView(producer, stream_ptr=stream.ptr)
+        marking.mark(producer.last, stream)
+        view.record_stream(stream)
+        simulator.calls_reset()
+        simulator.fail("cuEventRecord", code("CUDA_ERROR_INVALID_HANDLE"))
+        del view
+        assert simulator.fail_fired("cuEventRecord") == 1
+        assert calls(simulator, "cuEventRecord") == 2
+        assert release_pending() == 0 and marking.calls == {}
+    finally:
+        gate.open()
     assert release_pending(wait=True) == 1
-    simulator.set_delay_us(0)
     assert marking.calls == {1: 1} and marking.early == []
     assert reported == []
     assert _view._pending_holds() == (0, 0, 0)
