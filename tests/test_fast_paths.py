@@ -805,6 +805,7 @@ def test_byte_offsets_check_128_bit_and_portable_agree_with_exact_integers(layou
         raise AssertionError((extents, strides, itemsize, fast, portable, expected))
 
 
+@pytest.mark.torch
 def test_managed_dict_read_agrees_with_the_instance_dict_check():
     """The managed-dict read (CPython 3.11/3.12 with the GIL) proves "no instance attribute"
     only where the general instance-dict check finds no DLPack method, and proves it for a
@@ -846,6 +847,7 @@ def test_managed_dict_read_agrees_with_the_instance_dict_check():
             raise AssertionError(f"{name}: the read says {fast}, expected {proven}")
 
 
+@pytest.mark.torch
 def test_torch_tensor_given_its_own_dlpack_after_a_view_is_asked():
     """A torch tensor viewed on the lean path, then given an instance __dlpack__, is viewed
     through that method (the managed-dict read sees the new attribute)."""
