@@ -88,15 +88,19 @@ cdef extern from *:
     /* The reference passed in becomes the caller's (Cython takes an object
        returned by a function as a new reference). */
     static CYTHON_INLINE PyObject *sv_take_reference(PyObject *o) { return o; }
+    /* A reference to None for a field the view or a proxy owns.  None is immortal
+       from CPython 3.12 on (its count is never changed: Py_RETURN_NONE takes no
+       reference there either), so the reference is taken only before 3.12, where a
+       field's None is counted like any other object. */
+    #if PY_VERSION_HEX >= 0x030C0000
+    #define SV_NONE_NEW() (Py_None)
+    #else
+    #define SV_NONE_NEW() (Py_INCREF(Py_None), Py_None)
+    #endif
     /* An object field's reference taken out of the field, which holds None after. */
     static CYTHON_INLINE PyObject *sv_take_field(PyObject **field) {
         PyObject *o = *field;
-    #if PY_VERSION_HEX >= 0x030C0000
-        *field = Py_None;
-    #else
-        Py_INCREF(Py_None);
-        *field = Py_None;
-    #endif
+        *field = SV_NONE_NEW();
         return o;
     }
     """

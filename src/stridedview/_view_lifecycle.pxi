@@ -422,15 +422,7 @@ def _clear_for_tests(StridedMemoryView view):
 cdef extern from *:
     """
     #define SV_VIEW_STRUCT struct __pyx_obj_11stridedview_5_view_StridedMemoryView
-    /* A reference to None for a field the view or a proxy owns.  None is immortal
-       from CPython 3.12 on (its count is never changed: Py_RETURN_NONE takes no
-       reference there either), so the reference is taken only before 3.12, where a
-       field's None is counted like any other object. */
-    #if PY_VERSION_HEX >= 0x030C0000
-    #define SV_NONE_NEW() (Py_None)
-    #else
-    #define SV_NONE_NEW() (Py_INCREF(Py_None), Py_None)
-    #endif
+    /* (SV_NONE_NEW, a field's reference to None: _view.pyx.) */
     #if SV_GIL_FAST_PATHS && CYTHON_USE_FREELISTS && !CYTHON_USE_TYPE_SPECS && !CYTHON_COMPILING_IN_LIMITED_API
     #define SV_VIEW_FREE_COUNT \
         (__pyx_mstate_global->__pyx_freecount_11stridedview_5_view_StridedMemoryView)
