@@ -43,6 +43,7 @@ def door(request, gpu, simulator, monkeypatch):
     simulator.set_delay_us(DELAY_US)
     yield gpu
     simulator.set_delay_us(0)
+    Capture.close_left_open()
     for _ in range(2):
         release_pending(wait=True)
 
@@ -80,7 +81,13 @@ class Capture:
     instantiates it and launches it ``n`` times on its stream, calling ``check()`` after
     each; ``close()`` destroys what was made."""
 
+    # Every capture made since the fixtures' last ``close_left_open()``: a test that fails
+    # before its ``close()`` would leave its graph, and the holds the graph owns, to every
+    # later test; closed at teardown, one failure is reported once.
+    made: list[Capture] = []
+
     def __init__(self, stream_handle, mode="thread_local", device=0):
+        Capture.made.append(self)
         self.stream = stream_handle
         self.mode = mode
         self.device = device
@@ -135,6 +142,13 @@ class Capture:
     def close(self):
         self.destroy_exe()
         self.destroy_graph()
+
+    @classmethod
+    def close_left_open(cls):
+        """Destroy what every capture made since the last call left (a failed test's)."""
+        made, cls.made = cls.made, []
+        for capture in made:
+            capture.close()
 
 
 def replays_read(spot, capture, value=NEW, times=REPLAYS):
