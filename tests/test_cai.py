@@ -922,6 +922,20 @@ print(json.dumps({"cuda": sorted(m for m in sys.modules if m == "cuda" or m.star
     assert all("device_id=?" in text for text in result["repr"])
 
 
+def test_release_driver_resources_without_a_driver_loads_none():
+    """``stridedview.release_driver_resources()`` in a process that never ordered a stream
+    imports no cuda.bindings and raises nothing, even where cuda-bindings cannot be loaded."""
+    result = _run_python(_SUBPROCESS_PRELUDE + """
+import stridedview
+stridedview.release_driver_resources()
+before = sorted(m for m in sys.modules if m == "cuda" or m.startswith("cuda."))
+block_cuda_bindings()
+stridedview.release_driver_resources()
+print(json.dumps({"cuda": before, "view": list(StridedMemoryView(CAI(), stream_ptr=-1).shape)}))
+""".replace("import stridedview", "import stridedview\nfrom stridedview import StridedMemoryView", 1))
+    assert result == {"cuda": [], "view": [2, 3]}
+
+
 def test_missing_cuda_bindings_is_cuda_error_no_driver():
     """Without cuda-bindings, ordering raises CUDAError CUDA_ERROR_NO_DRIVER naming stream_ptr=-1; opting out still works."""
     result = _run_python(_SUBPROCESS_PRELUDE + """

@@ -252,20 +252,27 @@ def test_no_current_context_and_a_default_consumer_falls_back(door, simulator):
 
 
 def test_door_errors_match_the_python_path(door, simulator):
-    """A producer stream destroyed after its context was cached: the record fails, the fresh
-    lookup too, and the door's CUDAError is the Python path's, name and text."""
+    """A producer stream whose record keeps failing with CUDA_ERROR_INVALID_HANDLE after its
+    context was cached (the driver's answer for a stale entry): the record fails, the fresh
+    lookup's too, and the door's CUDAError is the Python path's, name and text.  (A stream
+    really destroyed cannot serve: naming it again is undefined, and a real driver crashes.)"""
+    from driver_support import drv
+
     spot = Spot(door)
     consumer = door.stream()
     errors = {}
     for way in (True, False):
         _driver._c_door = way
         _driver.use_api(None)
-        gone = door.stream()
-        StridedMemoryView(spot.array(gone.ptr), stream_ptr=consumer.ptr)  # its context cached
+        producer = door.stream()
+        StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)  # its context cached
         assert info()["state"] == (1 if way else -1)
-        gone.close()
-        with pytest.raises(CUDAError) as caught:
-            StridedMemoryView(spot.array(gone.ptr), stream_ptr=consumer.ptr)
+        simulator.fail("cuEventRecord", drv.CUresult.CUDA_ERROR_INVALID_HANDLE, count=-1)
+        try:
+            with pytest.raises(CUDAError) as caught:
+                StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+        finally:
+            simulator.fail_clear()
         errors[way] = (str(caught.value), caught.value.name)
     assert errors[True] == errors[False]
     assert errors[True][1] == "CUDA_ERROR_INVALID_HANDLE"
@@ -277,6 +284,7 @@ sys.path[:0] = sys.argv[1:3]
 import driver_support
 from driver_support import Resources, drv, make_current, ok, simulator
 import test_gpu_ordering as t
+import stridedview
 from stridedview import StridedMemoryView, _driver, _view
 
 def refuse(*args, **kwargs):
@@ -301,26 +309,33 @@ def view_after(value):
 
 results = [view_after(0x81)]  # decides the door (the Python path's first call loads the driver)
 results.append(view_after(0x82))
+live = sim.counter("events_live")
+stridedview.release_driver_resources()
+given_back = live - sim.counter("events_live")
+ok(drv.cuDevicePrimaryCtxReset(ok(drv.cuDeviceGet(0))))
+make_current(0)
+results.append(view_after(0x83))  # the door decided again, its events made anew
 _driver.order_after = refuse
 ordered = _view._driver_door_info()["ordered"]
 created = sim.counter("events_created")
-ok(drv.cuDevicePrimaryCtxReset(ok(drv.cuDeviceGet(0))))
-make_current(0)
-results += [view_after(0x83), view_after(0x84)]
-print(results, sim.counter("events_created") - created, _view._driver_door_info()["ordered"] - ordered)
+results.append(view_after(0x84))
+print(results, given_back > 0, sim.counter("events_created") - created,
+      _view._driver_door_info()["ordered"] - ordered)
 """
 
 
-def test_door_replaces_a_dead_event_after_primary_context_reset(gpu, two_gpus):
-    """After cuDevicePrimaryCtxReset of device 0 (the context keeps its handle, its events
-    die), the door's record fails on its dead event: it is dropped, a fresh one created once,
-    the record retried, all in C (in a child process: the reset would take every other test's
-    memory on device 0 with it)."""
+def test_door_starts_afresh_after_release_driver_resources_and_a_reset(gpu, two_gpus):
+    """``release_driver_resources()`` before cuDevicePrimaryCtxReset of device 0 (the
+    context keeps its handle, its events die, and naming one again would crash a real
+    driver): the door's events are destroyed first, and after the reset the door orders in
+    C again with events made anew, none named from before (the simulator would end the
+    process).  In a child process: the reset would take every other test's memory on
+    device 0 with it."""
     from simgpu.simgpu_support import child_paths, run_python
 
     result = run_python(RESET_SCRIPT, args=child_paths(), env={"STRIDEDVIEW_NO_C_DRIVER": "0"})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split()[-2:] == ["1", "2"], result.stdout
+    assert result.stdout.split()[-3:] == ["True", "0", "1"], result.stdout
     assert result.stdout.split("]")[0] + "]" == "[True, True, True, True]", result.stdout
 
 

@@ -273,6 +273,7 @@ import numpy as np
 import driver_support
 from driver_support import Resources, drv, make_current, ok, simulator
 import test_gpu_ordering as t
+import stridedview
 from stridedview import StridedMemoryView
 
 sim = simulator()
@@ -297,6 +298,7 @@ def view_after(value):
         res.release()
 
 results = [view_after(0x81)]
+stridedview.release_driver_resources()
 created = sim.counter("events_created")
 ok(drv.cuDevicePrimaryCtxReset(ok(drv.cuDeviceGet(0))))
 make_current(0)
@@ -306,11 +308,13 @@ print(results, sim.counter("events_created") - created)
 
 
 @pytest.mark.parametrize("producer", ["stream", "null-stream"])
-def test_ordering_recovers_after_primary_context_reset(gpu, two_gpus, producer):
-    """After cuDevicePrimaryCtxReset of device 0 (what cudaDeviceReset does: the context keeps
-    its handle, its events and streams die), the next views drop the dead event and order with
-    a fresh one, created once (in a child process: the reset would take every other test's
-    memory on device 0 with it)."""
+def test_ordering_works_after_release_driver_resources_and_a_reset(gpu, two_gpus, producer):
+    """``release_driver_resources()``, then cuDevicePrimaryCtxReset of device 0 (what
+    cudaDeviceReset does: the context keeps its handle, its events and streams die, and a
+    real driver crashes when one is named again): the next views order correctly with an
+    event made anew, once, and name nothing from before the reset (the simulator would end
+    the process).  In a child process: the reset would take every other test's memory on
+    device 0 with it."""
     from simgpu.simgpu_support import child_paths, run_python
 
     result = run_python(RESET_SCRIPT, args=[*child_paths(), producer])

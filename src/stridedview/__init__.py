@@ -17,8 +17,31 @@ __all__ = [
     "__version__",
     "args_viewable_as_strided_memory",
     "get_include",
+    "release_driver_resources",
     "release_pending",
 ]
+
+
+def release_driver_resources() -> None:
+    """Give back every CUDA resource stridedview holds; call it before a context reset.
+
+    Waits on the host for the streams of every pending hold and releases them
+    (``release_pending(wait=True)``), destroys every event stridedview keeps (every
+    thread's, the C door's included), releases the primary contexts it retained and
+    forgets every context it looked up; the next ordering or hand-over starts afresh.
+    Loads no driver when none was used.
+
+    Call it before ``cudaDeviceReset`` / ``cuDevicePrimaryCtxReset`` (or releasing a
+    primary context to nothing), with no other thread ordering streams meanwhile, as the
+    reset itself requires.  A reset destroys the context's events and streams while their
+    handles still look valid (the context keeps its handle); naming one afterwards is
+    undefined in CUDA and a real driver crashes (driver 580: SIGSEGV), so stridedview
+    cannot find out afterwards.  Holds owned by CUDA graphs are not touched (their graphs
+    decide).
+    """
+    from stridedview import _driver
+
+    _driver.release_driver_resources()
 
 
 def get_include():

@@ -19,9 +19,11 @@ __all__ = [
     "__version__",
     "args_viewable_as_strided_memory",
     "get_include",
+    "release_driver_resources",
     "release_pending",
 ]
 
 __version__: str
 
 def get_include() -> str: ...
+def release_driver_resources() -> None: ...

@@ -102,12 +102,15 @@ initialised here first: the door never loads a driver) and ``_c_door`` is true
 (``STRIDEDVIEW_NO_C_DRIVER=1`` makes it false; a change takes effect at the next
 ``use_api``); whatever it does not handle (a default producer stream with no data
 device, a default consumer stream with no current context after an ordinary producer,
-a thread using more than 8 contexts, a fake driver) comes here.  Should a remembered context or event be stale (a stream destroyed and its
-handle reused elsewhere, a primary context reset by ``cudaDeviceReset``, which
-keeps the context's handle but destroys its events), the record fails with
-CUDA_ERROR_INVALID_HANDLE or CUDA_ERROR_INVALID_CONTEXT; the stale entries are
-then dropped and the record tried once more with a fresh lookup and a fresh event
-(for a hand-over, on an ordinary or a default stream alike: its pool is dropped).
+a thread using more than 8 contexts, a fake driver) comes here.  Should a record fail with CUDA_ERROR_INVALID_HANDLE or
+CUDA_ERROR_INVALID_CONTEXT (a driver reporting a remembered context or event stale), the
+stale entries are dropped and the record tried once more with a fresh lookup and a fresh
+event (for a hand-over, on an ordinary or a default stream alike: its pool is dropped).
+A real driver does not report what a context reset (``cudaDeviceReset``) or a stream's
+destruction left behind: naming such a handle is undefined and crashes it (driver 580:
+SIGSEGV).  So ``stridedview.release_driver_resources()`` (``use_api`` with the driver in
+use) must come before a reset, and a stream handed to ``record_stream`` must outlive the
+view's release.
 """
 
 from __future__ import annotations
@@ -186,6 +189,12 @@ def use_api(api) -> None:
         _initialized = False
         _per_thread = threading.local()
         _primary_contexts = {}
+
+
+def release_driver_resources() -> None:
+    """``stridedview.release_driver_resources()`` (its docstring states the contract):
+    ``use_api`` with the driver in use, which drains, destroys and forgets."""
+    use_api(_api)
 
 
 def _load_api(hint: str):

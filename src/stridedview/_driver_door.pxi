@@ -63,11 +63,15 @@
 #   when the OS thread ends.  After a fork the lock is made anew in the child.  Nothing is destroyed at process exit (the main
 #   thread's events go with the process), as in _driver.py.
 # - Stale entries: a record failing with CUDA_ERROR_INVALID_HANDLE or
-#   CUDA_ERROR_INVALID_CONTEXT (a stream destroyed and its handle reused in
-#   another context, a primary context reset, which keeps its handle and kills
-#   its events) unless both the context and the event were fresh: the stream's
+#   CUDA_ERROR_INVALID_CONTEXT (a driver reporting a remembered stream or event
+#   stale) unless both the context and the event were fresh: the stream's
 #   context is looked up afresh, the dead event of an unchanged context destroyed
-#   and replaced, and the record tried once more; a second failure raises.
+#   and replaced, and the record tried once more; a second failure raises.  A real
+#   driver reports neither a primary context reset (which keeps the context's
+#   handle and kills its events) nor a destroyed stream: naming those handles
+#   crashes it (driver 580: SIGSEGV).  stridedview.release_driver_resources()
+#   (sv_door_reset through _driver.use_api) destroys this door's events before a
+#   reset; the simulator ends the process where a real driver would crash.
 # - A default-stream consumer (0, 1, 2) waits in the calling thread's current
 #   context; with none current the wait answers CUDA_ERROR_INVALID_CONTEXT and
 #   the call is left to the Python path (which waits in the data device's

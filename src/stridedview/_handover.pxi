@@ -111,10 +111,13 @@
 # - Exit: an atexit function (registered at the first hand-over, so after the
 #   producers' libraries have registered theirs, and run before them) waits for
 #   every pending entry and releases it; a hand-over after that waits at once.
-#   A record that fails releases at once: silently when the stream or its
-#   context is gone (the driver has finished or discarded the work, or, for a
-#   stream destroyed with its context alive, the driver module waited for that
-#   context first), reported through sys.unraisablehook otherwise.
+#   A record that fails releases at once: silently when the driver answers that
+#   the stream or its context is gone (the driver has finished or discarded the
+#   work, or, for a stream the driver reports destroyed with its context alive,
+#   the driver module waited for that context first), reported through
+#   sys.unraisablehook otherwise.  A real driver does not report a destroyed
+#   stream: naming one is undefined and crashes it (driver 580: SIGSEGV), so the
+#   stream given to record_stream must outlive the view's release (docs/concepts.md).
 # - Deferred: a record that cannot be made now because of a capture elsewhere
 #   (_LATER: the legacy stream beside a capturing blocking stream, a stream whose
 #   capture was invalidated) neither releases nor waits: the entry goes to

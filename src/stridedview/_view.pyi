@@ -371,7 +371,9 @@ class StridedMemoryView:
         then, and the hold is released once that event has completed, so the
         producer cannot free or reuse the memory while ``stream`` still reads or
         writes it.  Recorded on several streams, it waits for all of them.  The host
-        is not blocked (see ``stridedview.release_pending``).
+        is not blocked (see ``stridedview.release_pending``).  ``stream`` must still
+        exist then: a destroyed stream's handle is undefined in CUDA, and a real
+        driver crashes when it is named.
 
         ``stream`` is a stream handle (an int >= 0: 0, 1 and 2 name the default
         streams of the context current where ``record_stream`` is called, else the
