@@ -116,7 +116,8 @@ def test_forked_child_is_refused_not_hung(driver):
 
 def test_zero_byte_stream_ordered_allocations(res):
     """cuMemAllocAsync and cuMemAllocFromPoolAsync of zero bytes succeed, and what they give
-    is freed with cuMemFreeAsync in stream order."""
+    is freed with cuMemFreeAsync in stream order.  (A destroyed stream named there ends the
+    process, as on a real driver: test_conformance.py's test_a_gone_handle_named_again.)"""
     stream = res.stream()
     pool = ok(drv.cuDeviceGetDefaultMemPool(ok(drv.cuDeviceGet(0))))
     first = ok(drv.cuMemAllocAsync(0, stream))
@@ -124,10 +125,6 @@ def test_zero_byte_stream_ordered_allocations(res):
     ok(drv.cuMemFreeAsync(first, stream))
     ok(drv.cuMemFreeAsync(second, stream))
     ok(drv.cuStreamSynchronize(stream))
-    # The stream is still checked: a destroyed one is refused.
-    gone = ok(drv.cuStreamCreate(0))
-    ok(drv.cuStreamDestroy(gone))
-    assert drv.cuMemAllocAsync(0, gone)[0] != SUCCESS
 
 
 def location(kind, ident=0):

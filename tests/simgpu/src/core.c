@@ -1,6 +1,7 @@
 /* simgpu core: configuration, tracing, handles, initialisation, errors, devices,
  * contexts and the per-thread context stack. */
 #include "sim.h"
+#include <signal.h>
 
 #include <errno.h>
 #include <sys/syscall.h>
@@ -120,7 +121,14 @@ static int fault_matches(const char *rule, const char *entry) {
     return 1;
 }
 
+static __thread int tls_api_index = -1; /* the entry point this thread is in (sg_api_name) */
+
+const char *sg_api_name(void) {
+    return tls_api_index >= 0 && api_names[tls_api_index] != NULL ? api_names[tls_api_index] : "a driver call";
+}
+
 int sg_api_enter(int index, CUresult *fault) {
+    tls_api_index = index;
     sg_load_config();
     atomic_fetch_add(&api_calls[index], 1);
     if (atomic_load(&faults_active) == 0 || api_names[index] == NULL) return 0;
@@ -341,30 +349,102 @@ uint64_t sg_handle_new(void *obj, int kind) {
     return h;
 }
 
-void *sg_handle_get(uint64_t h, int kind) {
+static sg_obj *handle_find(uint64_t h) {
     if (h < 2 || table_cap == 0) return NULL;
     size_t mask = table_cap - 1, i = hash64(h) & mask;
     while (table[i].key != 0) {
-        if (table[i].key == h) {
-            sg_obj *o = table[i].obj;
-            return (kind == 0 || o->kind == kind) ? o : NULL;
-        }
+        if (table[i].key == h) return table[i].obj;
         i = (i + 1) & mask;
     }
     return NULL;
 }
+
+void *sg_handle_get(uint64_t h, int kind) {
+    sg_obj *o = handle_find(h);
+    if (o == NULL || o->kind == K_GONE) return NULL;
+    return (kind == 0 || o->kind == kind) ? o : NULL;
+}
+
+/* What a destroyed stream or event leaves behind, so that a later use can be answered
+ * as a real driver answers it (sg_handle_gone).  Other kinds leave nothing. */
+typedef struct {
+    sg_obj o;
+    int was;          /* K_STREAM or K_EVENT */
+    int torn_down;    /* with its context (not cuStreamDestroy / cuEventDestroy) */
+    int primary_dev;  /* torn down with this device's primary context; else -1 */
+} sg_gone;
+
+sg_ctx *sg_tearing_down = NULL;
 
 void sg_handle_drop(uint64_t h) {
     if (table_cap == 0) return;
     size_t mask = table_cap - 1, i = hash64(h) & mask;
     while (table[i].key != 0) {
         if (table[i].key == h) {
-            table[i].key = 1;
-            table[i].obj = NULL;
+            sg_obj *o = table[i].obj;
+            sg_gone *g = NULL;
+            if (o != NULL && (o->kind == K_STREAM || o->kind == K_EVENT)) g = calloc(1, sizeof *g);
+            if (g == NULL) {
+                table[i].key = 1;
+                table[i].obj = NULL;
+                return;
+            }
+            g->o.h = h;
+            g->o.kind = K_GONE;
+            g->was = o->kind;
+            g->primary_dev = -1;
+            if (o->kind == K_STREAM) {
+                sg_stream *s = (sg_stream *)o;
+                g->torn_down = s->torn_down;
+                g->primary_dev = s->torn_down_dev;
+            } else if (sg_tearing_down != NULL) {
+                g->torn_down = 1;
+                g->primary_dev = sg_tearing_down->primary ? sg_tearing_down->dev : -1;
+            }
+            table[i].obj = g;
             return;
         }
         i = (i + 1) & mask;
     }
+}
+
+static void gone_crash(const char *call, uint64_t h, const char *what) {
+    fprintf(stderr,
+            "simgpu: %s named %s 0x%llx: undefined in CUDA (a real driver dereferences the "
+            "handle; driver 580 crashed with SIGSEGV), so the simulator ends the process the same way\n",
+            call, what, (unsigned long long)h);
+    fflush(stderr);
+    signal(SIGSEGV, SIG_DFL);
+    raise(SIGSEGV);
+    abort();
+}
+
+CUresult sg_handle_gone(uint64_t h, const char *call, CUresult otherwise) {
+    sg_obj *o = handle_find(h);
+    int was, torn_down, primary_dev;
+    if (o != NULL && o->kind == K_STREAM && ((sg_stream *)o)->destroyed) {
+        sg_stream *s = (sg_stream *)o; /* destroyed, its queued work still draining */
+        was = K_STREAM, torn_down = s->torn_down, primary_dev = s->torn_down_dev;
+    } else if (o != NULL && o->kind == K_GONE) {
+        sg_gone *g = (sg_gone *)o;
+        was = g->was, torn_down = g->torn_down, primary_dev = g->primary_dev;
+    } else {
+        return otherwise;
+    }
+    const char *what = was == K_STREAM ? "the destroyed stream" : "the destroyed event";
+    if (!torn_down) {
+        if (was == K_STREAM) gone_crash(call, h, what);
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED; /* an event: driver 580's answer */
+    }
+    if (primary_dev >= 0) {
+        /* Its primary context was reset or released: in use again, the handle points
+         * into freed state; not yet, the call finds no active context. */
+        if (sg_primary(primary_dev)->active)
+            gone_crash(call, h, was == K_STREAM ? "a stream of a reset primary context"
+                                                : "an event of a reset primary context");
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    return otherwise; /* a destroyed (non-primary) context's: as before */
 }
 
 /* Calls fn on every live object of a kind (lock held; fn may drop handles). */
@@ -499,6 +579,9 @@ static sg_ctx *ctx_new(int dev, int primary) {
 /* Makes a context usable: its legacy default stream exists. */
 static void ctx_activate(sg_ctx *c) {
     if (c->active) return;
+    /* Back after a reset or a release to 0: the same handle, a new cuCtxGetId (driver 580
+     * answered 1, then 2 after cuDevicePrimaryCtxReset and a retain). */
+    if (c->generation > 0) c->id = next_ctx_id++;
     c->legacy = sg_stream_create(c, SK_LEGACY, 0, 0);
     c->active = 1;
 }
@@ -1198,10 +1281,12 @@ SG_API CUresult cuCtxDisablePeerAccess(CUcontext peer) {
 /* ---- context teardown -------------------------------------------------------------------- */
 
 void sg_ctx_teardown(sg_ctx *c) {
+    sg_tearing_down = c; /* what is dropped now is recorded as gone with c (sg_handle_drop) */
     sg_events_of_ctx_destroy(c);
     sg_modules_of_ctx_destroy(c);
     /* Streams: every stream of the context goes, the default ones too. */
     while (c->nstreams > 0) sg_stream_destroy(c->streams[c->nstreams - 1]);
+    sg_tearing_down = NULL;
     c->legacy = NULL;
     sg_allocs_of_ctx_free(c);
     memset(c->peer, 0, sizeof c->peer);

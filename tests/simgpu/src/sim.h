@@ -226,6 +226,7 @@ void sg_count(const char *counter, long long delta);
 enum {
     K_CTX = 1, K_STREAM, K_EVENT, K_MODULE, K_FUNC, K_LIB, K_KERNEL, K_POOL,
     K_GRAPH, K_GEXEC, K_LINK, K_UOBJ,
+    K_GONE, /* what a destroyed handle leaves in the table (core.c: sg_handle_drop) */
 };
 typedef struct {
     uint64_t h;
@@ -235,6 +236,18 @@ typedef struct {
 uint64_t sg_handle_new(void *obj, int kind);
 void *sg_handle_get(uint64_t h, int kind);
 void sg_handle_drop(uint64_t h);
+/* A handle that is gone, used again (a stream or an event; lock held).  A real driver
+ * dereferences the handle: driver 580 on an H200 crashed (SIGSEGV) for any call naming a
+ * destroyed stream, and for a stream or event of a primary context that was reset (or
+ * released to 0) and is in use again; a destroyed event of a live context answered
+ * CONTEXT_IS_DESTROYED.  sg_handle_gone kills the process the same way (SIGSEGV, after
+ * a line on stderr naming the call and the handle) or returns the driver's code;
+ * `otherwise` for a handle that never was one (or one whose context was destroyed). */
+CUresult sg_handle_gone(uint64_t h, const char *call, CUresult otherwise);
+const char *sg_api_name(void); /* the entry point the calling thread is in */
+/* Set (lock held) while a context's streams and events are torn down: what is dropped
+ * meanwhile is recorded as gone with its context. */
+extern struct sg_ctx *sg_tearing_down;
 #define H(p) ((uint64_t)(uintptr_t)(p))
 #define P(h) ((void *)(uintptr_t)(h))
 
@@ -351,6 +364,8 @@ typedef struct sg_stream {
     sg_op *head, *tail;
     pthread_cond_t work;
     int destroyed;      /* the user's handle is gone; the worker drains and frees it */
+    int torn_down_dev;  /* destroyed with its primary context (reset, released): its device; else -1 */
+    int torn_down;      /* destroyed with its context, not by cuStreamDestroy */
     struct sg_capture *capture;
     int capture_index;  /* this stream's slot in the capture's vector clocks */
 } sg_stream;

@@ -222,6 +222,8 @@ void sg_stream_destroy(sg_stream *s) {
         sg_count("streams_destroyed", 1);
         sg_count("streams_live", -1);
     }
+    s->torn_down = sg_tearing_down != NULL;
+    s->torn_down_dev = sg_tearing_down != NULL && sg_tearing_down->primary ? sg_tearing_down->dev : -1;
     s->destroyed = 1;
     pthread_cond_signal(&s->work);
 }
@@ -300,7 +302,7 @@ sg_stream *sg_stream_resolve(uint64_t h, CUresult *err) {
     }
     sg_stream *s = sg_handle_get(h, K_STREAM);
     if (s == NULL || s->destroyed) {
-        *err = CUDA_ERROR_INVALID_HANDLE;
+        *err = sg_handle_gone(h, sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
         return NULL;
     }
     return s;
@@ -596,8 +598,10 @@ SG_API CUresult cuStreamDestroy_v2(CUstream h) {
     pthread_mutex_lock(&sg_lock);
     sg_stream *s = sg_handle_get(H(h), K_STREAM);
     if (s == NULL || s->destroyed || s->kind != SK_USER) {
+        CUresult r = s != NULL && !s->destroyed ? CUDA_ERROR_INVALID_HANDLE
+                                                : sg_handle_gone(H(h), sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
         pthread_mutex_unlock(&sg_lock);
-        API_RETURN(CUDA_ERROR_INVALID_HANDLE);
+        API_RETURN(r);
     }
     sg_stream_destroy(s);
     pthread_mutex_unlock(&sg_lock);
@@ -825,9 +829,13 @@ SG_API CUresult cuEventDestroy_v2(CUevent h) {
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_event *e = sg_handle_get(H(h), K_EVENT);
-    if (e != NULL) event_free(e);
+    CUresult r = CUDA_SUCCESS;
+    if (e != NULL)
+        event_free(e);
+    else
+        r = sg_handle_gone(H(h), sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
     pthread_mutex_unlock(&sg_lock);
-    API_RETURN(e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
+    API_RETURN(r);
 }
 
 SG_API CUresult cuEventDestroy(CUevent h) { return cuEventDestroy_v2(h); }
@@ -853,8 +861,9 @@ static CUresult event_record(uint64_t event, uint64_t stream, unsigned flags) {
     pthread_mutex_lock(&sg_lock);
     sg_event *e = sg_handle_get(event, K_EVENT);
     if (e == NULL) {
+        CUresult gone = sg_handle_gone(event, sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
         pthread_mutex_unlock(&sg_lock);
-        return CUDA_ERROR_INVALID_HANDLE;
+        return gone;
     }
     sg_stream *s = sg_stream_resolve(stream, &err);
     if (s == NULL) {
@@ -933,7 +942,7 @@ SG_API CUresult cuEventQuery(CUevent h) {
     sg_event *e = sg_handle_get(H(h), K_EVENT);
     CUresult r;
     if (e == NULL) {
-        r = CUDA_ERROR_INVALID_HANDLE;
+        r = sg_handle_gone(H(h), sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
     } else if (e->capture != NULL) {
         capture_invalidate(e->capture); /* an invalid operation invalidates the capture */
         r = CUDA_ERROR_CAPTURED_EVENT;
@@ -953,7 +962,7 @@ SG_API CUresult cuEventSynchronize(CUevent h) {
     sg_event *e = sg_handle_get(H(h), K_EVENT);
     CUresult r = CUDA_SUCCESS;
     if (e == NULL) {
-        r = CUDA_ERROR_INVALID_HANDLE;
+        r = sg_handle_gone(H(h), sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
     } else if (e->capture != NULL) {
         capture_invalidate(e->capture);
         r = CUDA_ERROR_CAPTURED_EVENT;
@@ -1003,8 +1012,9 @@ SG_API CUresult cuStreamWaitEvent(CUstream h, CUevent event, unsigned int flags)
     pthread_mutex_lock(&sg_lock);
     sg_event *e = sg_handle_get(H(event), K_EVENT);
     if (e == NULL) {
+        CUresult gone = sg_handle_gone(H(event), sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
         pthread_mutex_unlock(&sg_lock);
-        API_RETURN(CUDA_ERROR_INVALID_HANDLE);
+        API_RETURN(gone);
     }
     sg_stream *s = sg_stream_resolve(H(h), &err);
     if (s == NULL) {
