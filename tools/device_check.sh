@@ -48,7 +48,7 @@ run)
     # A test that hangs is stopped where pytest-timeout is installed (the GPU image has it).
     python3 -c "import pytest_timeout" 2> /dev/null && pytest+=(--timeout 60)
     step conformance
-    timeout "${T_CONFORMANCE:-80}" env SIMGPU_REAL_DRIVER=1 "${pytest[@]}" tests/simgpu \
+    timeout "${T_CONFORMANCE:-80}" env SIMGPU_REAL_DRIVER=1 "${pytest[@]}" -v tests/simgpu \
         > "$out/conformance.txt" 2>&1
     tail -n 25 "$out/conformance.txt"
     step gpu
