@@ -259,40 +259,17 @@ def test_packed_view_default_data_types(forbidden_driver):
 # --- compute capability 10.0: the packed types and the ATOM swizzles ---------------------------
 
 
-class CapabilityDriver:
-    """A driver that answers only what the capability check asks (cuInit, the device of a
-    pointer, the compute capability attributes) and records each call; cuTensorMapEncodeTiled,
-    or any other call, fails the test."""
-
-    def __init__(self, major, minor=0):
-        self.capability = {75: major, 76: minor}
-        self.calls = []
-
-    def cuInit(self, flags):
-        return (0,)
-
-    def cuPointerGetAttribute(self, attribute, ptr):
-        return (0, 0)
-
-    def cuDeviceGetAttribute(self, attribute, device):
-        self.calls.append((int(attribute), device))
-        return (0, self.capability[int(attribute)])
-
-    def __getattr__(self, name):
-        if name.startswith("CU"):  # an enum type: none here, plain ints are passed
-            raise AttributeError(name)
-        pytest.fail(f"the tensor map called {name} after the capability check refused it")
-
-
 @pytest.fixture
-def hopper():
-    """A driver whose device 0 has compute capability 9.0 (an H100, H200)."""
-    from stridedview import _driver
+def hopper(fake):
+    """The fake driver (tests/fake_driver.py), its devices of compute capability 9.0 (an H100,
+    an H200) and the made-up address device 0's memory; it has no cuTensorMapEncodeTiled."""
+    fake.register_pointer(ADDRESS, 1 << 20)
+    assert fake.compute_capability == (9, 0)
+    return fake
 
-    driver = CapabilityDriver(9, 0)
-    _driver.use_api(driver)
-    yield driver
-    _driver.use_api(None)
+
+def capability_reads(fake):
+    return [args for name, args in fake.calls if name == "cuDeviceGetAttribute"]
 
 
 CAPABILITY_REFUSED = [
@@ -325,7 +302,7 @@ def test_capability_10_features_refused_below_it(hopper, make, arguments, messag
     box = arguments.pop("box_dim")
     with pytest.raises(ValueError, match=re.escape(message)):
         make().as_tensor_map(box, **arguments)
-    assert hopper.calls == [(75, 0), (76, 0)]
+    assert [(int(a), d) for a, d in capability_reads(hopper)] == [(75, 0), (76, 0)]
 
 
 def test_capability_is_read_once_per_device(hopper):
@@ -333,7 +310,15 @@ def test_capability_is_read_once_per_device(hopper):
     for _ in range(3):
         with pytest.raises(ValueError, match="needs a device of compute capability 10.0"):
             packed_view().as_tensor_map((2, 32))
-    assert hopper.calls == [(75, 0), (76, 0)]
+    assert len(capability_reads(hopper)) == 2
+
+
+def test_capability_10_lets_them_reach_the_driver(hopper):
+    """On a device of compute capability 10.0 the check passes and the encoding is the driver's
+    to do (the fake has none: the simulated device encodes them, tests/test_gpu_tensor_map.py)."""
+    hopper.compute_capability = (10, 0)
+    with pytest.raises(AttributeError, match="cuTensorMapEncodeTiled"):
+        view((4, 512), np.float32).as_tensor_map((2, 32), swizzle=4)
 
 
 def test_capability_is_not_asked_for_other_types_and_swizzles(forbidden_driver):
