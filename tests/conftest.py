@@ -77,6 +77,9 @@ REAL_GPU_SKIP_REASON = (
     "do not run on the simulated device"
 )
 SIMULATOR_SKIP_REASON = "needs the simulated device's test hooks (tests/simgpu), not a real GPU"
+# A real GPU below compute capability 10.0 (an H100, H200) for a Blackwell feature; the
+# simulated device is switched to 10.0 instead, so there it never skips.
+CAPABILITY_10_SKIP_REASON = "needs a CUDA GPU of compute capability 10.0 or higher"
 # A machine with a driver installed system-wide (ld.so.cache) cannot run a process without one.
 NO_LIBCUDA_SKIP_REASON = (
     "a libcuda.so.1 is found on the system search path (ld.so.cache) even with LD_LIBRARY_PATH "
@@ -84,7 +87,7 @@ NO_LIBCUDA_SKIP_REASON = (
 )
 HARDWARE_SKIP_REASONS = (
     GPU_SKIP_REASON, TWO_GPUS_SKIP_REASON, REAL_GPU_SKIP_REASON, SIMULATOR_SKIP_REASON,
-    NO_LIBCUDA_SKIP_REASON,
+    NO_LIBCUDA_SKIP_REASON, CAPABILITY_10_SKIP_REASON,
 )
 REQUIRE_INTEROP_ENV = "STRIDEDVIEW_REQUIRE_INTEROP"
 # CI's wheel stage runs the suite with no compiler on PATH, on purpose (a user's machine

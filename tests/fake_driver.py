@@ -72,6 +72,9 @@ keeps, and refuses what the real driver refuses (the CUDA driver API reference):
 - ``cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)`` knows the
   ranges given to ``register_pointer``; any other pointer (host memory) is
   ``CUDA_ERROR_INVALID_VALUE``.
+- ``cuDeviceGetAttribute`` answers the compute capability (``COMPUTE_CAPABILITY_MAJOR`` 75,
+  ``_MINOR`` 76) of every device: ``compute_capability``, 9.0 as the simulated device's
+  default (tensor maps ask it); any other attribute is ``CUDA_ERROR_INVALID_VALUE``.
 - Host-blocking calls (``cuStreamSynchronize``, ``cuEventSynchronize``,
   ``cuCtxSynchronize``) succeed but are appended to ``violations``; so is an event
   recorded by one thread and waited on by another (one event per thread is the
@@ -371,6 +374,7 @@ class FakeDriver:
         self.enum_attributes = enum_attributes
         self.initialized = False
         self.no_device = False
+        self.compute_capability = (9, 0)
         self.calls: list[tuple[str, tuple]] = []
         self.calls_by_thread: defaultdict[int, list] = defaultdict(list)
         self.violations: list[tuple[str, tuple]] = []
@@ -813,6 +817,14 @@ class FakeDriver:
         """No stream of the fake is ever capturing: CU_STREAM_CAPTURE_STATUS_NONE."""
         self._stream(stream)
         return 0
+
+    @_driver_call(1)
+    def cuDeviceGetAttribute(self, attribute, dev):
+        self._device(dev)  # CUDA_ERROR_INVALID_DEVICE for no such device
+        capability = {75: self.compute_capability[0], 76: self.compute_capability[1]}
+        if int(attribute) not in capability:
+            raise DriverError(CUresult.CUDA_ERROR_INVALID_VALUE)
+        return capability[int(attribute)]
 
     @_driver_call(1)
     def cuPointerGetAttribute(self, attribute, ptr):

@@ -678,6 +678,8 @@ TRIGGERS = [
     ("tmap-packed-bits", lambda f, m: _packed_device(bits=2).as_tensor_map((2, 64)), ValueError, "tensor map: packed 2-bit elements (DLPackDType(code=1, bits=2, lanes=1)) have no TMA data type"),
     ("tmap-packed-nan", lambda f, m: _packed_device().as_tensor_map((2, 32), oob_fill=1), ValueError, "tensor map: oob_fill 1 (NaN) is not for the packed data types; data type 13 is packed 4-bit values"),
     ("tmap-packed-u6-interleave", lambda f, m: _packed_device(bits=6).as_tensor_map((2, 128), interleave=1), ValueError, "tensor map: data type 15 (16U6_ALIGN16B) needs interleave 0, got 1"),
+    ("tmap-packed-capability", lambda f, m: _packed_device().as_tensor_map((2, 32)), ValueError, "tensor map: data type 13 (16U4_ALIGN8B) needs a device of compute capability 10.0 or higher; device 0 has 9.0"),
+    ("tmap-atom-capability", lambda f, m: _tmap(box_dim=(2, 16), swizzle=6), ValueError, "tensor map: swizzle 6 (128B_ATOM_64B) needs a device of compute capability 10.0 or higher; device 0 has 9.0"),
     ("tmap-packed-mismatch", lambda f, m: _tmap(data_type=13), ValueError, "tensor map: data type 13 is packed 4-bit values, the view's elements take 32 bits each (view packed values first"),
     # cuda array interface
     ("cai-missing", lambda f, m: StridedMemoryView.from_cuda_array_interface([1], -1), BufferError, "cuda array interface: 'list' object has no __cuda_array_interface__"),
@@ -879,7 +881,7 @@ TRIGGERS = [
     ("copy-two-devices", lambda f, m: _copy_across_devices(f), ValueError, "copy: the views are on devices 0 and 1"),
     # tensor maps
     ("tmap-option-type", lambda f, m: _tmap(oob_fill=True), TypeError, "tensor map: oob_fill must be an int or a driver enum (got True)"),
-    ("tmap-option-value", lambda f, m: _tmap(swizzle=7), ValueError, "tensor map: swizzle 7 is not one of (0, 1, 2, 3)"),
+    ("tmap-option-value", lambda f, m: _tmap(swizzle=7), ValueError, "tensor map: swizzle 7 is not one of (0, 1, 2, 3, 4, 5, 6)"),
     ("tmap-box-type", lambda f, m: _tmap(box_dim=3), TypeError, "tensor map: box_dim must be a sequence of ints (got 3)"),
     ("tmap-box-entry-type", lambda f, m: _tmap(box_dim=(2, 4.9)), TypeError, "tensor map: box_dim[1] must be an int (got 4.9)"),
     ("tmap-option-float", lambda f, m: _tmap(swizzle=1.99), TypeError, "tensor map: swizzle must be an int or a driver enum (got 1.99)"),

@@ -6,6 +6,11 @@ capability 9.0 or higher: TMA).  Each encoding is compared with a direct call of
 with the arguments the view should give, innermost dimension first, so a wrong argument shows
 as different bytes; and the driver itself refuses what stridedview's checks refuse
 (tests/test_tensor_map.py checks that those refusals come first, with no driver).
+
+The packed sub-byte types and the 128B_ATOM swizzles need compute capability 10.0: the tests
+of them decide by the capability the device reports.  Below 10.0 (the simulator's default 9.0,
+an H100 or H200) stridedview refuses them before the driver, and the driver refuses them too;
+from 10.0 (the simulator switched to it, ``capability_10``, or a Blackwell GPU) they encode.
 """
 
 from __future__ import annotations
@@ -29,6 +34,36 @@ def tma(gpu):
     if major < 9:
         pytest.skip(GPU_SKIP_REASON)  # no TMA before compute capability 9.0
     return gpu
+
+
+def capability() -> tuple[int, int]:
+    """Device 0's compute capability, as the driver reports it."""
+    from driver_support import drv, ok
+
+    return tuple(ok(drv.cuDeviceComputeCapability(0)))
+
+
+@pytest.fixture(params=["device", "capability-10"])
+def capability_10(request, tma):
+    """Runs a test twice: on the device as it is, and on a device of compute capability 10.0
+    (the simulator switched to 10.0 for the test; a real GPU below 10.0 skips that run).  The
+    test decides by ``capability()``; stridedview's cached capability is forgotten either way."""
+    from conftest import CAPABILITY_10_SKIP_REASON
+    from driver_support import simulator
+    from stridedview import _driver
+
+    sim = simulator()
+    before = capability()
+    if request.param == "capability-10" and before < (10, 0):
+        if sim is None:
+            pytest.skip(CAPABILITY_10_SKIP_REASON)
+        sim.set_compute_capability(10, 0)
+        assert capability() == (10, 0)  # else the run below would test 9.0's refusals again
+    _driver._capabilities.clear()
+    yield tma
+    if sim is not None:
+        sim.set_compute_capability(*before)
+    _driver._capabilities.clear()
 
 
 def view(res, shape=(64, 128), dtype=np.float16, byte_strides=None, offset=0):
@@ -199,9 +234,9 @@ REFUSED = [
     ("inner box 14 bytes", dict(dims=(512, 4), strides=(1024,), box=(7, 2))),
     ("box wider than the swizzle span", dict(dims=(512, 4), strides=(1024,), box=(32, 2), swizzle=1)),
     ("interleave at rank 2", dict(dims=(512, 4), strides=(1024,), box=(8, 2), interleave=1)),
-    ("interleave 32B without swizzle 32B", dict(dims=(512, 4, 2), strides=(1024, 4096), box=(16, 2, 1),
-                                                element_strides=(1, 1, 1), interleave=2)),
 ]
+# (interleave 32B without swizzle 32B is refused by stridedview, as documented, though driver
+# 580 encodes it: test_interleave_32B_without_swizzle_32B below.)
 
 
 @pytest.mark.parametrize("case", [r[1] for r in REFUSED], ids=[r[0] for r in REFUSED])
@@ -217,6 +252,21 @@ def test_driver_refuses_what_the_checks_refuse(tma, case):
     element_strides = args.pop("element_strides", (1,) * len(dims))
     result = encode(6, address, dims, args.pop("strides"), args.pop("box"), element_strides, **args)
     assert result[0] == drv.CUresult.CUDA_ERROR_INVALID_VALUE
+
+
+@pytest.mark.parametrize("swizzle", [0, 2, 3])
+def test_interleave_32B_without_swizzle_32B(tma, swizzle):
+    """32-byte interleave with a swizzle other than 32B: the documentation forbids it and
+    stridedview refuses it, though the driver (580, an H200; and the simulator, which follows
+    it) encodes it as it does with swizzle 32B."""
+    from driver_support import drv
+
+    v = view(tma, (4, 4, 8), np.float32, byte_strides=(256, 64, 4))
+    with pytest.raises(ValueError, match=f"tensor map: interleave 32B needs swizzle 32B \\(1\\), got {swizzle}"):
+        v.as_tensor_map((4, 4, 8), interleave=2, swizzle=swizzle)
+    assert v.as_tensor_map((4, 4, 8), interleave=2, swizzle=1).interleave == 2
+    result = encode(7, v.ptr, (8, 4, 4), (64, 256), (8, 4, 4), (1, 1, 1), interleave=2, swizzle=swizzle)
+    assert result[0] == drv.CUresult.CUDA_SUCCESS
 
 
 @pytest.mark.parametrize("code", range(13), ids=[f"type-{c}" for c in range(13)])
@@ -245,14 +295,53 @@ def test_driver_refuses_nan_fill_for_integer_types(tma, code):
     ],
     ids=["16U4_ALIGN8B", "16U4_ALIGN16B", "16U6_ALIGN16B"],
 )
-def test_packed_subbyte_views_encode_as_the_drivers_packed_types(tma, code, dl_type, row_bytes, box, data_type):
+def test_packed_subbyte_views_encode_as_the_drivers_packed_types(capability_10, code, dl_type, row_bytes, box,
+                                                                 data_type):
     """A packed sub-byte view (4 rows of ``row_bytes`` bytes seen as packed values) encodes
-    with the driver's packed type: globalDim counts the values, the strides are bytes."""
+    with the driver's packed type: globalDim counts the values, the strides are bytes.  Below
+    compute capability 10.0 stridedview refuses it, naming the type and the capability, and
+    the driver refuses the same arguments."""
+    from driver_support import drv
     from stridedview import DLPackDType
 
     values = row_bytes * 8 // dl_type[1]
-    packed = view(tma, (4, row_bytes), np.uint8).view(dtype=DLPackDType(*dl_type))
+    packed = view(capability_10, (4, row_bytes), np.uint8).view(dtype=DLPackDType(*dl_type))
     assert packed.shape == (4, values) and packed.dtype is None
+    major, minor = capability()
+    if major < 10:
+        with pytest.raises(ValueError, match=(
+            f"tensor map: data type {code} \\(16U[46]_ALIGN(8|16)B\\) needs a device of compute "
+            f"capability 10.0 or higher; device 0 has {major}.{minor}$"
+        )):
+            packed.as_tensor_map(box, data_type=data_type)
+        result = encode(code, packed.ptr, (values, 4), (row_bytes,), box[::-1], (1, 1))
+        assert result[0] == drv.CUresult.CUDA_ERROR_INVALID_VALUE
+        return
     tmap = packed.as_tensor_map(box, data_type=data_type)
     assert (tmap.data_type, tmap.global_dim, tmap.global_strides) == (code, (values, 4), (row_bytes,))
     assert opaque(tmap.descriptor) == encoded(code, packed.ptr, (values, 4), (row_bytes,), box[::-1], (1, 1))
+
+
+@pytest.mark.parametrize("swizzle, name", [(4, "128B_ATOM_32B"), (5, "128B_ATOM_32B_FLIP_8B"), (6, "128B_ATOM_64B")])
+def test_atom_swizzles_need_capability_10(capability_10, swizzle, name):
+    """The 128B_ATOM swizzles (a 128-byte span, as 128B's): encoded from compute capability
+    10.0; below it refused by stridedview, naming the swizzle and the capability, and by the
+    driver (float32, dims (64, 32), box (32, 8): what driver 580 refused on an H200)."""
+    from driver_support import drv
+
+    v = view(capability_10, (32, 64), np.float32)
+    major, minor = capability()
+    if major < 10:
+        with pytest.raises(ValueError, match=(
+            f"tensor map: swizzle {swizzle} \\({name}\\) needs a device of compute capability 10.0 "
+            f"or higher; device 0 has {major}.{minor}$"
+        )):
+            v.as_tensor_map((8, 32), swizzle=swizzle)
+        result = encode(7, v.ptr, (64, 32), (256,), (32, 8), (1, 1), swizzle=swizzle)
+        assert result[0] == drv.CUresult.CUDA_ERROR_INVALID_VALUE
+        return
+    tmap = v.as_tensor_map((8, 32), swizzle=swizzle)
+    assert tmap.swizzle == swizzle
+    assert opaque(tmap.descriptor) == encoded(7, v.ptr, (64, 32), (256,), (32, 8), (1, 1), swizzle=swizzle)
+    with pytest.raises(ValueError, match=f"more than swizzle {swizzle}'s 128-byte span"):
+        v.as_tensor_map((8, 64), swizzle=swizzle)

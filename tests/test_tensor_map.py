@@ -223,7 +223,10 @@ def packed_view(row_bytes=64, rows=4, dl_type=(1, 4, 1), offset=0):
         (lambda: packed_view(row_bytes=64, offset=16), {"box_dim": (2, 128), "data_type": 14},
          "is not 32-byte aligned"),
         (lambda: packed_view(), {"box_dim": (2, 128), "data_type": 14, "swizzle": 1},
-         "tensor map: data type 14 takes swizzle 0 (none) or 3 (128B), got 1"),
+         "tensor map: data type 14 takes swizzle 0 (none), 3 (128B) or 4 (128B_ATOM_32B), got 1"),
+        (lambda: packed_view(96, dl_type=(15, 6, 1)), {"box_dim": (2, 128), "swizzle": 5},
+         "tensor map: data type 15 takes swizzle 0 (none), 3 (128B), 4 (128B_ATOM_32B) or "
+         "6 (128B_ATOM_64B), got 5"),
         (lambda: packed_view(row_bytes=40), {"box_dim": (2, 32)},
          "tensor map: the stride of axis 0 is 40 bytes"),
         (lambda: packed_view(dl_type=(17, 4, 1)).view(dtype=np.uint8), {"box_dim": (2, 16), "data_type": 13},
@@ -233,7 +236,8 @@ def packed_view(row_bytes=64, rows=4, dl_type=(1, 4, 1), offset=0):
         (lambda: packed_view(), {"box_dim": (2, 32), "data_type": 0},
          "tensor map: data type 0 has 1-byte elements, the view's elements take 4 bits each"),
     ],
-    ids=["box-128", "dim-128", "align-32", "swizzle", "stride-16", "bytes-as-packed", "2-bit", "uint8-of-packed"],
+    ids=["box-128", "dim-128", "align-32", "swizzle", "swizzle-6-bit", "stride-16", "bytes-as-packed", "2-bit",
+         "uint8-of-packed"],
 )
 def test_packed_type_rules_named_before_the_driver(forbidden_driver, make, arguments, message):
     """The driver's rules for its packed 4- and 6-bit types are checked first, each named."""
@@ -250,3 +254,75 @@ def test_packed_view_default_data_types(forbidden_driver):
     assert _data_type(packed_view(), None) == 13
     assert _data_type(packed_view(96, dl_type=(15, 6, 1)), None) == 15
     assert _data_type(packed_view().view(dtype=np.uint8), None) == 0
+
+
+# --- compute capability 10.0: the packed types and the ATOM swizzles ---------------------------
+
+
+@pytest.fixture
+def hopper(fake):
+    """The fake driver (tests/fake_driver.py), its devices of compute capability 9.0 (an H100,
+    an H200) and the made-up address device 0's memory; it has no cuTensorMapEncodeTiled."""
+    fake.register_pointer(ADDRESS, 1 << 20)
+    assert fake.compute_capability == (9, 0)
+    return fake
+
+
+def capability_reads(fake):
+    return [args for name, args in fake.calls if name == "cuDeviceGetAttribute"]
+
+
+CAPABILITY_REFUSED = [
+    ("16U4_ALIGN8B", lambda: packed_view(), dict(box_dim=(2, 32)),
+     "tensor map: data type 13 (16U4_ALIGN8B) needs a device of compute capability 10.0 or higher; "
+     "device 0 has 9.0"),
+    ("16U4_ALIGN16B", lambda: packed_view(), dict(box_dim=(2, 128), data_type=14),
+     "tensor map: data type 14 (16U4_ALIGN16B) needs"),
+    ("16U6_ALIGN16B", lambda: packed_view(96, dl_type=(15, 6, 1)), dict(box_dim=(2, 128)),
+     "tensor map: data type 15 (16U6_ALIGN16B) needs"),
+    ("128B_ATOM_32B", lambda: view((4, 512), np.float32), dict(box_dim=(2, 32), swizzle=4),
+     "tensor map: swizzle 4 (128B_ATOM_32B) needs a device of compute capability 10.0 or higher; "
+     "device 0 has 9.0"),
+    ("128B_ATOM_32B_FLIP_8B", lambda: view((4, 512), np.float32), dict(box_dim=(2, 32), swizzle=5),
+     "tensor map: swizzle 5 (128B_ATOM_32B_FLIP_8B) needs"),
+    ("128B_ATOM_64B", lambda: view((4, 512), np.float32), dict(box_dim=(2, 32), swizzle=6),
+     "tensor map: swizzle 6 (128B_ATOM_64B) needs"),
+    ("both", lambda: packed_view(), dict(box_dim=(2, 128), data_type=14, swizzle=4),
+     "tensor map: data type 14 (16U4_ALIGN16B) and swizzle 4 (128B_ATOM_32B) need a device of "
+     "compute capability 10.0 or higher; device 0 has 9.0"),
+]
+
+
+@pytest.mark.parametrize("make, arguments, message", [c[1:] for c in CAPABILITY_REFUSED],
+                         ids=[c[0] for c in CAPABILITY_REFUSED])
+def test_capability_10_features_refused_below_it(hopper, make, arguments, message):
+    """A packed data type or an ATOM swizzle on a device of compute capability 9.0 is a
+    ValueError naming it and the capability, and cuTensorMapEncodeTiled is not called (a real
+    driver 580 refuses them there whatever the layout: INVALID_VALUE, nothing named)."""
+    box = arguments.pop("box_dim")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make().as_tensor_map(box, **arguments)
+    assert [(int(a), d) for a, d in capability_reads(hopper)] == [(75, 0), (76, 0)]
+
+
+def test_capability_is_read_once_per_device(hopper):
+    """Tensor-map encoding asks the device's capability once; a second encoding uses the cached one."""
+    for _ in range(3):
+        with pytest.raises(ValueError, match="needs a device of compute capability 10.0"):
+            packed_view().as_tensor_map((2, 32))
+    assert len(capability_reads(hopper)) == 2
+
+
+def test_capability_10_lets_them_reach_the_driver(hopper):
+    """On a device of compute capability 10.0 the check passes and the encoding is the driver's
+    to do (the fake has none: the simulated device encodes them, tests/test_gpu_tensor_map.py)."""
+    hopper.compute_capability = (10, 0)
+    with pytest.raises(AttributeError, match="cuTensorMapEncodeTiled"):
+        view((4, 512), np.float32).as_tensor_map((2, 32), swizzle=4)
+
+
+def test_capability_is_not_asked_for_other_types_and_swizzles(forbidden_driver):
+    """Without a packed type or an ATOM swizzle nothing asks the capability: a rule broken
+    after every other check still fails with no driver call (forbidden_driver)."""
+    with pytest.raises(ValueError, match="interleave 32B needs swizzle 32B"):
+        view((2, 4, 512), np.float32).as_tensor_map((1, 2, 8), interleave=2, swizzle=3)

@@ -144,6 +144,8 @@ _INVALID_CONTEXT = "CUDA_ERROR_INVALID_CONTEXT"
 _STALE = ("CUDA_ERROR_INVALID_HANDLE", _INVALID_CONTEXT)
 _CU_EVENT_DISABLE_TIMING = 2
 _CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 
 _api = None  # the module providing cu* calls: cuda.bindings.driver, or a test fake
 _initialized = False
@@ -151,6 +153,8 @@ _init_lock = threading.Lock()
 _per_thread = threading.local()
 # device ordinal -> (CUdevice, its primary context), retained by this module.
 _primary_contexts: dict[int, tuple] = {}
+# device ordinal -> its compute capability (major, minor), read once per driver.
+_capabilities: dict[int, tuple[int, int]] = {}
 # Every thread's live _ThreadEvents, so that use_api can destroy their events.
 _thread_events: weakref.WeakSet[_ThreadEvents] = weakref.WeakSet()
 # Called by use_api before the driver changes: releases the pending hand-overs
@@ -176,7 +180,7 @@ def use_api(api) -> None:
     contexts in the driver being replaced, and forgets every cached context: tests
     call it to install a fake.  No other thread may be ordering streams meanwhile.
     """
-    global _api, _initialized, _per_thread, _primary_contexts
+    global _api, _initialized, _per_thread, _primary_contexts, _capabilities
     if _drain_hook is not None and _api is not None:
         _drain_hook()  # pending hand-overs hold events of the driver being replaced
     if _door_reset_hook is not None:
@@ -189,6 +193,7 @@ def use_api(api) -> None:
         _initialized = False
         _per_thread = threading.local()
         _primary_contexts = {}
+        _capabilities = {}
 
 
 def release_driver_resources() -> None:
@@ -296,6 +301,24 @@ def _primary_context(api, device: int):
                 found = (handle, _call(api, "cuDevicePrimaryCtxRetain", handle))
                 _primary_contexts[device] = found
     return found[1]
+
+
+def compute_capability(api, device: int) -> tuple[int, int]:
+    """``device``'s compute capability (major, minor), asked of the driver once per device
+    (``use_api`` forgets it).  No context is needed."""
+    found = _capabilities.get(device)
+    if found is None:
+        kind = getattr(api, "CUdevice_attribute", None)
+
+        def attribute(code):
+            return int(_call(api, "cuDeviceGetAttribute", code if kind is None else kind(code), device))
+
+        found = (
+            attribute(_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            attribute(_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        )
+        _capabilities[device] = found  # a racing thread stores the same pair
+    return found
 
 
 def _release_primary_contexts(api, retained: dict) -> None:

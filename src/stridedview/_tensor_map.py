@@ -11,6 +11,12 @@ numpy's), which is no count or mode here.  The driver orders dimensions innermos
 first; the view's axis order (row-major, as ``shape``) is what the caller
 passes, and is reversed here.  The innermost axis must be contiguous (its
 stride is the element size, implicit in the encoding).
+
+The packed sub-byte data types and the 128B_ATOM swizzles are compute capability 10.0
+features: a driver refuses them on a 9.x device whatever the layout (driver 580 on an
+H200, measured), so on such a device they are refused here, naming the capability, which
+is asked of the driver once per device (``_driver.compute_capability``), after every
+other rule and before the encoding.
 """
 
 from __future__ import annotations
@@ -37,12 +43,20 @@ _TYPE_SIZES = {0: 1, 1: 2, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 4
 # memory 16 of them take 8 bytes (13) or 16 (14, 15).  Their bits per value, and the
 # bytes each takes in shared memory (what the box's inner span counts), in eighths.
 _PACKED_TYPE_BITS = {13: 4, 14: 4, 15: 6}
+_PACKED_TYPE_NAMES = {13: "16U4_ALIGN8B", 14: "16U4_ALIGN16B", 15: "16U6_ALIGN16B"}
 _PACKED_SHARED_EIGHTHS = {13: 4, 14: 8, 15: 8}
 # The packed types a packed view of each bit size encodes as by default.
 _PACKED_DEFAULT = {4: 13, 6: 15}
 _ALIGN16B_TYPES = (14, 15)  # 32-byte address and strides, globalDim[0] % 128, boxDim[0] 128
 _INTERLEAVE_NONE, _INTERLEAVE_16B, _INTERLEAVE_32B = 0, 1, 2
-_SWIZZLE_SPAN = {0: None, 1: 32, 2: 64, 3: 128}  # CU_TENSOR_MAP_SWIZZLE_NONE, 32B, 64B, 128B
+# CU_TENSOR_MAP_SWIZZLE_NONE, 32B, 64B, 128B, and the 128B_ATOM ones, each its span in bytes.
+_SWIZZLE_SPAN = {0: None, 1: 32, 2: 64, 3: 128, 4: 128, 5: 128, 6: 128}
+_ATOM_SWIZZLE_NAMES = {4: "128B_ATOM_32B", 5: "128B_ATOM_32B_FLIP_8B", 6: "128B_ATOM_64B"}
+# The swizzles the 16-byte-aligned packed types take: none, 128B, 128B_ATOM_32B (and for
+# 16U6_ALIGN16B 128B_ATOM_64B, for stores only).
+_ALIGN16B_SWIZZLES = {14: (0, 3, 4), 15: (0, 3, 4, 6)}
+_SWIZZLE_NAMES = {0: "none", 1: "32B", 2: "64B", 3: "128B", **_ATOM_SWIZZLE_NAMES}
+_BLACKWELL = (10, 0)  # the compute capability of the packed types and the ATOM swizzles
 _L2_PROMOTIONS = (0, 1, 2, 3)
 _OOB_FILL_NONE, _OOB_FILL_NAN = 0, 1  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
 _OOB_FILLS = (_OOB_FILL_NONE, _OOB_FILL_NAN)
@@ -222,9 +236,11 @@ def encode_tiled(
         )
     if code == 15 and interleave != _INTERLEAVE_NONE:
         raise ValueError(f"tensor map: data type 15 (16U6_ALIGN16B) needs interleave 0, got {interleave}")
-    if code in _ALIGN16B_TYPES and swizzle not in (0, 3):
+    if code in _ALIGN16B_TYPES and swizzle not in _ALIGN16B_SWIZZLES[code]:
+        allowed = [f"{s} ({_SWIZZLE_NAMES[s]})" for s in _ALIGN16B_SWIZZLES[code]]
         raise ValueError(
-            f"tensor map: data type {code} takes swizzle 0 (none) or 3 (128B), got {swizzle}"
+            f"tensor map: data type {code} takes swizzle {', '.join(allowed[:-1])} or "
+            f"{allowed[-1]}, got {swizzle}"
         )
     box = _ints(box_dim, "box_dim", rank)
     steps = (1,) * rank if element_strides is None else _ints(element_strides, "element_strides", rank)
@@ -278,9 +294,14 @@ def encode_tiled(
                 f"{swizzle}'s {span}-byte span"
             )
     elif interleave == _INTERLEAVE_32B and swizzle != 1:
+        # The documented rule; driver 580 does not enforce it (it encodes 32-byte interleave
+        # with swizzle none, 32B, 64B and 128B alike), but what a TMA unit does with such a
+        # map is undocumented, so it stays refused here.
         raise ValueError(f"tensor map: interleave 32B needs swizzle 32B (1), got {swizzle}")
     device = view.device_id
     api = _driver._driver()
+    if packed_bits is not None or swizzle in _ATOM_SWIZZLE_NAMES:
+        _check_capability(api, device, code if packed_bits is not None else None, swizzle)
     args = (
         _enum(api, "CUtensorMapDataType", code), rank, view.ptr,
         _sized(api, "cuuint64_t", dims), _sized(api, "cuuint64_t", byte_strides),
@@ -306,6 +327,23 @@ def encode_tiled(
     result.interleave, result.swizzle = interleave, swizzle
     result.l2_promotion, result.oob_fill = l2_promotion, oob_fill
     return result
+
+
+def _check_capability(api, device, packed_code, swizzle):
+    """Refuse a packed data type (``packed_code``, None for none) or an ATOM swizzle on a
+    device below compute capability 10.0, naming what was asked and the device's capability."""
+    capability = _driver.compute_capability(api, device)
+    if capability >= _BLACKWELL:
+        return
+    asked = []
+    if packed_code is not None:
+        asked.append(f"data type {packed_code} ({_PACKED_TYPE_NAMES[packed_code]})")
+    if swizzle in _ATOM_SWIZZLE_NAMES:
+        asked.append(f"swizzle {swizzle} ({_ATOM_SWIZZLE_NAMES[swizzle]})")
+    raise ValueError(
+        f"tensor map: {' and '.join(asked)} {'needs' if len(asked) == 1 else 'need'} a device "
+        f"of compute capability 10.0 or higher; device {device} has {capability[0]}.{capability[1]}"
+    )
 
 
 def _packed_byte_strides(view, code):

@@ -428,8 +428,10 @@ class StridedMemoryView:
         cuda.core's signature.  ``box_dim`` and ``element_strides`` are given in
         the view's axis order (row-major, as its shape); the rules of the driver
         are checked first and each violation named (ValueError; TypeError for an
-        integer argument that ``operator.index`` refuses, or a bool).  Returns a
-        ``stridedview.TensorMap``.  See docs/beyond.md.
+        integer argument that ``operator.index`` refuses, or a bool); the packed
+        data types (13, 14, 15) and the 128B_ATOM swizzles (4, 5, 6) need a device
+        of compute capability 10.0 or higher (asked of the driver once per device).
+        Returns a ``stridedview.TensorMap``.  See docs/beyond.md.
         """
     def __getitem__(self, key: _Index, /) -> StridedMemoryView:
         """Basic indexing, exactly as numpy gives it: ints (negative from the end),

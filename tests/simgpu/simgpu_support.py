@@ -82,6 +82,8 @@ class Simulator:
         lib.simgpu_launch_params.argtypes = [ctypes.c_long, ctypes.c_void_p, ctypes.c_size_t]
         lib.simgpu_launch_param_sizes.argtypes = [ctypes.c_long, ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
         lib.simgpu_set_delay_us.argtypes = [ctypes.c_uint]
+        lib.simgpu_set_compute_capability.restype = ctypes.c_int
+        lib.simgpu_set_compute_capability.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.simgpu_set_kernel_params.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
         lib.simgpu_calls_report.restype = ctypes.c_size_t
         lib.simgpu_calls_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -132,6 +134,13 @@ class Simulator:
 
     def set_delay_us(self, microseconds: int) -> None:
         self.lib.simgpu_set_delay_us(microseconds)
+
+    def set_compute_capability(self, major: int, minor: int = 0) -> None:
+        """Every device reports compute capability ``major.minor`` from now on (9.0 to 12.9;
+        ``SIMGPU_COMPUTE_CAPABILITY`` sets it at start, default 9.0); from 10.0 the tensor maps
+        take the packed sub-byte types and the 128B_ATOM swizzles."""
+        if self.lib.simgpu_set_compute_capability(int(major), int(minor)) != 0:
+            raise ValueError(f"simgpu_set_compute_capability({major}, {minor}) refused")
 
     def launch_count(self) -> int:
         return self.lib.simgpu_launch_count()

@@ -106,6 +106,37 @@ def test_device_identity_and_attributes(driver, device_count):
     assert drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_WARP_SIZE, device_count)[0] == E.CUDA_ERROR_INVALID_DEVICE
 
 
+def test_compute_capability_switch(sim_only):
+    """SIMGPU_COMPUTE_CAPABILITY (major * 10 + minor) sets every device's compute capability at
+    start, 9.0 by default; ``simgpu_set_compute_capability`` changes it at run time.  The
+    attributes, cuDeviceComputeCapability and the name's sm_ follow it."""
+    code = PREAMBLE + """
+ok(drv.cuInit(0))
+A = drv.CUdevice_attribute
+dev = ok(drv.cuDeviceGet(1))
+name = ok(drv.cuDeviceGetName(64, dev)).rstrip(b"\\0 ").decode()
+major = ok(drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
+minor = ok(drv.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
+assert (major, minor) == ok(drv.cuDeviceComputeCapability(dev))
+print(major, minor, name)
+"""
+    default = run_python(code, env={"SIMGPU_COMPUTE_CAPABILITY": ""})
+    assert default.stdout.split() == ["9", "0", "SimGPU", "1", "(simulated,", "sm_90)"], default.stderr
+    blackwell = run_python(code, env={"SIMGPU_COMPUTE_CAPABILITY": "103"})
+    assert blackwell.stdout.split()[:2] == ["10", "3"] and "sm_103" in blackwell.stdout, blackwell.stderr
+    refused = run_python(code, env={"SIMGPU_COMPUTE_CAPABILITY": "80"})
+    assert refused.stdout.split()[:2] == ["9", "0"] and "SIMGPU_COMPUTE_CAPABILITY=80" in refused.stderr
+    before = ok(drv.cuDeviceComputeCapability(0))
+    try:
+        sim_only.set_compute_capability(12, 1)
+        assert ok(drv.cuDeviceComputeCapability(0)) == (12, 1)
+        with pytest.raises(ValueError):
+            sim_only.set_compute_capability(8, 9)
+        assert ok(drv.cuDeviceComputeCapability(0)) == (12, 1)
+    finally:
+        sim_only.set_compute_capability(*before)
+
+
 def test_error_names_and_strings(driver):
     """cuGetErrorName/cuGetErrorString name every code; an unknown code is INVALID_VALUE."""
     for error in (E.CUDA_SUCCESS, E.CUDA_ERROR_INVALID_VALUE, E.CUDA_ERROR_INVALID_HANDLE,
@@ -1339,6 +1370,8 @@ BASE_MAP = dict(dtype=T.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, rank=2, offset=0, dims=
                 swizzle=SW.CU_TENSOR_MAP_SWIZZLE_NONE, l2=L2.CU_TENSOR_MAP_L2_PROMOTION_NONE,
                 oob=OOB.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
 
+CC10 = "valid from compute capability 10.0"
+
 TENSOR_MAP_CASES = [
     ("valid", {}, True),
     ("rank-5", dict(rank=5, dims=[16, 2, 2, 2, 2], strides=[64, 128, 256, 512], box=[4, 1, 1, 1, 1],
@@ -1361,8 +1394,14 @@ TENSOR_MAP_CASES = [
     ("interleave-rank-2", dict(interleave=IL.CU_TENSOR_MAP_INTERLEAVE_16B), False),
     ("interleave-16B-rank-3", dict(rank=3, dims=[8, 4, 4], strides=[32, 128], box=[8, 4, 4], estrides=[1, 1, 1],
                                    interleave=IL.CU_TENSOR_MAP_INTERLEAVE_16B), True),
-    ("interleave-32B-needs-swizzle-32B", dict(rank=3, dims=[8, 4, 4], strides=[32, 128], box=[8, 4, 4],
-                                              estrides=[1, 1, 1], interleave=IL.CU_TENSOR_MAP_INTERLEAVE_32B), False),
+    # Documented as needing swizzle 32B, but driver 580 (an H200) encodes 32-byte interleave with
+    # swizzles none, 64B and 128B too.
+    ("interleave-32B-without-swizzle-32B-accepted", dict(rank=3, dims=[8, 4, 4], strides=[64, 256], box=[8, 4, 4],
+                                                         estrides=[1, 1, 1], interleave=IL.CU_TENSOR_MAP_INTERLEAVE_32B),
+     True),
+    ("interleave-32B-swizzle-128B-accepted", dict(rank=3, dims=[8, 4, 4], strides=[64, 256], box=[8, 4, 4],
+                                                  estrides=[1, 1, 1], interleave=IL.CU_TENSOR_MAP_INTERLEAVE_32B,
+                                                  swizzle=SW.CU_TENSOR_MAP_SWIZZLE_128B), True),
     ("interleave-32B-stride-16", dict(rank=3, dims=[8, 4, 4], strides=[48, 192], box=[8, 4, 4], estrides=[1, 1, 1],
                                       interleave=IL.CU_TENSOR_MAP_INTERLEAVE_32B, swizzle=SW.CU_TENSOR_MAP_SWIZZLE_32B), False),
     ("interleave-32B", dict(rank=3, dims=[8, 4, 4], strides=[64, 256], box=[8, 4, 4], estrides=[1, 1, 1],
@@ -1377,6 +1416,13 @@ TENSOR_MAP_CASES = [
     ("float64-box-2", dict(dtype=T.CU_TENSOR_MAP_DATA_TYPE_FLOAT64, box=[2, 8]), True),
     ("bfloat16-box-4", dict(dtype=T.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, box=[4, 8]), False),
     ("l2-256B", dict(l2=L2.CU_TENSOR_MAP_L2_PROMOTION_L2_256B), True),
+    # Compute capability 10.0's: refused below it whatever the layout (driver 580 on an H200),
+    # encoded from it (CC10: valid where the device has 10.0 or higher).
+    ("packed-16U4_ALIGN8B", dict(dtype=T.CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, dims=[512, 32], box=[32, 8]), CC10),
+    ("packed-16U6_ALIGN16B", dict(dtype=T.CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B, dims=[128, 4], strides=[96],
+                                  box=[128, 4]), CC10),
+    ("swizzle-128B-atom-32B", dict(box=[32, 8], swizzle=SW.CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B), CC10),
+    ("swizzle-128B-atom-64B", dict(box=[32, 8], swizzle=SW.CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B), CC10),
 ]
 
 
@@ -1391,9 +1437,62 @@ def encode(dev, case):
 @pytest.mark.parametrize("case,valid", [(c, v) for _, c, v in TENSOR_MAP_CASES],
                          ids=[name for name, _, _ in TENSOR_MAP_CASES])
 def test_tensor_map_encode_rules(res, case, valid):
-    """cuTensorMapEncodeTiled accepts what the driver documents and refuses the rest with INVALID_VALUE."""
+    """cuTensorMapEncodeTiled accepts what the driver documents and refuses the rest with INVALID_VALUE
+    (the packed types and ATOM swizzles only from compute capability 10.0)."""
+    if valid == CC10:
+        valid = ok(drv.cuDeviceComputeCapability(0)) >= (10, 0)
     dev = res.alloc(1 << 16)
     err = encode(dev, case)[0]
+    assert err == (SUCCESS if valid else E.CUDA_ERROR_INVALID_VALUE)
+
+
+U4_8B = dict(dtype=T.CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, dims=[512, 32], box=[32, 8])
+U4_16B = dict(dtype=T.CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, dims=[256, 32], strides=[256], box=[128, 8])
+U6_16B = dict(dtype=T.CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B, dims=[128, 4], strides=[96], box=[128, 4])
+ATOM_32B, ATOM_FLIP, ATOM_64B = (SW.CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B, SW.CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B,
+                                 SW.CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B)
+INTERLEAVED = dict(rank=3, strides=[96, 384], box=[128, 4, 1], estrides=[1, 1, 1])
+
+#: The documented rules of compute capability 10.0's packed types and ATOM swizzles, on the
+#: simulator switched to 10.0 (below it every one of them is refused: TENSOR_MAP_CASES).
+BLACKWELL_CASES = [
+    ("16U4_ALIGN8B", U4_8B, True),
+    ("16U4_ALIGN8B-odd-dim", dict(U4_8B, dims=[511, 32]), False),
+    ("16U4_ALIGN8B-nan-fill", dict(U4_8B, oob=OOB.CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA), False),
+    ("16U4_ALIGN16B", U4_16B, True),
+    ("16U4_ALIGN16B-box-64", dict(U4_16B, box=[64, 8]), False),
+    ("16U4_ALIGN16B-dim-192", dict(U4_16B, dims=[192, 32]), False),
+    ("16U4_ALIGN16B-address-16", dict(U4_16B, offset=16), False),
+    ("16U4_ALIGN16B-stride-272", dict(U4_16B, strides=[272]), False),
+    ("16U4_ALIGN16B-swizzle-128B", dict(U4_16B, swizzle=SW.CU_TENSOR_MAP_SWIZZLE_128B), True),
+    ("16U4_ALIGN16B-swizzle-atom-32B", dict(U4_16B, swizzle=ATOM_32B), True),
+    ("16U4_ALIGN16B-swizzle-atom-64B", dict(U4_16B, swizzle=ATOM_64B), False),
+    ("16U4_ALIGN16B-swizzle-atom-flip", dict(U4_16B, swizzle=ATOM_FLIP), False),
+    ("16U6_ALIGN16B", U6_16B, True),
+    ("16U6_ALIGN16B-swizzle-atom-64B", dict(U6_16B, swizzle=ATOM_64B), True),
+    ("16U6_ALIGN16B-swizzle-atom-flip", dict(U6_16B, swizzle=ATOM_FLIP), False),
+    ("16U6_ALIGN16B-interleave-16B", dict(U6_16B, dims=[128, 4, 1], **INTERLEAVED,
+                                          interleave=IL.CU_TENSOR_MAP_INTERLEAVE_16B), False),
+    ("16U4_ALIGN16B-interleave-16B", dict(U4_16B, dims=[128, 4, 1], **dict(INTERLEAVED, strides=[128, 512]),
+                                          interleave=IL.CU_TENSOR_MAP_INTERLEAVE_16B), True),
+    ("atom-32B", dict(box=[32, 8], swizzle=ATOM_32B), True),
+    ("atom-flip-8B", dict(box=[32, 8], swizzle=ATOM_FLIP), True),
+    ("atom-64B", dict(box=[32, 8], swizzle=ATOM_64B), True),
+    ("atom-32B-box-256B", dict(box=[64, 8], swizzle=ATOM_32B), False),
+]
+
+
+@pytest.mark.parametrize("case,valid", [(c, v) for _, c, v in BLACKWELL_CASES],
+                         ids=[name for name, _, _ in BLACKWELL_CASES])
+def test_tensor_map_capability_10_rules(sim_only, res, case, valid):
+    """On a device of compute capability 10.0 (the simulator switched to it) the packed types and
+    the ATOM swizzles encode, under the rules the driver documents for them."""
+    before = ok(drv.cuDeviceComputeCapability(0))
+    sim_only.set_compute_capability(10, 0)
+    try:
+        err = encode(res.alloc(1 << 16), case)[0]
+    finally:
+        sim_only.set_compute_capability(*before)
     assert err == (SUCCESS if valid else E.CUDA_ERROR_INVALID_VALUE)
 
 

@@ -36,6 +36,12 @@ static void load_config_once(void) {
     sg_cfg.trace = (int)env_long("SIMGPU_TRACE", 0, 0, 2);
     sg_cfg.device_bytes = (size_t)env_long("SIMGPU_MEMORY_MB", 8192, 16, 1 << 20) << 20;
     sg_cfg.driver_version = (int)env_long("SIMGPU_DRIVER_VERSION", 13000, 12000, 99999);
+    sg_cfg.compute_capability = (int)env_long("SIMGPU_COMPUTE_CAPABILITY", 90, 90, 129);
+}
+
+int sg_compute_capability(void) {
+    sg_load_config();
+    return __atomic_load_n(&sg_cfg.compute_capability, __ATOMIC_RELAXED);
 }
 
 void sg_load_config(void) { pthread_once(&config_once, load_config_once); }
@@ -275,6 +281,15 @@ SG_API long long simgpu_counter(const char *name) {
 SG_API void simgpu_set_delay_us(unsigned int microseconds) {
     sg_load_config();
     __atomic_store_n(&sg_cfg.delay_us, microseconds, __ATOMIC_RELAXED);
+}
+
+/* Exported for tests: changes SIMGPU_COMPUTE_CAPABILITY (every device's) from now on; 0, or -1
+ * (nothing changed) for a capability outside 9.0 to 12.9. */
+SG_API int simgpu_set_compute_capability(int major, int minor) {
+    if (major < 9 || major > 12 || minor < 0 || minor > 9) return -1;
+    sg_load_config();
+    __atomic_store_n(&sg_cfg.compute_capability, major * 10 + minor, __ATOMIC_RELAXED);
+    return 0;
 }
 
 /* Exported for tests: 1, so a test can tell the simulator from a real driver. */
@@ -632,7 +647,7 @@ SG_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
     API_NEED_INIT();
     if (name == NULL || len <= 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
-    snprintf(name, (size_t)len, "SimGPU %d (simulated, sm_90)", dev);
+    snprintf(name, (size_t)len, "SimGPU %d (simulated, sm_%d)", dev, sg_compute_capability());
     API_RETURN(CUDA_SUCCESS);
 }
 
@@ -721,8 +736,8 @@ static int attribute_value(int attrib, int dev, int *value) {
     case 41: *value = 1; return 1;                /* unified addressing */
     case 50: *value = 0; return 1;                /* PCI domain */
     case 51: *value = 32; return 1;               /* texture pitch alignment */
-    case 75: *value = 9; return 1;                /* compute capability major */
-    case 76: *value = 0; return 1;                /* compute capability minor */
+    case 75: *value = sg_compute_capability() / 10; return 1; /* compute capability major */
+    case 76: *value = sg_compute_capability() % 10; return 1; /* compute capability minor */
     case 78: *value = 1; return 1;                /* stream priorities */
     case 79: case 80: *value = 1; return 1;       /* L1 caches */
     case 81: *value = 233472; return 1;           /* shared memory per multiprocessor */
@@ -797,8 +812,9 @@ SG_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev) 
     API_NEED_INIT();
     if (major == NULL || minor == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
-    *major = 9;
-    *minor = 0;
+    int capability = sg_compute_capability();
+    *major = capability / 10;
+    *minor = capability % 10;
     API_RETURN(CUDA_SUCCESS);
 }
 

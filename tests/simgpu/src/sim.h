@@ -182,6 +182,7 @@ typedef struct {
     int trace;              /* SIMGPU_TRACE=1 */
     size_t device_bytes;    /* SIMGPU_MEMORY_MB, default 8192 */
     int driver_version;     /* SIMGPU_DRIVER_VERSION, default 13000 */
+    int compute_capability; /* SIMGPU_COMPUTE_CAPABILITY, major * 10 + minor, default 90 */
 } sg_config;
 extern sg_config sg_cfg;
 
@@ -195,6 +196,7 @@ extern int sg_initialized;
 /* Set in a child forked after cuInit: every call there answers NOT_INITIALIZED. */
 extern volatile sig_atomic_t sg_forked_child;
 void sg_load_config(void);
+int sg_compute_capability(void); /* major * 10 + minor, every device's */
 double sg_now_ms(void);
 
 /* ---- tracing, per-entry-point call counters, injected failures ------------------- */
