@@ -216,6 +216,17 @@ CUresult sg_api_leave(int index, CUresult result);
 #define API_RETURN(expr) return sg_api_leave(api_index_, (expr))
 /* The thread is a stream worker running a host function (which may make no CUDA call). */
 extern __thread int sg_in_host_fn;
+/* In a child forked after cuInit, driver 580 on an H200 answered the calls that name a
+ * stream or an event the parent made (cuEventQuery, cuStreamQuery, cuEventSynchronize,
+ * cuStreamSynchronize, cuEventRecord, cuStreamWaitEvent, cuStreamGetCtx,
+ * cuStreamIsCapturing, cuEventDestroy) CUDA_SUCCESS at once, doing nothing (no wait for
+ * the parent's queued work), while the others (cuInit, cuCtxGetCurrent, cuCtxSynchronize,
+ * cuDeviceGetCount, cuMemAlloc, ...) answered NOT_INITIALIZED (API_NEED_INIT).  Those
+ * entry points start with this (out-parameters written by the caller first). */
+#define API_FORKED_CHILD_SUCCEEDS()                                              \
+    do {                                                                         \
+        if (sg_forked_child) API_RETURN(CUDA_SUCCESS);                           \
+    } while (0)
 #define API_NEED_INIT()                                                          \
     do {                                                                         \
         if (!sg_initialized || sg_forked_child)                                  \
