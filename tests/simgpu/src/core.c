@@ -217,6 +217,9 @@ SG_API long long simgpu_fail_fired(const char *entry_point) {
 SG_API CUresult cuGetErrorName(CUresult error, const char **name);
 
 CUresult sg_api_leave(int index, CUresult result) {
+    /* Every entry point returns through here holding no lock: the user-object destructors
+     * the call made due run now, in the calling thread, before it returns (graph.c). */
+    sg_user_objects_run_due();
     if (sg_cfg.trace) {
         const char *name = NULL;
         if (cuGetErrorName(result, &name) != CUDA_SUCCESS) name = "?";
