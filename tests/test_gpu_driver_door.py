@@ -201,6 +201,61 @@ def test_a_fake_driver_turns_the_door_off_and_use_api_destroys_its_events(door, 
     assert info()["state"] == 1
 
 
+@pytest.fixture
+def too_old_for(simulator):
+    """simulator.set_version_not_sufficient: the named entry point answered by cuGetProcAddress
+    as by a driver older than it (CUDA_SUCCESS, a NULL function, VERSION_NOT_SUFFICIENT, as
+    driver 580 answers for a version below the symbol's); undone after the test, and the door
+    decided afresh."""
+    yield simulator.set_version_not_sufficient
+    simulator.set_version_not_sufficient(None)
+    _driver.use_api(None)
+
+
+def test_a_needed_entry_point_resolved_to_null_turns_the_door_off(door, simulator, too_old_for):
+    """An entry point the door needs that cuGetProcAddress_v2 answers with CUDA_SUCCESS but a
+    NULL function is not available: the door stays off (never calls the NULL) and _driver.py
+    orders, for real."""
+    too_old_for("cuStreamIsCapturing")
+    spot = Spot(door)
+    producer, consumer = door.stream(), door.stream()
+    ordered = info()["ordered"]
+    simulator.set_delay_us(DELAY_US)
+    for i in range(3):
+        spot.write(producer.ptr, i + 1)
+        StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+        assert spot.read(consumer.handle), i
+    assert info()["state"] == -1
+    assert info()["ordered"] == ordered
+    too_old_for(None)
+    _driver.use_api(None)
+    StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
+    assert info()["state"] == 1  # (the control: the same driver without the switch)
+
+
+def test_an_optional_entry_point_resolved_to_null_is_not_used(door, simulator, too_old_for):
+    """cuStreamGetId answered with CUDA_SUCCESS but a NULL function: the door is on without it
+    (it is optional), never calls it, and hand-overs on one stream, whose id it then cannot
+    read, each record an entry of their own; every hold is released once."""
+    too_old_for("cuStreamGetId")
+    marking, stream, producer = slow_stream_marking(door, simulator, 10)
+    ids, handed = simulator.calls("cuStreamGetId"), handover_info()["handed"]
+    try:
+        for _ in range(3):
+            view = StridedMemoryView(producer, stream_ptr=-1)
+            marking.mark(producer.last, stream)
+            view.record_stream(stream)
+            del view
+        assert _view._pending_holds() == (3, 3, 0)  # none joined: the stream's id is unknown
+    finally:
+        simulator.set_delay_us(0)
+    assert info()["state"] == 1 and handover_info()["handed"] - handed == 3  # in C
+    assert simulator.calls("cuStreamGetId") == ids
+    assert release_pending(wait=True) == 3
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 4
+    assert marking.early == [1]  # (1: the first view, not handed over)
+
+
 def test_door_events_are_destroyed_when_their_threads_end(door, simulator):
     """Threads ordering through the door (no current context in them: the event is created in
     the stream's context, pushed) have their events destroyed by the time join returns."""

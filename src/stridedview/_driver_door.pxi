@@ -29,7 +29,9 @@
 #   library is found with dlopen("libcuda.so.1", RTLD_NOLOAD), i.e. only the one
 #   cuda-bindings already loaded, and each entry point is resolved once through
 #   that library's cuGetProcAddress_v2 (CUDA version 12000, default stream
-#   semantics, symbolStatus checked), so the prototypes below are those of CUDA
+#   semantics, symbolStatus checked and a NULL function taken as missing even with
+#   CUDA_SUCCESS: driver 580 answers a symbol newer than the version asked for so;
+#   tests/test_gpu_driver_door.py, too_old_for), so the prototypes below are those of CUDA
 #   12.0 (CUresult int, handles void *) and nothing of cuda-bindings is needed at
 #   build time (one wheel works with cuda-bindings 12 and 13).  A fake installed
 #   through ``_driver.use_api`` turns the door off: every call then takes the

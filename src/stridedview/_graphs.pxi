@@ -12,8 +12,10 @@
 #
 # Invariants:
 #
-# - The destructor (sv_graph_release) runs on a driver thread: no GIL, no Python, no CUDA
-#   call.  It only pushes its node (made with the object, so nothing is allocated there)
+# - The destructor (sv_graph_release) runs on a driver thread, or in the thread whose call
+#   dropped the last reference, before that call returns (driver 580 on an H200 ran it so
+#   for cuUserObjectRelease and cuGraphDestroy), maybe holding the GIL and any lock of
+#   ours: it takes neither, runs no Python and makes no CUDA call.  It only pushes its node (made with the object, so nothing is allocated there)
 #   on a lock-free stack (sv_graph_released: a compare-and-swap push; the drain takes the
 #   whole stack with one exchange, so no node is seen twice) and adds one to
 #   sv_pending_entries, which is atomic on every build for that reason: the next view

@@ -84,6 +84,8 @@ class Simulator:
         lib.simgpu_set_delay_us.argtypes = [ctypes.c_uint]
         lib.simgpu_set_compute_capability.restype = ctypes.c_int
         lib.simgpu_set_compute_capability.argtypes = [ctypes.c_int, ctypes.c_int]
+        lib.simgpu_set_version_not_sufficient.restype = ctypes.c_int
+        lib.simgpu_set_version_not_sufficient.argtypes = [ctypes.c_char_p]
         lib.simgpu_set_kernel_params.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]
         lib.simgpu_calls_report.restype = ctypes.c_size_t
         lib.simgpu_calls_report.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -141,6 +143,13 @@ class Simulator:
         take the packed sub-byte types and the 128B_ATOM swizzles."""
         if self.lib.simgpu_set_compute_capability(int(major), int(minor)) != 0:
             raise ValueError(f"simgpu_set_compute_capability({major}, {minor}) refused")
+
+    def set_version_not_sufficient(self, symbol: str | None) -> None:
+        """cuGetProcAddress answers ``symbol`` from now on as a driver older than the symbol
+        does (CUDA_SUCCESS, a NULL function, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT),
+        at every version asked for; ``None`` undoes it.  One symbol at a time."""
+        if self.lib.simgpu_set_version_not_sufficient(None if symbol is None else symbol.encode()) != 0:
+            raise ValueError(f"simgpu_set_version_not_sufficient({symbol!r}) refused")
 
     def launch_count(self) -> int:
         return self.lib.simgpu_launch_count()

@@ -146,14 +146,34 @@ def test_error_names_and_strings(driver):
 
 
 def test_get_proc_address_status(driver):
-    """cuGetProcAddress finds a symbol, and answers NOT_FOUND for a version too old or a symbol
-    it lacks (the bindings then hand back no status)."""
+    """cuGetProcAddress finds a symbol; for a version older than the symbol it answers
+    CUDA_SUCCESS with a NULL function and VERSION_NOT_SUFFICIENT (driver 580 on an H200 did
+    so for cuMemAllocAsync at 11000: the result alone does not say the pointer is usable);
+    a symbol it lacks is NOT_FOUND (documented; the bindings then hand back no status)."""
     Q = drv.CUdriverProcAddressQueryResult
     flags = drv.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
     err, fn, status = drv.cuGetProcAddress(b"cuStreamWaitEvent", 12000, flags)
     assert err == SUCCESS and int(fn) != 0 and status == Q.CU_GET_PROC_ADDRESS_SUCCESS
-    assert drv.cuGetProcAddress(b"cuMemAllocAsync", 11000, flags)[0] == E.CUDA_ERROR_NOT_FOUND
+    err, fn, status = drv.cuGetProcAddress(b"cuMemAllocAsync", 11000, flags)
+    assert (err, int(fn), status) == (SUCCESS, 0, Q.CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
+    assert int(drv.cuGetProcAddress(b"cuMemAllocAsync", 11020, flags)[1]) != 0  # introduced in 11.2
     assert drv.cuGetProcAddress(b"cuNoSuchEntryPoint", 12000, flags)[0] == E.CUDA_ERROR_NOT_FOUND
+
+
+def test_get_proc_address_version_switch(sim_only):
+    """simgpu_set_version_not_sufficient: the named symbol answers as one newer than any
+    version asked for, until cleared; other symbols are unaffected."""
+    Q = drv.CUdriverProcAddressQueryResult
+    flags = drv.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+    sim_only.set_version_not_sufficient("cuStreamGetId")
+    try:
+        err, fn, status = drv.cuGetProcAddress(b"cuStreamGetId", 13000, flags)
+        assert (err, int(fn), status) == (SUCCESS, 0, Q.CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT)
+        assert int(drv.cuGetProcAddress(b"cuStreamGetCtx", 13000, flags)[1]) != 0
+    finally:
+        sim_only.set_version_not_sufficient(None)
+    err, fn, status = drv.cuGetProcAddress(b"cuStreamGetId", 13000, flags)
+    assert err == SUCCESS and int(fn) != 0 and status == Q.CU_GET_PROC_ADDRESS_SUCCESS
 
 
 # ---- contexts --------------------------------------------------------------------------------

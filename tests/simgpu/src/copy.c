@@ -318,11 +318,14 @@ static void desc_2d_to_3d(const sg_copy2d_desc *a, sg_copy3d_desc *b) {
 }
 
 /* The 2-D copies refuse a pitch above CU_DEVICE_ATTRIBUTE_MAX_PITCH (the driver documents
- * it for each of them), whatever the height; a CUDA array end has no pitch. */
+ * it for each of them) when the copy has more than one row: driver 580 on an H200
+ * accepted cuMemcpy2D and cuMemcpy2DAsync of one row with either pitch at the maximum
+ * + 1, where the pitch is never used; with two rows or more it was not tried, and the
+ * documented refusal is kept.  A CUDA array end has no pitch. */
 static CUresult copy_2d(const sg_copy2d_desc *d, uint64_t stream, int sync_api) {
     if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
-    if ((d->src_type != SG_MEMTYPE_ARRAY && d->src_pitch > SG_MAX_PITCH) ||
-        (d->dst_type != SG_MEMTYPE_ARRAY && d->dst_pitch > SG_MAX_PITCH))
+    if (d->height > 1 && ((d->src_type != SG_MEMTYPE_ARRAY && d->src_pitch > SG_MAX_PITCH) ||
+                          (d->dst_type != SG_MEMTYPE_ARRAY && d->dst_pitch > SG_MAX_PITCH)))
         return CUDA_ERROR_INVALID_VALUE;
     sg_copy3d_desc full;
     desc_2d_to_3d(d, &full);

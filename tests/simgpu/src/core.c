@@ -98,11 +98,13 @@ static fault_rule faults[MAX_FAULTS];
 static atomic_int faults_active; /* rules set: the fast path checks only this */
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* A child forked after the parent initialised the driver cannot use it: every call there
- * answers CUDA_ERROR_NOT_INITIALIZED, cuInit included (as the driver does), and returns at
- * once.  The parent's stream workers do not exist in the child, so a wait would never end;
- * the locks may have been held by a thread of the parent at the fork, so the handler gives
- * the child fresh ones (the child's only thread is the one that forked). */
+/* A child forked after the parent initialised the driver cannot use it: its calls answer
+ * CUDA_ERROR_NOT_INITIALIZED, cuInit included, and return at once, but for those naming a
+ * stream or an event, which succeed doing nothing (sim.h: API_FORKED_CHILD_SUCCEEDS; both as
+ * driver 580 did on an H200).  The parent's stream workers do not exist in the child, so a
+ * wait would never end; the locks may have been held by a thread of the parent at the
+ * fork, so the handler gives the child fresh ones (the child's only thread is the one that
+ * forked). */
 static void forked_child(void) {
     if (sg_initialized) sg_forked_child = 1;
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
@@ -215,6 +217,9 @@ SG_API long long simgpu_fail_fired(const char *entry_point) {
 SG_API CUresult cuGetErrorName(CUresult error, const char **name);
 
 CUresult sg_api_leave(int index, CUresult result) {
+    /* Every entry point returns through here holding no lock: the user-object destructors
+     * the call made due run now, in the calling thread, before it returns (graph.c). */
+    sg_user_objects_run_due();
     if (sg_cfg.trace) {
         const char *name = NULL;
         if (cuGetErrorName(result, &name) != CUDA_SUCCESS) name = "?";

@@ -9,12 +9,18 @@
  * that was building it fails), an executable graph's when it is destroyed and every
  * launch of it made so far has run.
  *
- * When the last reference goes the destructor runs, never in the calling thread: on
- * one driver thread of its own (started on first need), with no lock held, as the
- * driver runs it (CU_USER_OBJECT_NO_DESTRUCTOR_SYNC: nothing waits for it).
+ * When the last reference goes in an entry point (cuUserObjectRelease,
+ * cuGraphReleaseUserObject, cuGraphDestroy, a failed capture, cuGraphExecDestroy with
+ * no launch pending) the destructor runs in the calling thread before the call
+ * returns, with no simulator lock held (sg_api_leave runs sg_user_objects_run_due): driver
+ * 580 on an H200 ran it so for cuUserObjectRelease and for cuGraphDestroy of a graph
+ * holding the last reference.  References an executable graph drops only once its
+ * queued launches have run go on one driver thread of the simulator's own (started on
+ * first need), which runs the destructors they make due, also with no lock held.
+ * A destructor may make no CUDA call (NOT_PERMITTED, as in a host function).
  *
- * Everything here runs under sg_lock; the release thread waits on sg_progress, which
- * every completed operation broadcasts, for the launches an executable graph's
+ * Everything else here runs under sg_lock; the release thread waits on sg_progress,
+ * which every completed operation broadcasts, for the launches an executable graph's
  * release waits for. */
 #include "sim.h"
 
@@ -27,8 +33,8 @@ typedef struct {
     long long refs;
 } sg_uobj;
 
-/* References to drop once every point in deps has run; or, with refs NULL, a
- * destructor to run. */
+/* References to drop once every point in deps has run (the release thread's list); or,
+ * with refs NULL, a destructor due in the thread that made it (due_head). */
 typedef struct sg_release {
     struct sg_release *next;
     sg_uref *refs;
@@ -61,7 +67,12 @@ static void release_push(sg_release *r) {
     pthread_cond_broadcast(&sg_progress);
 }
 
-/* Drop count references of obj (lock held); the last one queues its destructor. */
+/* Destructors made due by this thread, run by sg_user_objects_run_due once it holds no
+ * lock; in the order their objects died. */
+static __thread sg_release *due_head, *due_tail;
+
+/* Drop count references of obj (lock held); the last one makes its destructor due in
+ * the calling thread. */
 static void uobj_drop(uint64_t h, unsigned count) {
     sg_uobj *u = sg_handle_get(h, K_UOBJ);
     if (u == NULL) return;
@@ -73,9 +84,24 @@ static void uobj_drop(uint64_t h, unsigned count) {
     if (r != NULL) {
         r->destroy = u->destroy;
         r->ptr = u->ptr;
-        release_push(r);
+        if (due_tail != NULL) due_tail->next = r; else due_head = r;
+        due_tail = r;
     }
     free(u);
+}
+
+void sg_user_objects_run_due(void) {
+    while (due_head != NULL) {
+        sg_release *r = due_head;  /* taken first: a destructor makes no CUDA call, but */
+        due_head = r->next;        /* nothing here depends on that */
+        if (due_head == NULL) due_tail = NULL;
+        int in_host_fn = sg_in_host_fn;
+        sg_in_host_fn = 1; /* a destructor may make no CUDA call */
+        r->destroy(r->ptr);
+        sg_in_host_fn = in_host_fn;
+        sg_count("user_object_destructors", 1);
+        free(r);
+    }
 }
 
 static int release_ready(const sg_release *r) {
@@ -101,19 +127,15 @@ static void *release_thread(void *arg) {
             pthread_cond_wait(&sg_progress, &sg_lock);
             continue;
         }
-        if (r->refs != NULL) {
-            for (int i = 0; i < r->nrefs; i++) uobj_drop(r->refs[i].obj, r->refs[i].count);
-        } else if (r->destroy != NULL) {
-            pthread_mutex_unlock(&sg_lock);
-            sg_in_host_fn = 1; /* a destructor may make no CUDA call */
-            r->destroy(r->ptr);
-            sg_in_host_fn = 0;
-            pthread_mutex_lock(&sg_lock);
-            sg_count("user_object_destructors", 1);
-        }
+        for (int i = 0; i < r->nrefs; i++) uobj_drop(r->refs[i].obj, r->refs[i].count);
         free(r->refs);
         free(r->deps);
         free(r);
+        if (due_head != NULL) {
+            pthread_mutex_unlock(&sg_lock);
+            sg_user_objects_run_due();
+            pthread_mutex_lock(&sg_lock);
+        }
     }
     return NULL;
 }
@@ -254,8 +276,13 @@ SG_API CUresult cuGraphReleaseUserObject(CUgraph graph, void *object, unsigned i
     pthread_mutex_lock(&sg_lock);
     sg_urefs *refs = sg_graph_urefs(H(graph));
     sg_uref *found = refs ? urefs_find(refs, H(object)) : NULL;
-    if (found == NULL || found->count < count) {
+    if (found == NULL) {
         r = CUDA_ERROR_INVALID_VALUE;
+    } else if (found->count < count) {
+        /* More than the graph holds: driver 580 on an H200 answered CUDA_SUCCESS and ran no
+         * destructor (a graph holding one reference, count 2), and a release of the one
+         * held succeeded after it.  Modelled as releasing nothing; what the driver did to
+         * its counts is not known. */
     } else {
         found->count -= count;
         if (found->count == 0) *found = refs->v[--refs->n];

@@ -1052,14 +1052,21 @@ SG_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunctio
 }
 
 /* The cluster dimensions a launch configuration asks for (1x1x1 without the attribute). */
-static CUresult config_cluster(const sg_launch_config *cfg, unsigned cluster[3]) {
+/* The configuration's cluster dimensions (1, 1, 1 without the attribute; *given says
+ * whether it had one). */
+static CUresult config_cluster(const sg_launch_config *cfg, unsigned cluster[3], int *given) {
     cluster[0] = cluster[1] = cluster[2] = 1;
+    *given = 0;
     if (cfg == NULL || (cfg->num_attrs > 0 && cfg->attrs == NULL)) return CUDA_ERROR_INVALID_VALUE;
     const unsigned *b = cfg->block;
     if (b[0] == 0 || b[1] == 0 || b[2] == 0 || (unsigned long long)b[0] * b[1] * b[2] > 1024)
         return CUDA_ERROR_INVALID_VALUE;
-    for (unsigned i = 0; i < cfg->num_attrs; i++)
-        if (cfg->attrs[i].id == 4) memcpy(cluster, cfg->attrs[i].value, 3 * sizeof(unsigned));
+    for (unsigned i = 0; i < cfg->num_attrs; i++) {
+        if (cfg->attrs[i].id == 4) {
+            memcpy(cluster, cfg->attrs[i].value, 3 * sizeof(unsigned));
+            *given = 1;
+        }
+    }
     if (cluster[0] == 0 || cluster[1] == 0 || cluster[2] == 0) return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
@@ -1070,8 +1077,9 @@ SG_API CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction h, cons
     API_BEGIN("cuOccupancyMaxPotentialClusterSize");
     API_NEED_INIT();
     unsigned cluster[3];
+    int given;
     if (size == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = config_cluster(cfg, cluster);
+    CUresult r = config_cluster(cfg, cluster, &given);
     if (r == CUDA_SUCCESS) r = occupancy_function(h);
     if (r != CUDA_SUCCESS) API_RETURN(r);
     unsigned threads = cfg->block[0] * cfg->block[1] * cfg->block[2];
@@ -1082,15 +1090,22 @@ SG_API CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction h, cons
 
 /* How many clusters of the configuration's size fit on the device at once: the blocks resident
  * on all multiprocessors, whole clusters of them (a cluster above the portable size is
- * CUDA_ERROR_INVALID_CLUSTER_SIZE). */
+ * CUDA_ERROR_INVALID_CLUSTER_SIZE).  A configuration without a cluster-dimension attribute
+ * launches no clusters: 0 (driver 580 on an H200 answered CUDA_SUCCESS and 0 for one with no
+ * attributes, grid 128, block 64). */
 SG_API CUresult cuOccupancyMaxActiveClusters(int *count, CUfunction h, const sg_launch_config *cfg) {
     API_BEGIN("cuOccupancyMaxActiveClusters");
     API_NEED_INIT();
     unsigned cluster[3];
+    int given;
     if (count == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = config_cluster(cfg, cluster);
+    CUresult r = config_cluster(cfg, cluster, &given);
     if (r == CUDA_SUCCESS) r = occupancy_function(h);
     if (r != CUDA_SUCCESS) API_RETURN(r);
+    if (!given) {
+        *count = 0;
+        API_RETURN(CUDA_SUCCESS);
+    }
     unsigned long long blocks_in_cluster = (unsigned long long)cluster[0] * cluster[1] * cluster[2];
     if (blocks_in_cluster > CLUSTER_PORTABLE_MAX) API_RETURN(CUDA_ERROR_INVALID_CLUSTER_SIZE);
     unsigned threads = cfg->block[0] * cfg->block[1] * cfg->block[2];

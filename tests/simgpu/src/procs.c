@@ -1,8 +1,14 @@
 /* simgpu entry-point lookup: cuGetProcAddress answers each (symbol, CUDA version,
  * flags) the way the driver does: the newest variant of the symbol introduced at
  * or before the requested version; the per-thread-default-stream variant when the
- * flags ask for one.  A symbol (or a variant) the simulator does not implement is
- * "not found", so a library that needs more fails at the call that needs it. */
+ * flags ask for one.  A symbol known only in variants newer than the requested
+ * version is CUDA_SUCCESS with a NULL function and the status
+ * CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT (driver 580 on an H200 answered so for
+ * cuMemAllocAsync at 11000), so a caller must check the pointer, not only the result.
+ * A symbol unknown to the driver is CUDA_ERROR_NOT_FOUND (documented), and so is one
+ * (or a variant) the simulator does not implement, so a library that needs more fails
+ * at the call that needs it.  simgpu_set_version_not_sufficient makes one symbol
+ * answer VERSION_NOT_SUFFICIENT at every version (a driver older than its caller). */
 #include "sim.h"
 
 /* Unprototyped declarations: only the addresses are taken here. */
@@ -36,6 +42,28 @@ static const proc_entry procs[] = {
 enum { FOUND = 0, SYMBOL_NOT_FOUND = 1, VERSION_NOT_SUFFICIENT = 2 };
 enum { FLAG_LEGACY_STREAM = 1, FLAG_PER_THREAD = 2 };
 
+/* The symbol simgpu_set_version_not_sufficient named ("" : none). */
+static char too_new[128];
+static pthread_mutex_t too_new_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int is_too_new(const char *symbol) {
+    pthread_mutex_lock(&too_new_lock);
+    int match = too_new[0] != '\0' && strcmp(too_new, symbol) == 0;
+    pthread_mutex_unlock(&too_new_lock);
+    return match;
+}
+
+/* Exported for tests: cuGetProcAddress answers `symbol` (NULL: none) as introduced after
+ * any version asked for (SUCCESS, NULL, VERSION_NOT_SUFFICIENT) until called again.
+ * Returns 0, or -1 for a name too long. */
+SG_API int simgpu_set_version_not_sufficient(const char *symbol) {
+    if (symbol != NULL && strlen(symbol) >= sizeof too_new) return -1;
+    pthread_mutex_lock(&too_new_lock);
+    snprintf(too_new, sizeof too_new, "%s", symbol ? symbol : "");
+    pthread_mutex_unlock(&too_new_lock);
+    return 0;
+}
+
 static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status) {
     int st = SYMBOL_NOT_FOUND;
     const proc_entry *best = NULL;
@@ -44,9 +72,10 @@ static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t f
         if (status) *status = SYMBOL_NOT_FOUND;
         return CUDA_ERROR_INVALID_VALUE;
     }
+    int held_back = is_too_new(symbol);
     for (size_t i = 0; i < sizeof procs / sizeof procs[0]; i++) {
         if (strcmp(procs[i].symbol, symbol) != 0) continue;
-        if (procs[i].version <= version) {
+        if (procs[i].version <= version && !held_back) {
             if (best == NULL || procs[i].version > best->version) best = &procs[i];
         } else if (st == SYMBOL_NOT_FOUND) {
             st = VERSION_NOT_SUFFICIENT;
@@ -62,7 +91,7 @@ static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t f
     if (sg_cfg.trace >= 2 || (sg_cfg.trace && st != FOUND && getenv("SIMGPU_TRACE_LOOKUPS")))
         fprintf(stderr, "simgpu: cuGetProcAddress(%s, %d, %llu) -> %s\n", symbol, version, flags,
                 st == FOUND ? "found" : st == VERSION_NOT_SUFFICIENT ? "version not sufficient" : "not found");
-    return st == FOUND ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    return st == SYMBOL_NOT_FOUND ? CUDA_ERROR_NOT_FOUND : CUDA_SUCCESS;
 }
 
 SG_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,

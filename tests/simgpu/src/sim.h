@@ -204,7 +204,9 @@ int sg_api_index(const char *name);
 /* Counts a call; returns nonzero with *fault set when an injected failure (simgpu_fail)
  * answers this call instead of the entry point. */
 int sg_api_enter(int index, CUresult *fault);
+/* Runs the user-object destructors the calling thread made due (graph.c), then traces. */
 CUresult sg_api_leave(int index, CUresult result);
+void sg_user_objects_run_due(void); /* no lock held */
 #define API_BEGIN(name)                                      \
     static int api_index_ = -1;                              \
     if (api_index_ < 0) api_index_ = sg_api_index(name);     \
@@ -216,6 +218,17 @@ CUresult sg_api_leave(int index, CUresult result);
 #define API_RETURN(expr) return sg_api_leave(api_index_, (expr))
 /* The thread is a stream worker running a host function (which may make no CUDA call). */
 extern __thread int sg_in_host_fn;
+/* In a child forked after cuInit, driver 580 on an H200 answered the calls that name a
+ * stream or an event the parent made (cuEventQuery, cuStreamQuery, cuEventSynchronize,
+ * cuStreamSynchronize, cuEventRecord, cuStreamWaitEvent, cuStreamGetCtx,
+ * cuStreamIsCapturing, cuEventDestroy) CUDA_SUCCESS at once, doing nothing (no wait for
+ * the parent's queued work), while the others (cuInit, cuCtxGetCurrent, cuCtxSynchronize,
+ * cuDeviceGetCount, cuMemAlloc, ...) answered NOT_INITIALIZED (API_NEED_INIT).  Those
+ * entry points start with this (out-parameters written by the caller first). */
+#define API_FORKED_CHILD_SUCCEEDS()                                              \
+    do {                                                                         \
+        if (sg_forked_child) API_RETURN(CUDA_SUCCESS);                           \
+    } while (0)
 #define API_NEED_INIT()                                                          \
     do {                                                                         \
         if (!sg_initialized || sg_forked_child)                                  \
@@ -459,8 +472,9 @@ typedef struct {
 sg_urefs *sg_graph_urefs(uint64_t graph);
 /* dst takes references of its own to every object src holds (instantiation). */
 int sg_urefs_copy(sg_urefs *dst, const sg_urefs *src);
-/* Drops every reference of l (emptied), once each point of after[] has run; an object
- * whose last reference goes has its destructor run on the driver's release thread. */
+/* Drops every reference of l (emptied), once each point of after[] has run: at once if
+ * they all have (an object whose last reference goes has its destructor run by the calling
+ * entry point as it returns), else on the driver's release thread (which runs it there). */
 void sg_urefs_release(sg_urefs *l, const sg_dep *after, int nafter);
 
 #endif

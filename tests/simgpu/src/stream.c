@@ -619,8 +619,20 @@ SG_API CUresult cuStreamDestroy(CUstream h) { return cuStreamDestroy_v2(h); }
         API_RETURN(err_);                                 \
     }
 
+/* In a child forked after cuInit (API_FORKED_CHILD_SUCCEEDS): the context of ordinary
+ * stream h as the parent left it, 0 for any other handle.  The child's only thread
+ * holds the lock the fork handler made anew. */
+static uint64_t forked_child_stream_ctx(uint64_t h) {
+    pthread_mutex_lock(&sg_lock);
+    sg_stream *s = h > SG_STREAM_PER_THREAD ? sg_handle_get(h, K_STREAM) : NULL;
+    uint64_t ctx = s != NULL && !s->destroyed ? s->ctx->o.h : 0;
+    pthread_mutex_unlock(&sg_lock);
+    return ctx;
+}
+
 SG_API CUresult cuStreamQuery(CUstream h) {
     API_BEGIN("cuStreamQuery");
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     RESOLVE_OR_RETURN(s, h);
     CUresult r;
@@ -636,6 +648,7 @@ SG_API CUresult cuStreamQuery(CUstream h) {
 
 SG_API CUresult cuStreamSynchronize(CUstream h) {
     API_BEGIN("cuStreamSynchronize");
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     RESOLVE_OR_RETURN(s, h);
     CUresult r = CUDA_SUCCESS;
@@ -685,6 +698,8 @@ SG_API CUresult cuCtxSynchronize_v2(CUcontext ctx) {
 
 SG_API CUresult cuStreamGetCtx(CUstream h, CUcontext *pctx) {
     API_BEGIN("cuStreamGetCtx");
+    if (sg_forked_child && pctx != NULL) *pctx = P(forked_child_stream_ctx(H(h)));
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     if (pctx == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     RESOLVE_OR_RETURN(s, h);
@@ -695,6 +710,9 @@ SG_API CUresult cuStreamGetCtx(CUstream h, CUcontext *pctx) {
 
 SG_API CUresult cuStreamGetCtx_v2(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen) {
     API_BEGIN("cuStreamGetCtx_v2");
+    if (sg_forked_child && pctx != NULL) *pctx = P(forked_child_stream_ctx(H(h)));
+    if (sg_forked_child && pgreen != NULL) *pgreen = NULL;
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     if (pctx == NULL && pgreen == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     RESOLVE_OR_RETURN(s, h);
@@ -826,6 +844,7 @@ static void event_free(sg_event *e) {
 
 SG_API CUresult cuEventDestroy_v2(CUevent h) {
     API_BEGIN("cuEventDestroy_v2");
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_event *e = sg_handle_get(H(h), K_EVENT);
@@ -925,6 +944,7 @@ static CUresult event_record(uint64_t event, uint64_t stream, unsigned flags) {
 
 SG_API CUresult cuEventRecord(CUevent h, CUstream stream) {
     API_BEGIN("cuEventRecord");
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     API_RETURN(event_record(H(h), H(stream), 0));
 }
@@ -937,6 +957,7 @@ SG_API CUresult cuEventRecordWithFlags(CUevent h, CUstream stream, unsigned int 
 
 SG_API CUresult cuEventQuery(CUevent h) {
     API_BEGIN("cuEventQuery");
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_event *e = sg_handle_get(H(h), K_EVENT);
@@ -957,6 +978,7 @@ SG_API CUresult cuEventQuery(CUevent h) {
 
 SG_API CUresult cuEventSynchronize(CUevent h) {
     API_BEGIN("cuEventSynchronize");
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_event *e = sg_handle_get(H(h), K_EVENT);
@@ -1006,6 +1028,7 @@ SG_API CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end) {
 
 SG_API CUresult cuStreamWaitEvent(CUstream h, CUevent event, unsigned int flags) {
     API_BEGIN("cuStreamWaitEvent");
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     if (flags & ~1u) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -1177,6 +1200,8 @@ static CUresult capture_status(sg_stream *s, int *status) {
 
 SG_API CUresult cuStreamIsCapturing(CUstream h, int *status) {
     API_BEGIN("cuStreamIsCapturing");
+    if (sg_forked_child && status != NULL) *status = SG_CAPTURE_NONE;
+    API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     if (status == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     RESOLVE_OR_RETURN(s, h);
