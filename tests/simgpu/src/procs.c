@@ -5,9 +5,12 @@
  * version is CUDA_SUCCESS with a NULL function and the status
  * CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT (driver 580 on an H200 answered so for
  * cuMemAllocAsync at 11000), so a caller must check the pointer, not only the result.
- * A symbol unknown to the driver is CUDA_ERROR_NOT_FOUND (documented), and so is one
- * (or a variant) the simulator does not implement, so a library that needs more fails
- * at the call that needs it.  simgpu_set_version_not_sufficient makes one symbol
+ * A symbol unknown to the driver, or one (or a variant) the simulator does not
+ * implement, is CUDA_SUCCESS with a NULL function and CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
+ * from cuGetProcAddress_v2 (driver 580 answered CUDA_SUCCESS for cuNoSuchEntryPoint,
+ * although the documentation says CUDA_ERROR_NOT_FOUND), CUDA_ERROR_NOT_FOUND from the
+ * first version (no status to say it), so a library that needs more fails at the call
+ * that needs it.  simgpu_set_version_not_sufficient makes one symbol
  * answer VERSION_NOT_SUFFICIENT at every version (a driver older than its caller). */
 #include "sim.h"
 
@@ -91,7 +94,7 @@ static CUresult lookup(const char *symbol, void **pfn, int version, cuuint64_t f
     if (sg_cfg.trace >= 2 || (sg_cfg.trace && st != FOUND && getenv("SIMGPU_TRACE_LOOKUPS")))
         fprintf(stderr, "simgpu: cuGetProcAddress(%s, %d, %llu) -> %s\n", symbol, version, flags,
                 st == FOUND ? "found" : st == VERSION_NOT_SUFFICIENT ? "version not sufficient" : "not found");
-    return st == SYMBOL_NOT_FOUND ? CUDA_ERROR_NOT_FOUND : CUDA_SUCCESS;
+    return st == SYMBOL_NOT_FOUND && status == NULL ? CUDA_ERROR_NOT_FOUND : CUDA_SUCCESS;
 }
 
 SG_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
