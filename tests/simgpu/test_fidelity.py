@@ -112,13 +112,15 @@ print("codes", answer)
 """
 
 
-def test_forked_child_is_refused_not_hung(driver):
+def test_forked_child_is_refused_not_hung(sim_only):
     """A child forked after cuInit cannot use the driver, and nothing there waits for work the
     parent had queued.  As driver 580 did on an H200: the calls naming the parent's stream or
     event (query, synchronize, record, wait, cuStreamGetCtx, cuStreamIsCapturing,
     cuEventDestroy) answer CUDA_SUCCESS at once, doing nothing; cuInit, cuDeviceGetCount,
     cuMemAlloc, cuCtxGetCurrent and cuCtxSynchronize answer NOT_INITIALIZED.  The parent's
-    driver goes on working."""
+    driver goes on working.  Simulator-only: on the H200 each sequence answered so once, but
+    a later run of both in a row did not finish within 60 s (a fork of a process whose
+    driver runs threads: the child may deadlock), so a real driver promises no answer."""
     success, refused = str(int(SUCCESS)), str(int(E.CUDA_ERROR_NOT_INITIALIZED))
     expected = {
         "six": [success] * 2 + [refused] * 4,
