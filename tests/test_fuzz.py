@@ -55,7 +55,7 @@ from producers import (
     DLTensor,
     OldStyleProducer,
 )
-from stridedview import CUDAError, StridedMemoryView
+from stridedview import CUDAError, DLPackDType, StridedMemoryView
 from stridedview import _driver
 from test_errors_contract import documented_prefixes
 
@@ -99,8 +99,16 @@ DTYPE_NAMES = {(code, bits): name for name, (code, bits) in producers.DTYPES.ite
 
 
 def numpy_dtype(code, bits):
+    """The dtype a one-lane view of (code, bits) has: ml_dtypes' where it has the type,
+    numpy's own name otherwise, else (complex32 and bcomplex32 before ml_dtypes 0.6, as on
+    the free-threaded stage's 0.5.4) the void dtype of its bytes the library falls back on."""
     name = DTYPE_NAMES[(code, bits)]
-    return np.dtype(getattr(ml_dtypes, name)) if hasattr(ml_dtypes, name) else np.dtype(name)
+    if hasattr(ml_dtypes, name):
+        return np.dtype(getattr(ml_dtypes, name))
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return np.dtype(f"V{max(bits // 8, 1)}", metadata={"dlpack_dtype": DLPackDType(code, bits, 1)})
 
 
 def _note(text):
