@@ -152,12 +152,9 @@ def test_door_orders_for_real(door, simulator, monkeypatch):
         assert spot.read(consumer.handle), i
 
 
-def test_switched_off_the_python_path_orders(gpu, simulator, monkeypatch):
-    """With the door off (what STRIDEDVIEW_NO_C_DRIVER=1 does) every ordering is _driver.py's."""
-    monkeypatch.setattr(_driver, "_c_door", False)
-    _driver.use_api(None)
-    spot = Spot(gpu)
-    producer, consumer = gpu.stream(), gpu.stream()
+def check_the_python_path_orders(spot, simulator, producer, consumer):
+    """Three late writes on ``producer``, each seen on ``consumer`` after a view ordered them,
+    with the door off (state -1) and none of the orderings its."""
     ordered = info()["ordered"]
     simulator.set_delay_us(DELAY_US)
     for i in range(3):
@@ -166,6 +163,15 @@ def test_switched_off_the_python_path_orders(gpu, simulator, monkeypatch):
         assert spot.read(consumer.handle), i
     assert info()["state"] == -1
     assert info()["ordered"] == ordered
+
+
+def test_switched_off_the_python_path_orders(gpu, simulator, monkeypatch):
+    """With the door off (what STRIDEDVIEW_NO_C_DRIVER=1 does) every ordering is _driver.py's."""
+    monkeypatch.setattr(_driver, "_c_door", False)
+    _driver.use_api(None)
+    spot = Spot(gpu)
+    producer, consumer = gpu.stream(), gpu.stream()
+    check_the_python_path_orders(spot, simulator, producer, consumer)
     assert _driver._per_thread.events.event_of_context  # the Python path's own event
 
 
@@ -219,14 +225,7 @@ def test_a_needed_entry_point_resolved_to_null_turns_the_door_off(door, simulato
     too_old_for("cuStreamIsCapturing")
     spot = Spot(door)
     producer, consumer = door.stream(), door.stream()
-    ordered = info()["ordered"]
-    simulator.set_delay_us(DELAY_US)
-    for i in range(3):
-        spot.write(producer.ptr, i + 1)
-        StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
-        assert spot.read(consumer.handle), i
-    assert info()["state"] == -1
-    assert info()["ordered"] == ordered
+    check_the_python_path_orders(spot, simulator, producer, consumer)
     too_old_for(None)
     _driver.use_api(None)
     StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)

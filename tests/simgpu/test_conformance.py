@@ -351,12 +351,16 @@ def test_stream_destroy_after_work(sim, res):
         assert drv.cuStreamDestroy(drv.CUstream(1))[0] == E.CUDA_ERROR_INVALID_HANDLE
 
 
-GONE_PREAMBLE = PREAMBLE + """
+# A script's start: the driver initialised, device 0's primary context retained and current.
+PRIMARY_PREAMBLE = PREAMBLE + """
 E = drv.CUresult
 ok(drv.cuInit(0))
 dev = ok(drv.cuDeviceGet(0))
 ctx = ok(drv.cuDevicePrimaryCtxRetain(dev))
 ok(drv.cuCtxSetCurrent(ctx))
+"""
+
+GONE_PREAMBLE = PRIMARY_PREAMBLE + """
 stream = ok(drv.cuStreamCreate(0))
 event = ok(drv.cuEventCreate(0))
 def reset():
@@ -877,11 +881,7 @@ def test_primary_reset_destroys_events_and_streams_keeps_handle(sim):
     context comes back with the same handle and a new cuCtxGetId (the one way to tell that
     its old streams and events are gone: naming them again ends the process,
     test_a_gone_handle_named_again_ends_the_process), and new events work."""
-    result = run_python(PREAMBLE + """
-ok(drv.cuInit(0))
-dev = ok(drv.cuDeviceGet(0))
-ctx = ok(drv.cuDevicePrimaryCtxRetain(dev))
-ok(drv.cuCtxSetCurrent(ctx))
+    result = run_python(PRIMARY_PREAMBLE + """
 before = int(ok(drv.cuCtxGetId(ctx)))
 event = ok(drv.cuEventCreate(0))
 stream = ok(drv.cuStreamCreate(0))

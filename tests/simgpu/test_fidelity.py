@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from .simgpu_support import SUCCESS, CUresult, drv, ok, run_python
-from .test_conformance import PREAMBLE, PTX
+from .test_conformance import PREAMBLE, PRIMARY_PREAMBLE, PTX
 
 E = CUresult
 A = drv.CUdevice_attribute
@@ -61,13 +61,8 @@ def test_export_table_answers_an_unknown_id(driver, sim):
 # ---- processes ------------------------------------------------------------------------------
 
 
-FORK_CHILD = PREAMBLE + """
+FORK_CHILD = PRIMARY_PREAMBLE + """
 import os, select, time
-E = drv.CUresult
-ok(drv.cuInit(0))
-dev = ok(drv.cuDeviceGet(0))
-ctx = ok(drv.cuDevicePrimaryCtxRetain(dev))
-ok(drv.cuCtxSetCurrent(ctx))
 try:
     ctypes.CDLL("libcuda.so.1").simgpu_set_delay_us(300000)  # the simulator: work stays queued
 except AttributeError:
