@@ -21,7 +21,6 @@ import platform
 import re
 import shutil
 import sys
-import sysconfig
 import tempfile
 
 import numpy
@@ -50,15 +49,12 @@ class BuildExt(build_ext):
             # so it wins).  MSVC's /O2 is already its highest level.
             for extension in self.extensions:
                 extension.extra_compile_args.append("-O3")
-            if (
-                not no_fast_paths
-                and _free_threaded_x86_64()
-                and self._compiler_accepts("-mtls-dialect=gnu2")
-            ):
-                # A free-threaded build reaches the fast paths' per-thread state
-                # through a thread-local variable (_thread_state.pxi) several times per
-                # view.  x86-64's default TLS model for a shared object calls
-                # __tls_get_addr on every access (about 18 instructions); TLS
+            if _x86_64() and self._compiler_accepts("-mtls-dialect=gnu2"):
+                # Thread-local variables are read on every view: the torch mode
+                # check's cached state (_torch_bits.pxi) and, on a free-threaded
+                # build, the fast paths' per-thread state (_thread_state.pxi),
+                # several times.  x86-64's default TLS model for a shared object
+                # calls __tls_get_addr on every access (about 18 instructions); TLS
                 # descriptors resolve once to a static offset where glibc has room,
                 # and fall back to the same dynamic lookup where it has none: a
                 # launch of three arrays 300 instructions fewer on 3.13t.
@@ -102,12 +98,9 @@ class BuildExt(build_ext):
         return True
 
 
-def _free_threaded_x86_64():
-    """Whether this is a free-threaded interpreter on x86-64, where the fast paths keep
-    their state in a thread-local variable and the TLS dialect matters."""
-    return bool(sysconfig.get_config_var("Py_GIL_DISABLED")) and platform.machine().lower() in (
-        "x86_64", "amd64",
-    )
+def _x86_64():
+    """Whether this is x86-64, where the TLS dialect matters."""
+    return platform.machine().lower() in ("x86_64", "amd64")
 
 
 def _define_macros():

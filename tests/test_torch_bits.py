@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stridedview import StridedMemoryView, _view, args_viewable_as_strided_memory
-from torch_expectations import expected_bits_reader
+from torch_expectations import expected_bits_reader, expected_mode_readers
 
 torch = pytest.importorskip("torch")
 
@@ -285,6 +285,122 @@ def test_torch_function_mode_is_followed(make, route):
     assert StridedMemoryView(tensor, -1).shape == (3,)  # the mode gone, the bit is read again
 
 
+def mode_reader(kind):
+    """Within the block the TorchFunctionMode check reads torch's struct ("state") or
+    calls torch's function ("function")."""
+    return switched(_view._set_torch_mode_state_enabled, kind == "state")
+
+
+class PassingMode(torch.overrides.TorchFunctionMode):
+    """A TorchFunctionMode that passes every call on."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _mode_states():
+    """(name, context manager factory) for each state torch's mode check can be in: modes
+    pushed and nested, torch functions disabled (wholly or for subclasses) with and
+    without a mode, and enabled again inside."""
+    nested = contextlib.ExitStack
+    return [
+        ("none", contextlib.nullcontext),
+        ("mode", PassingMode),
+        ("two-modes", lambda: _entered(nested(), PassingMode(), PassingMode())),
+        ("disabled", torch._C.DisableTorchFunction),
+        ("subclasses-disabled", torch._C.DisableTorchFunctionSubclass),
+        ("mode-disabled", lambda: _entered(nested(), PassingMode(), torch._C.DisableTorchFunction())),
+        ("mode-subclasses-disabled",
+         lambda: _entered(nested(), PassingMode(), torch._C.DisableTorchFunctionSubclass())),
+        ("mode-disabled-enabled", lambda: _entered(
+            nested(), PassingMode(), torch._C.DisableTorchFunction(), torch._C._EnableTorchFunction()
+        )),
+    ]
+
+
+def _entered(stack, *contexts):
+    """``stack`` with ``contexts`` entered in order when it is entered."""
+    @contextlib.contextmanager
+    def entering():
+        with stack:
+            for context in contexts:
+                stack.enter_context(context)
+            yield
+    return entering()
+
+
+MODE_STATES = _mode_states()
+
+
+@pytest.mark.parametrize("kind", ["state", "function"])
+@pytest.mark.parametrize("state", [m for _, m in MODE_STATES], ids=[n for n, _ in MODE_STATES])
+def test_mode_check_answers_what_torch_answers(state, kind):
+    """The hot path's TorchFunctionMode check, read from torch's thread-local struct or
+    asked of torch's function, says what ``torch._C._is_torch_function_mode_enabled()``
+    says in every state, on this thread and on a new one (whose struct is another)."""
+    import threading
+
+    StridedMemoryView(torch.ones(1), -1)
+    assert _view._torch_mode_reader() in expected_mode_readers(torch)
+    answers = []
+
+    def both():
+        return _view._torch_mode_active_now(), torch._C._is_torch_function_mode_enabled()
+
+    def ask():
+        with state():
+            answers.append(both())
+        answers.append(both())
+
+    with mode_reader(kind):
+        ask()
+        thread = threading.Thread(target=ask)
+        thread.start()
+        thread.join()
+        with PassingMode():  # this thread's mode is not the new thread's
+            thread = threading.Thread(target=ask)
+            thread.start()
+            thread.join()
+    assert answers[1] == answers[3] == answers[5] == (False, False), answers
+    assert all(ours == torch_says for ours, torch_says in answers), answers
+
+
+@pytest.mark.parametrize("kind", ["state", "function"])
+def test_mode_check_reader_is_followed_by_views(kind):
+    """Under a mode, whichever way the check is made, views of tensors ask the mode (a
+    launch's too, the fields reader's path), and without one read the bits directly."""
+    StridedMemoryView(torch.ones(1), -1)
+    tensor = torch.ones(3)
+    with mode_reader(kind):
+        expected = ("function",) if kind == "function" else expected_mode_readers(torch)
+        assert _view._torch_mode_reader() in expected
+        mode = NegativeMode()
+        with mode, pytest.raises(BufferError, match=NEG):
+            _launch(tensor)
+        assert mode.is_neg_calls == 1
+        assert _launch(tensor).shape == (3,)
+        assert StridedMemoryView(tensor, -1).shape == (3,)
+
+
+def test_mode_check_falls_back_without_torch_state():
+    """A calibration that cannot resolve torch's get_state() leaves torch's function
+    answering the mode check, which still sees a mode."""
+    tensor = torch.ones(3)
+    with calibration():
+        _view._reset_torch_bits_calibration(
+            mode_state_symbol="_ZN2at4impl22PythonTorchFunctionTLS13no_such_stateEv"
+        )
+        StridedMemoryView(tensor, -1)
+        assert _view._torch_bits_reader() == expected_bits_reader(torch)
+        assert _view._torch_mode_reader() == (
+            "function" if expected_bits_reader(torch) == "direct" else "uncalibrated"
+        )
+        mode = NegativeMode()
+        with mode, pytest.raises(BufferError, match=NEG):
+            StridedMemoryView(tensor, -1)
+        assert mode.is_neg_calls == 1
+
+
 @pytest.mark.parametrize(
     "symbols",
     [
@@ -342,6 +458,7 @@ def test_calibration_succeeds_whatever_the_callers_torch_function_state(context)
             except BufferError:
                 pass  # the mode answers True for is_neg
         assert _view._torch_bits_reader() == expected_bits_reader(torch)
+        assert _view._torch_mode_reader() in expected_mode_readers(torch)
 
 
 def _outcome(make):

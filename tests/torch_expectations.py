@@ -60,6 +60,19 @@ STORAGE_READERS = {
 }
 
 
+# The TorchFunctionMode check read from torch's thread-local PythonTorchFunctionTLS
+# (_torch_bits.pxi's _calibrate_torch_mode_state) wherever the bits are read directly:
+# proven by its calibration on the releases CI runs; None where not yet checked (either).
+MODE_READERS = {
+    (2, 9): None,
+    (2, 10): None,
+    (2, 11): None,
+    (2, 12): None,
+    (2, 13): "state",
+    (2, 14): "state",
+}
+
+
 def torch_release(torch) -> tuple[int, int]:
     """``(major, minor)`` of the running torch."""
     major, minor = torch.__version__.split("+")[0].split(".")[:2]
@@ -99,3 +112,11 @@ def expected_storage_readers(torch) -> tuple[str, ...]:
     if expected_fields_readers(torch) != ("fields",):
         return ("getter",) if expected_fields_readers(torch) == ("off",) else ("storage", "getter")
     return ("storage", "getter") if claimed is None else (claimed,)
+
+
+def expected_mode_readers(torch) -> tuple[str, ...]:
+    """The TorchFunctionMode check's states this torch may have on this platform."""
+    claimed = MODE_READERS[torch_release(torch)]
+    if expected_bits_reader(torch) != "direct":
+        return ("uncalibrated", "function")
+    return ("state", "function") if claimed is None else (claimed,)

@@ -50,7 +50,7 @@ cdef inline int _view_from_plain_torch(StridedMemoryView view, object tensor) ex
     # In the general path's order: the instance's own __dlpack__ looked for (which may
     # run Python: a key's __eq__), then the mode, then the bits with the layout, with
     # no Python code from the mode check to the last field copied.
-    if _instance_overrides_dlpack(tensor) or _torch_function_mode_enabled():
+    if _instance_overrides_dlpack(tensor) or _torch_mode_active():
         return 1
     if (
         _fill_by_torch_fields(_tensor_cdata(tensor), &lent) != 0

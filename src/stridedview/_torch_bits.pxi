@@ -59,6 +59,24 @@
 # systems); the reader is used only where the calibration proved every offset
 # (_torch_fields_reader(); a test switch turns it off).
 
+# The TorchFunctionMode check (each view of a tensor): torch's exported
+# ``at::impl::torch_function_mode_enabled()`` reads its thread-local
+# ``PythonTorchFunctionTLS`` through two ``__tls_get_addr`` calls, about 40
+# instructions.  The struct's address in a thread is what torch's exported
+# ``PythonTorchFunctionTLS::get_state()`` returns there, and it stays the same for
+# the thread's life (a thread-local of a library loaded for good), so it is cached
+# per OS thread in a thread-local of ours and read in place: a mode is enabled where
+# ``disabled_state_`` is not ALL_DISABLED and ``stack_`` is not empty, which is
+# torch's own function.  torch's shipped header (ATen/PythonTorchFunctionTLS.h)
+# lays the struct out as the 32-bit enum ``disabled_state_``, the bool
+# ``skip_next_``, then ``stack_``, a std::vector of shared_ptrs (its first and
+# last pointers at 8 and 16 bytes).  The calibration (_calibrate_torch_mode_state,
+# after the bits' calibration has proven torch's function) checks that layout on
+# torch's own states: the enum's three values under torch's context managers,
+# the vector's length as torch's ``_len_torch_function_stack()`` with a probe
+# mode pushed, and the read equal to the function in each; anything else leaves
+# torch's function in use.  Where the compiler has no thread-locals, too.
+
 # The C++ functions return a C++ bool: declared with C's _Bool so that only its low
 # byte is read (an int return would read the register's undefined upper bits).
 cdef extern from *:
@@ -74,6 +92,35 @@ cdef extern from *:
     #endif
     typedef _Bool (*__pyx_sv_tensor_bit)(const void *);
     typedef _Bool (*__pyx_sv_thread_flag)(void);
+
+    /* torch's PythonTorchFunctionTLS::get_state() (NULL: not proven), and what
+       get_state() answered in this OS thread (NULL: not asked yet here). */
+    typedef const char *(*sv_torch_mode_state_fn)(void);
+    static sv_torch_mode_state_fn sv_torch_mode_state_getter = NULL;
+    #if defined(__GNUC__)
+    #define SV_HAVE_THREAD_LOCAL 1
+    static __thread const char *sv_torch_mode_state_here = NULL;
+    static CYTHON_INLINE const char *sv_torch_mode_state(void) {
+        const char *state = sv_torch_mode_state_here;
+        if (state == NULL) {
+            state = sv_torch_mode_state_getter();
+            sv_torch_mode_state_here = state;
+        }
+        return state;
+    }
+    #else
+    #define SV_HAVE_THREAD_LOCAL 0
+    static CYTHON_INLINE const char *sv_torch_mode_state(void) {
+        return sv_torch_mode_state_getter();
+    }
+    #endif
+    /* torch_function_mode_enabled(), read from the struct (the header's layout). */
+    #define SV_TORCH_MODE_DISABLED(state) (*(const int32_t *)(state))
+    #define SV_TORCH_MODE_STACK_BYTES(state) \
+        ((size_t)(((const char *const *)((state) + 8))[1] - ((const char *const *)((state) + 8))[0]))
+    static CYTHON_INLINE int sv_torch_mode_enabled_in_state(const char *state) {
+        return SV_TORCH_MODE_DISABLED(state) != 2 && SV_TORCH_MODE_STACK_BYTES(state) != 0;
+    }
     """
     ctypedef bint (*_TensorBit "__pyx_sv_tensor_bit")(const void *) noexcept nogil
     ctypedef bint (*_ThreadFlag "__pyx_sv_thread_flag")() noexcept nogil
@@ -83,6 +130,13 @@ cdef extern from *:
     ) noexcept nogil
     # Whether _cxx_fill_guarded catches C++ exceptions (else it calls nothing).
     bint _HAVE_CXX_GUARD "SV_HAVE_CXX_GUARD"
+    ctypedef const char *(*_TorchModeStateFn "sv_torch_mode_state_fn")() noexcept nogil
+    _TorchModeStateFn _torch_mode_state_getter "sv_torch_mode_state_getter"
+    bint _HAVE_THREAD_LOCAL "SV_HAVE_THREAD_LOCAL"
+    const char *_torch_mode_state "sv_torch_mode_state"() noexcept nogil
+    int32_t _TORCH_MODE_DISABLED "SV_TORCH_MODE_DISABLED"(const char *) noexcept nogil
+    size_t _TORCH_MODE_STACK_BYTES "SV_TORCH_MODE_STACK_BYTES"(const char *) noexcept nogil
+    bint _torch_mode_enabled_in_state "sv_torch_mode_enabled_in_state"(const char *) noexcept nogil
 
 # Exported by libtorch_cpu (Itanium-mangled): at::native::is_neg(at::Tensor const&),
 # at::native::is_conj(at::Tensor const&), and at::impl::torch_function_mode_enabled(),
@@ -92,6 +146,9 @@ cdef tuple _TORCH_BIT_SYMBOLS = (
     "_ZN2at6native7is_conjERKNS_6TensorE",
     "_ZN2at4impl27torch_function_mode_enabledEv",
 )
+
+# at::impl::PythonTorchFunctionTLS::get_state(), exported by libtorch_cpu.
+cdef str _TORCH_MODE_STATE_SYMBOL = "_ZN2at4impl22PythonTorchFunctionTLS9get_stateEv"
 
 # at::toDLPackNonOwning(at::Tensor const&, DLTensor*), exported by libtorch_cpu.
 cdef str _TORCH_LAYOUT_SYMBOL = "_ZN2at17toDLPackNonOwningERKNS_6TensorEP8DLTensor"
@@ -792,6 +849,12 @@ cdef Py_ssize_t _tensor_cdata_offset = 0  # where a tensor object holds its at::
 cdef _TensorBit _read_is_neg = NULL
 cdef _TensorBit _read_is_conj = NULL
 cdef _ThreadFlag _torch_function_mode_enabled = NULL
+# The mode check from torch's struct (see the opening comment): proven, allowed (a
+# test switch), and both (the one flag the check tests).
+cdef bint _torch_mode_state_ready = False
+cdef bint _torch_mode_state_enabled = True
+cdef bint _torch_mode_by_state = False
+cdef object _torch_mode_state_symbol = _TORCH_MODE_STATE_SYMBOL  # what the next calibration resolves
 cdef bint _torch_bits_direct_enabled = True  # a test switch
 cdef object _torch_bit_symbols = _TORCH_BIT_SYMBOLS  # what the next calibration resolves
 cdef object _torch_bits_library = None  # libtorch_cpu, as ctypes opened it (kept open)
@@ -807,6 +870,39 @@ cdef str _IS_CONJ = "is_conj"
 # published once (_thread_state.pxi's _publish_once), is_neg first; borrowed after.
 cdef PyObject *_torch_tensor_type = NULL
 cdef PyObject *_torch_is_neg = NULL
+
+
+cdef inline bint _torch_mode_active() noexcept nogil:
+    """Whether a TorchFunctionMode would intercept a tensor method in this thread
+    (torch's ``torch_function_mode_enabled()``); valid once the bits are calibrated
+    "direct"."""
+    if _torch_mode_by_state:
+        return _torch_mode_enabled_in_state(_torch_mode_state())
+    return _torch_function_mode_enabled()
+
+
+def _torch_mode_reader():
+    """How the TorchFunctionMode check is made now: "state" (torch's thread-local
+    struct read in place), "function" (torch's ``torch_function_mode_enabled()``) or
+    "uncalibrated"; for tests."""
+    if _torch_bits_reader_state == _BITS_UNCALIBRATED:
+        return "uncalibrated"
+    return "state" if _torch_mode_by_state else "function"
+
+
+def _set_torch_mode_state_enabled(bint enabled):
+    """Allow (True) or forbid (False) the mode check from torch's struct; for tests."""
+    global _torch_mode_state_enabled, _torch_mode_by_state
+    _torch_mode_state_enabled = enabled
+    _torch_mode_by_state = _torch_mode_state_ready and enabled
+
+
+def _torch_mode_active_now():
+    """_torch_mode_active() as the hot path asks it, in the calling thread (None before
+    the bits are calibrated "direct"); for tests."""
+    if _bits_state() != _BITS_DIRECT:
+        return None
+    return bool(_torch_mode_active())
 
 
 def _torch_bits_reader():
@@ -859,15 +955,24 @@ def _set_torch_layout_direct_enabled(bint enabled):
     _update_torch_lean(_torch_bits_reader_state)
 
 
-def _reset_torch_bits_calibration(symbols=None, layout_symbol=None, getters=None):
+def _reset_torch_bits_calibration(
+    symbols=None, layout_symbol=None, getters=None, mode_state_symbol=None
+):
     """Forget the calibration, so the next torch tensor checked calibrates again,
     resolving ``symbols`` (is_neg, is_conj, torch_function_mode_enabled; torch's
-    own when None), ``layout_symbol`` (toDLPackNonOwning when None) and ``getters``
-    (the stable ABI's eight getters, in _AOTI_GETTERS's order, when None); for tests."""
+    own when None), ``layout_symbol`` (toDLPackNonOwning when None), ``getters``
+    (the stable ABI's eight getters, in _AOTI_GETTERS's order, when None) and
+    ``mode_state_symbol`` (PythonTorchFunctionTLS::get_state when None); for tests."""
     global _torch_bits_reader_state, _torch_bit_symbols, _torch_layout_symbol
     global _fill_torch_dltensor, _stable_layout_ready, _aoti_getters, _torch_fields_ready
     global _torch_storage_ready, _torch_storage_read
+    global _torch_mode_state_ready, _torch_mode_by_state, _torch_mode_state_symbol
     _torch_bits_reader_state = _BITS_UNCALIBRATED
+    _torch_mode_state_ready = False
+    _torch_mode_by_state = False
+    _torch_mode_state_symbol = (
+        _TORCH_MODE_STATE_SYMBOL if mode_state_symbol is None else mode_state_symbol
+    )
     _update_torch_lean(_BITS_UNCALIBRATED)
     _fill_torch_dltensor = NULL
     _stable_layout_ready = False
@@ -924,7 +1029,7 @@ cdef inline int _check_torch_bits(object tensor, _ProducerType info, int is_comp
     if info.torch_bits_direct and _torch_bits_direct_enabled:
         if _bits_state() == _BITS_UNCALIBRATED:
             _calibrate_torch_bits()
-        if _bits_state() == _BITS_DIRECT and not _torch_function_mode_enabled():
+        if _bits_state() == _BITS_DIRECT and not _torch_mode_active():
             is_neg = _read_is_neg(_tensor_cdata(tensor))
             if not is_neg and is_complex != 0:  # a C read: cheaper than asking the dtype
                 is_conj = _read_is_conj(_tensor_cdata(tensor))
@@ -1044,6 +1149,7 @@ cdef bint _calibrate_direct_read() except -1:
     _read_is_neg = read_neg
     _read_is_conj = read_conj
     _torch_function_mode_enabled = mode_enabled
+    _calibrate_torch_mode_state(library, torch, mode_enabled)
     if not _calibrate_stable_layout(library, torch):
         _calibrate_direct_layout(library, torch)
     return True
@@ -1159,6 +1265,67 @@ cdef list _torch_layout_probes(object torch):
     if numpy is not None:
         probes.append(torch.from_numpy(numpy.arange(4.0)[::2]))
     return probes
+
+
+cdef bint _mode_state_agrees(
+    object torch, const char *state, _ThreadFlag mode_enabled, int32_t disabled, bint enabled
+) except -1:
+    """Whether torch's struct at ``state`` holds ``disabled`` and as many stack entries
+    (std::shared_ptr, two pointers each) as torch counts, and both its read and
+    torch's function answer ``enabled``."""
+    depth = torch._C._len_torch_function_stack()
+    return (
+        _TORCH_MODE_DISABLED(state) == disabled
+        and _TORCH_MODE_STACK_BYTES(state) == <size_t>depth * 2 * sizeof(void *)
+        and _torch_mode_enabled_in_state(state) == enabled
+        and mode_enabled() == enabled
+    )
+
+
+cdef int _calibrate_torch_mode_state(
+    object library, object torch, _ThreadFlag mode_enabled
+) except -1:
+    """Read the mode check from torch's struct (see the opening comment) if, in each of
+    torch's states, the struct holds what the header says and the read answers what
+    torch's function (``mode_enabled``, proven) answers; else leave the function in
+    use.  Run by the bits' calibration, in its thread."""
+    global _torch_mode_state_getter, _torch_mode_state_ready, _torch_mode_by_state
+    import ctypes
+
+    if not _HAVE_THREAD_LOCAL:
+        return 0
+    try:
+        address = ctypes.cast(library[_torch_mode_state_symbol], ctypes.c_void_p).value
+    except AttributeError:
+        return 0  # not exported by this torch
+    cdef _TorchModeStateFn getter = <_TorchModeStateFn><uintptr_t>address
+    cdef const char *state = getter()
+    if state == NULL or getter() != state:
+        return 0
+    # Torch functions enabled, as the caller left the stack (its own modes, or none),
+    # a probe mode pushed on it, then each way of disabling them.
+    with torch._C._EnableTorchFunction():
+        depth = torch._C._len_torch_function_stack()
+        if not _mode_state_agrees(torch, state, mode_enabled, 0, depth > 0):
+            return 0
+        with _probe_torch_function_mode(torch):
+            if (
+                torch._C._len_torch_function_stack() != depth + 1
+                or not _mode_state_agrees(torch, state, mode_enabled, 0, True)
+            ):
+                return 0
+            with torch._C.DisableTorchFunctionSubclass():
+                if not _mode_state_agrees(torch, state, mode_enabled, 1, True):
+                    return 0
+            with torch._C.DisableTorchFunction():
+                if not _mode_state_agrees(torch, state, mode_enabled, 2, False):
+                    return 0
+        if not _mode_state_agrees(torch, state, mode_enabled, 0, depth > 0):
+            return 0
+    _torch_mode_state_getter = getter
+    _torch_mode_state_ready = True
+    _torch_mode_by_state = _torch_mode_state_enabled
+    return 0
 
 
 def _probe_torch_function_mode(torch):
