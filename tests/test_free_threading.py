@@ -464,12 +464,12 @@ def test_threads_coming_and_going_under_load():
             # The spare proxies of every thread (emptied: obj None) and their emptied
             # views; held here, none may be handed to a launch or filled.
             spares = [o for o in gc.get_objects() if type(o) is ViewableArgument and o.obj is None]
-            held = [(p, r) for p in spares[:8] for r in gc.get_referents(p)
+            held = [(p, r, (r.ptr, r.shape)) for p in spares[:8] for r in gc.get_referents(p)
                     if type(r) is StridedMemoryView]
             del spares
-            for _ in range(20):  # launches run meanwhile
-                if any(p.obj is not None or v.ptr is not None or v.shape is not None
-                       for p, v in held):
+            for _ in range(20):  # launches run meanwhile (an emptied view keeps ptr and shape)
+                if any(p.obj is not None or v.exporting_obj is not None or (v.ptr, v.shape) != kept
+                       for p, v, kept in held):
                     raise AssertionError("a spare or its view held by another thread was used")
             del held
 
@@ -519,10 +519,13 @@ def test_a_thread_holding_a_spare_never_sees_it_reused():
     def holder():
         proxy = spares[0]
         view = next((r for r in gc.get_referents(proxy) if type(r) is StridedMemoryView), None)
+        kept = None if view is None else (view.ptr, view.shape)  # an emptied view keeps them
         ids.extend((id(proxy), id(view)))
         found.set()
         done.wait(60)
-        if proxy.obj is not None or (view is not None and view.ptr is not None):
+        if proxy.obj is not None or (
+            view is not None and (view.exporting_obj is not None or (view.ptr, view.shape) != kept)
+        ):
             raise AssertionError("a proxy or view held by another thread was filled")
 
     thread = threading.Thread(target=holder)

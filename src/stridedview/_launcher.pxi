@@ -24,9 +24,12 @@
 # - Kept views (_proxy_view, _park_proxy): a launcher's proxy keeps the last view
 #   it made.  When the proxy is parked and that view is held by the proxy alone
 #   (_is_unique) and holds no resource (capsule, buffer, shape block), the view
-#   is emptied to the state a new one starts in (object fields None, C fields
-#   zero; no Python code runs until the proxy is listed), and the proxy's next
-#   view() fills it again, again only while the proxy holds its only reference.
+#   is emptied (_is_emptied: the state a new one starts in, its producer, stream,
+#   owner and interface None and its C fields zero, but for its value fields:
+#   its last int, tuples and dtype stay, objects of no producer's, for the next
+#   fill to replace; no Python code runs until the proxy is listed), and the
+#   proxy's next view() fills it again, again only while the proxy holds its
+#   only reference.
 #   A view anyone else holds (the function's return value, a traceback, the
 #   collector's caller, another thread) is let go instead, and a proxy the
 #   function keeps drops its kept view, so nothing of a launch's views outlives
@@ -42,8 +45,8 @@
 #   cleared under the hand-over lock (record_stream=True, below).
 #   An emptied view can still be reached (gc.get_objects(), a __del__ run by the
 #   release of its old fields), so nothing may fill it but its proxy: it is
-#   marked ``_parked`` as it is emptied, and StridedMemoryView.__init__ refuses a
-#   parked view (and any view not new); and the proxy fills it again only if it
+#   marked ``_parked`` as it is emptied, and StridedMemoryView.__init__ refuses an
+#   emptied parked view (and any view not new); and the proxy fills it again only if it
 #   still holds nothing a fill would overwrite and not release
 #   (SV_VIEW_HOLDS_NOTHING: no capsule, held buffer or C layout, which every
 #   complete fill sets), whatever its proxy's flag says, else lets it go.
@@ -523,9 +526,10 @@ cdef extern from *:
 
 cdef inline void _park_proxy(sv_thread_state *st, PyObject *proxy) noexcept:
     cdef PyObject *view = SV_PROXY_KEPT_VIEW(proxy)
-    # The references the proxy and its view let go of: obj and _info, then an emptied
-    # view's eight fields or the view itself; released once the proxy is listed.
-    cdef PyObject *released[10]
+    # The references the proxy and its view let go of: obj and _info, then the four
+    # fields an emptied view lets go of or the view itself; released once the proxy
+    # is listed.
+    cdef PyObject *released[6]
     cdef int release_count = 2
     cdef int i
     # Emptied and listed before anything is released: releasing obj, _info or a
@@ -541,7 +545,7 @@ cdef inline void _park_proxy(sv_thread_state *st, PyObject *proxy) noexcept:
             # (gc.get_objects()): __init__ refuses it from here on.
             (<StridedMemoryView>view)._parked = True
             SV_PROXY_MARK_KEPT_VIEW_EMPTY(proxy)
-            release_count = 10
+            release_count = 6
         else:
             # Kept by someone else, or holding a capsule, a buffer or a shape block
             # (whose release may run Python code): the proxy lets it go.
@@ -555,9 +559,9 @@ cdef inline void _park_proxy(sv_thread_state *st, PyObject *proxy) noexcept:
 
 def _fill_parked_view(StridedMemoryView view, obj, stream_ptr=None):
     """Fill a launcher's parked view in place, as no public call can (__init__ refuses
-    it), and say whether it did (a parked view still new only): what a fill from
+    it), and say whether it did (a parked view still emptied only): what a fill from
     outside would leave, for the tests of the proxy's check of what its kept view holds."""
-    if not (view._parked and _is_new(view)):
+    if not (view._parked and _is_emptied(view)):
         return False
     _view_from_any(view, obj, stream_ptr)
     return True

@@ -203,13 +203,13 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
         # Only a new view is filled: one filled before (or left with anything by a fill
         # that failed half-way) would lose what it holds, a capsule's deleter never to
         # run.  Its real state is checked, not how it was made.
-        if not _is_new(self):
-            raise TypeError("StridedMemoryView is already initialised")
-        if self._parked:  # new-looking, but a launcher's proxy will fill it (_park_proxy)
+        if self._parked and _is_emptied(self):  # a launcher's proxy will fill it (_park_proxy)
             raise TypeError(
                 "StridedMemoryView is kept empty by a launcher, for its proxy's next "
                 "view() to fill: make a new view, StridedMemoryView(obj)"
             )
+        if not _is_new(self):
+            raise TypeError("StridedMemoryView is already initialised")
         _view_from_any(self, obj, stream_ptr)
 
     @classmethod

@@ -500,20 +500,36 @@ cdef extern from *:
         ((uintptr_t)((SV_VIEW_STRUCT *)(o))->_dims \
          | (uintptr_t)((SV_VIEW_STRUCT *)(o))->_managed \
          | (uintptr_t)((SV_VIEW_STRUCT *)(o))->_held_buffer) == 0)
-    /* A live view, tracked and referenced, made as SV_VIEW_PREPARE makes one but
-       for its header: its object fields' references are moved to `old[0..7]`,
-       for the caller to drop once no code can see the view half emptied. */
+    /* A live view, tracked and referenced, emptied (see _is_emptied): made as
+       SV_VIEW_PREPARE makes one but for its header and its four value fields
+       (ptr, shape, strides, dtype), which keep their objects for the next fill to
+       replace; the references of the four fields that hold the producer's objects
+       are moved to `old[0..3]`, for the caller to drop once no code can see the
+       view half emptied. */
     #define SV_VIEW_EMPTY(o, old) do { \
         SV_VIEW_STRUCT *sv_empty = (SV_VIEW_STRUCT *)(o); \
-        (old)[0] = sv_empty->ptr; \
-        (old)[1] = sv_empty->shape; \
-        (old)[2] = sv_empty->strides; \
-        (old)[3] = sv_empty->dtype; \
-        (old)[4] = sv_empty->exporting_obj; \
-        (old)[5] = sv_empty->ready_stream; \
-        (old)[6] = (PyObject *)sv_empty->_memory_owner; \
-        (old)[7] = sv_empty->_interface; \
-        SV_VIEW_RESET_FROM((o), sizeof(PyObject)); \
+        PyObject *sv_kept[4]; \
+        const size_t sv_from = offsetof(SV_VIEW_STRUCT, _inline_dims); \
+        const size_t sv_to = sv_from + sizeof(sv_empty->_inline_dims); \
+        sv_kept[0] = sv_empty->ptr; \
+        sv_kept[1] = sv_empty->shape; \
+        sv_kept[2] = sv_empty->strides; \
+        sv_kept[3] = sv_empty->dtype; \
+        (old)[0] = sv_empty->exporting_obj; \
+        (old)[1] = sv_empty->ready_stream; \
+        (old)[2] = (PyObject *)sv_empty->_memory_owner; \
+        (old)[3] = sv_empty->_interface; \
+        memset((char *)sv_empty + sizeof(PyObject), 0, sv_from - sizeof(PyObject)); \
+        memset((char *)sv_empty + sv_to, 0, sizeof(SV_VIEW_STRUCT) - sv_to); \
+        sv_empty->__pyx_vtab = __pyx_vtabptr_11stridedview_5_view_StridedMemoryView; \
+        sv_empty->ptr = sv_kept[0]; \
+        sv_empty->shape = sv_kept[1]; \
+        sv_empty->strides = sv_kept[2]; \
+        sv_empty->dtype = sv_kept[3]; \
+        sv_empty->exporting_obj = SV_NONE_NEW(); \
+        sv_empty->ready_stream = SV_NONE_NEW(); \
+        sv_empty->_memory_owner = (SV_VIEW_STRUCT *)SV_NONE_NEW(); \
+        sv_empty->_interface = SV_NONE_NEW(); \
     } while (0)
     """
     Py_ssize_t SV_VIEW_FREE_COUNT
@@ -526,18 +542,30 @@ cdef extern from *:
 
 
 cdef bint _is_new(StridedMemoryView view) noexcept:
-    """Whether ``view`` is in the state a new view starts in (tp_new, _new_view, or a
-    launcher's emptied view): every object field None and every C field zero, but the
-    inline shape/stride arrays (never read before being written).  What __init__ checks:
-    its real state, whatever made it or failed half-way through filling it."""
+    """Whether ``view`` is in the state a new view starts in (tp_new, _new_view): every
+    object field None and every C field zero, but the inline shape/stride arrays
+    (never read before being written).  What __init__ checks: its real state,
+    whatever made it or failed half-way through filling it."""
+    return (
+        view.ptr is None
+        and view.shape is None
+        and view.strides is None
+        and view.dtype is None
+        and _is_emptied(view)
+    )
+
+
+cdef bint _is_emptied(StridedMemoryView view) noexcept:
+    """Whether ``view`` holds nothing of a producer's: the state a new view starts in
+    but for its four value fields (``ptr``, ``shape``, ``strides``, ``dtype``), which
+    may hold anything.  A launcher's emptied view (SV_VIEW_EMPTY) is in this state:
+    it keeps its last int, tuples and dtype (objects of no producer's, holding no
+    memory) for its proxy's next fill to replace, which spares that fill and the
+    emptying a reference count change and a store per field."""
     return (
         SV_VIEW_HOLDS_NOTHING(<PyObject *>view)
         and view.exporting_obj is None
         and view._memory_owner is None
-        and view.ptr is None
-        and view.shape is None
-        and view.strides is None
-        and view.dtype is None
         and view.ready_stream is None
         and view._interface is None
         and view._ptr == 0
