@@ -195,19 +195,19 @@ cdef extern from *:
         return item;
     }
     """
-    PyObject *sv_list_take_last(object) noexcept nogil
+    PyObject *sv_list_take_last(PyObject *) noexcept nogil
 
 cdef extern from *:
     """
     /* ``item`` put back at the end of ``list`` when the list's storage has room (as
-       after sv_list_take_last: its size was cut, its storage kept), a reference taken;
-       1, else 0 with nothing done (the caller appends).  No allocation, no Python code:
+       after sv_list_take_last: its size was cut, its storage kept), the caller's
+       reference to it moved into the list (none taken); 1, else 0 with nothing done
+       (the reference still the caller's, who appends).  No allocation, no Python code:
        a claim's hand-back needs no exception handling. */
-    static inline int sv_list_put_back(PyObject *list, PyObject *item) {
+    static inline int sv_list_put_back_moved(PyObject *list, PyObject *item) {
         Py_ssize_t size = PyList_GET_SIZE(list);
         if (size >= ((PyListObject *)list)->allocated)
             return 0;
-        Py_INCREF(item);
         PyList_SET_ITEM(list, size, item);
         Py_SET_SIZE(list, size + 1);
         return 1;
@@ -250,13 +250,16 @@ cdef extern from *:
     #endif
     }
     """
-    int sv_list_put_back(object, object) noexcept nogil
+    int sv_list_put_back_moved(object, PyObject *) noexcept nogil
     int sv_handle_kind(object) noexcept
     int SV_HANDLE_UNKNOWN, SV_HANDLE_OPT_OUT, SV_HANDLE_DEFAULT, SV_HANDLE_ORDINARY
 
 cdef extern from "Python.h":
     Py_ssize_t PyList_GET_SIZE(object) nogil
     PyObject *PyList_GET_ITEM(object, Py_ssize_t) nogil
+    # (The same on a borrowed pointer: no reference taken for the call.)
+    Py_ssize_t PyList_GET_SIZE_ptr "PyList_GET_SIZE"(PyObject *) nogil
+    PyObject *PyList_GET_ITEM_ptr "PyList_GET_ITEM"(PyObject *, Py_ssize_t) nogil
     void PyList_SET_ITEM(object, Py_ssize_t, object) nogil
     int PyList_SetSlice(object, Py_ssize_t, Py_ssize_t, PyObject *) except -1
 
@@ -405,12 +408,17 @@ cdef _Handover _new_handover(list streams, bint group, tuple place=None):
     cdef _Handover handover
     cdef PyObject *spare
     if SV_HANDOVER_REUSE and sv_spare_handover_count > 0:
+        # The spares' reference becomes the caller's; its fields hold None, as a new
+        # one's do (only those given are set: no count changes for a group's).
         sv_spare_handover_count -= 1
         spare = sv_spare_handovers[sv_spare_handover_count]
-        handover = <_Handover>spare
-        Py_DECREF_ptr(spare)  # the spares' reference (``handover`` holds one: nothing runs)
-    else:
-        handover = _Handover.__new__(_Handover)
+        (<_Handover>spare).group = group
+        if streams is not None:
+            (<_Handover>spare).streams = streams
+        if place is not None:
+            (<_Handover>spare).place = place
+        return _take_handover(spare)
+    handover = _Handover.__new__(_Handover)
     handover.streams = streams
     handover.place = place
     handover.group = group
@@ -700,6 +708,20 @@ cdef extern from *:
     #define SV_TAKE_HOLDS(h) sv_take_field(&((SV_HANDOVER_STRUCT *)(h))->holds)
     #define SV_TAKE_JOINED(h) \
         sv_take_field((PyObject **)&((SV_HANDOVER_STRUCT *)(h))->joined)
+    #define SV_TAKE_JOINED_NEXT(h) \
+        sv_take_field((PyObject **)&((SV_HANDOVER_STRUCT *)(h))->joined_next)
+    /* ``entry`` linked in front of the hand-overs that joined ``youngest``: the
+       youngest's reference to the one before moves to ``entry.joined_next`` (which
+       held None), and the youngest takes one to ``entry`` (only None is dropped). */
+    #define sv_link_joined(youngest, entry) do { \
+        SV_HANDOVER_STRUCT *sv_y = (SV_HANDOVER_STRUCT *)(youngest); \
+        SV_HANDOVER_STRUCT *sv_e = (SV_HANDOVER_STRUCT *)(entry); \
+        PyObject *sv_none = (PyObject *)sv_e->joined_next; \
+        sv_e->joined_next = sv_y->joined; \
+        Py_INCREF((PyObject *)sv_e); \
+        sv_y->joined = sv_e; \
+        Py_DECREF(sv_none); \
+    } while (0)
     /* A released hold's three references dropped, its fields None first (so a
        finalizer the drops run sees the hold empty), in _release_hold's order. */
     #define SV_HOLD_DROP_REFERENCES(hold) do { \
@@ -714,7 +736,11 @@ cdef extern from *:
     void SV_MOVE_HOLD(PyObject *view, PyObject *hold) noexcept
     void SV_MOVE_HOLD_TO_SLOT(PyObject *view, sv_hold_slot *slot) noexcept
     list _take_holds "SV_TAKE_HOLDS"(PyObject *entry)
-    _Handover _take_joined "SV_TAKE_JOINED"(PyObject *entry)
+    # A _Handover's first joined hand-over, and the next one, taken out as a raw
+    # pointer (the reference moved to the caller, no count change).
+    PyObject *_take_joined_ptr "SV_TAKE_JOINED"(PyObject *entry) noexcept
+    PyObject *_take_joined_next_ptr "SV_TAKE_JOINED_NEXT"(PyObject *entry) noexcept
+    void sv_link_joined(PyObject *youngest, PyObject *entry) noexcept
     void SV_HOLD_DROP_REFERENCES(PyObject *hold) noexcept
     # The view's reference to its hand-over, taken (as _take_reference, typed).
     _Handover _take_handover "sv_take_reference"(PyObject *)
@@ -756,7 +782,7 @@ cdef Py_ssize_t _release_slots(_Handover entry) noexcept:
     cdef bint saved
     if n == 0:
         return 0
-    memcpy(taken, entry.slots, n * sizeof(sv_hold_slot))
+    memcpy(taken, entry.slots, sizeof(taken))  # (a constant size: copied inline)
     entry.n_slots = 0
     saved = PyErr_Occurred() != NULL
     if saved:
@@ -809,15 +835,19 @@ cdef void _release_hold(_Hold hold) noexcept:
 cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
     """Release every hold of ``entry`` (once: ``held`` cleared and the list taken);
     how many."""
-    cdef list holds = _take_holds(<PyObject *>entry)  # (the fields left None)
+    cdef list holds = None
     cdef bint held = entry.held
     cdef _Hold hold
-    cdef _Handover chain = _take_joined(<PyObject *>entry)
-    cdef _Handover following
+    cdef PyObject *chain = NULL
+    cdef PyObject *following
     cdef Py_ssize_t count = 0
-    entry.held = False
-    if chain is not None:
+    # (Each field taken out only when it holds something: the fields left None.)
+    if entry.holds is not None:
+        holds = _take_holds(<PyObject *>entry)
+    if entry.joined is not None:
+        chain = _take_joined_ptr(<PyObject *>entry)  # its reference, moved here
         entry.n_joined = 0
+    entry.held = False
     if held:
         _release_hold(entry)  # its first, in its own fields
         count = 1
@@ -827,44 +857,57 @@ cdef Py_ssize_t _release_holds(_Handover entry) noexcept:
             _release_hold(hold)
             count += 1
     # The hand-overs that joined this one (_join_youngest): all of theirs; each then
-    # unlinked and kept as a spare when nothing else holds it.
-    while chain is not None:
-        count += _release_holds(chain)
-        following = chain.joined_next
-        if following is not None:
-            chain.joined_next = None  # (``following`` holds it: nothing runs)
-        _keep_spare_handover(chain)
+    # unlinked (its reference to the next moved to ``following``) and kept as a spare
+    # when nothing else holds it, else let go.
+    while chain != NULL:
+        count += _release_holds(<_Handover>chain)
+        following = _take_joined_next_ptr(chain)
+        if following == <PyObject *>None:
+            Py_DECREF_ptr(following)  # (the field's None)
+            following = NULL
+        if not _keep_spare_handover(chain):
+            Py_DECREF_ptr(chain)
         chain = following
     return count
 
 
-cdef inline void _keep_spare_handover(_Handover handover) noexcept:
-    """``handover``, released (its holds, joins and events gone), kept for _new_handover
-    when nothing but the caller holds it (with the GIL, a reference count of 1) and there
-    is room: put back in the state a new one starts in (its places dropped: tuples and a
-    list of ints, no Python code runs)."""
+cdef inline bint _keep_spare_handover(PyObject *handover) noexcept:
+    """``handover``, released (its holds, joins and events gone), kept for _new_handover,
+    the caller's reference moved to the spares, when nothing but the caller holds it
+    (with the GIL, a reference count of 1) and there is room: put back in the state a
+    new one starts in (_reset_spare).  False: not kept, the reference still the
+    caller's."""
     global sv_spare_handover_count
     if (
         not SV_HANDOVER_REUSE or sv_spare_handover_count >= SV_SPARE_HANDOVERS
-        or Py_REFCNT_ptr(<PyObject *>handover) != 1
+        or Py_REFCNT_ptr(handover) != 1 or not _reset_spare(<_Handover>handover)
     ):
-        return
+        return False
+    sv_spare_handovers[sv_spare_handover_count] = handover
+    sv_spare_handover_count += 1
+    return True
+
+
+cdef inline bint _reset_spare(_Handover handover) noexcept:
+    """Whether ``handover`` is released (its holds, joins and events gone); if so, put
+    back in the state a new one starts in (its places dropped: tuples and a list of
+    ints, no Python code runs)."""
     if (
         handover.held or handover.n_slots or handover.holds is not None
         or handover.joined is not None or handover.joined_next is not None
         or handover.c_events != NULL or handover.events is not None
         or handover.managed != NULL or handover.held_buffer != NULL
     ):
-        return
-    handover.streams = None
-    handover.place = None
+        return False
+    if handover.streams is not None:
+        handover.streams = None
+    if handover.place is not None:
+        handover.place = None
     handover.n_joined = 0
     handover.sealed = False
     handover.managed_is_versioned = False
     # (exporting_obj, interface and memory_owner are None since the release.)
-    Py_INCREF(handover)
-    sv_spare_handovers[sv_spare_handover_count] = <PyObject *>handover
-    sv_spare_handover_count += 1
+    return True
 
 
 cdef Py_ssize_t _hold_count(_Handover entry):
@@ -901,39 +944,53 @@ cdef void _hand_over_view(StridedMemoryView view) noexcept:
     Called by the deallocator and by tp_clear, with ``_handover`` set and no
     exception pending.  Nothing is raised: a failure is reported as unraisable.
     """
-    cdef _Handover record = _take_handover(<PyObject *>view._handover)
-    cdef _Handover entry
-    cdef _Hold hold
+    cdef PyObject *record = <PyObject *>view._handover  # the view's reference, taken
     cdef bint joined = False
     view._handover = NULL
-    if not record.group:
+    if not (<_Handover>record).group:
         # A view's own hand-over (one hold: its view hands over once): kept in it.
-        _move_hold(view, record)
-        record.held = True
-        _seal_and_register(record)
+        _move_hold(view, <_Handover>record)
+        (<_Handover>record).held = True
+        _seal_and_register(<_Handover>record)
+        Py_DECREF_ptr(record)
         return
     # A launch's view: its hold joins the group's while the launch runs (the first in
     # the group's own fields, the next ones in its slots, any later one in a _Hold of
-    # its own).
+    # its own, _hand_over_late).
     # (A group is released only once sealed: unsealed, its fields are unreleased.)
+    SV_HANDOVER_LOCK()
+    if not (<_Handover>record).sealed:
+        if not (<_Handover>record).held:
+            _move_hold(view, <_Handover>record)  # (the fields are empty: only None is dropped)
+            (<_Handover>record).held = True
+            joined = True
+        elif (<_Handover>record).n_slots < _HOLD_SLOTS:
+            _move_hold_to_slot(
+                view, &(<_Handover>record).slots[(<_Handover>record).n_slots]
+            )
+            (<_Handover>record).n_slots += 1
+            joined = True
+    SV_HANDOVER_UNLOCK()
+    if joined:
+        Py_DECREF_ptr(record)  # (unsealed: its launch holds the group, nothing runs)
+        return
+    _hand_over_late(view, _take_handover(record))
+
+
+cdef void _hand_over_late(StridedMemoryView view, _Handover record) noexcept:
+    """_hand_over_view's rest, for a launch's view whose group's own fields and slots
+    are taken, or that is sealed: its hold in a _Hold of its own, listed by the group
+    while the launch runs, else handed over on its own on the group's streams."""
+    cdef _Handover entry
+    cdef _Hold hold
+    cdef bint joined = False
     cdef bint listed
     cdef list holds
     cdef list streams
     cdef tuple place
     SV_HANDOVER_LOCK()
-    if not record.sealed:
-        if not record.held:
-            _move_hold(view, record)  # (the fields are empty: only None is dropped)
-            record.held = True
-            joined = True
-        elif record.n_slots < _HOLD_SLOTS:
-            _move_hold_to_slot(view, &record.slots[record.n_slots])
-            record.n_slots += 1
-            joined = True
     listed = record.holds is not None  # (unsealed, a list once made stays)
     SV_HANDOVER_UNLOCK()
-    if joined:
-        return
     holds = None
     try:
         hold = _Hold.__new__(_Hold)
@@ -1195,57 +1252,63 @@ cdef enum:
     _JOIN_LIMIT = 32
 
 
-cdef tuple _one_place(_Handover entry):
-    """``entry``'s place when it has exactly one, else None (no Python code runs)."""
-    if entry.streams is None:
-        return entry.place
-    if PyList_GET_SIZE(entry.streams) == 1:
-        return <tuple>PyList_GET_ITEM(entry.streams, 0)
-    return None
+cdef inline PyObject *_one_place(_Handover entry) noexcept:
+    """``entry``'s place when it has exactly one, else NULL; borrowed (``entry`` holds it:
+    no count changes, no Python code runs)."""
+    cdef PyObject *streams = <PyObject *>entry.streams
+    if streams == <PyObject *>None:
+        return NULL if entry.place is None else <PyObject *>entry.place
+    if PyList_GET_SIZE_ptr(streams) == 1:
+        return PyList_GET_ITEM_ptr(streams, 0)
+    return NULL
 
 
-cdef _Handover _claim_youngest(tuple place):
+cdef PyObject *_claim_youngest(PyObject *place) noexcept:
     """The youngest pending entry, taken out of the registry (as _claim_oldest takes the
     oldest), if a hand-over on ``place`` may join it: recorded in C on ``place`` alone,
-    its stream's id known, joined by fewer than _JOIN_LIMIT; else None.  No Python code
-    runs: int compares, and the list's reference dropped while ``entry`` holds one."""
-    cdef _Handover entry = None
-    cdef _Handover youngest
-    cdef list entries
+    its stream's id known, joined by fewer than _JOIN_LIMIT; else NULL.  The registry's
+    reference to it becomes the caller's (handed back by _put_back_youngest).  No Python
+    code runs: int compares, no count changes."""
+    cdef PyObject *entry = NULL
+    cdef PyObject *youngest
+    cdef PyObject *entries
+    cdef PyObject *other
     cdef Py_ssize_t size
-    cdef tuple other
     SV_HANDOVER_LOCK()
-    entries = _pending_entries
-    size = PyList_GET_SIZE(entries)
+    entries = <PyObject *>_pending_entries
+    size = PyList_GET_SIZE_ptr(entries)
     if size > _pending_head:  # (the slots before the head hold None)
-        youngest = <_Handover>PyList_GET_ITEM(entries, size - 1)
+        youngest = PyList_GET_ITEM_ptr(entries, size - 1)
         if (
-            youngest.c_events != NULL and youngest.c_events.n == 1
-            and youngest.c_events.stream_id != 0
-            and youngest.n_joined < _JOIN_LIMIT
+            (<_Handover>youngest).c_events != NULL and (<_Handover>youngest).c_events.n == 1
+            and (<_Handover>youngest).c_events.stream_id != 0
+            and (<_Handover>youngest).n_joined < _JOIN_LIMIT
         ):
-            other = _one_place(youngest)
-            if other is not None and _same_place(other, place):
-                entry = youngest
-                Py_DECREF_ptr(sv_list_take_last(entries))  # (``entry`` holds one: nothing runs)
+            other = _one_place(<_Handover>youngest)
+            if other != NULL and _same_place(<tuple>other, <tuple>place):
+                entry = sv_list_take_last(entries)  # (the list's reference, moved)
     SV_HANDOVER_UNLOCK()
     return entry
 
 
-cdef void _put_back_youngest(_Handover entry) noexcept:
+cdef void _put_back_youngest(PyObject *entry) noexcept:
     """An entry _claim_youngest took back at the registry's end (after any listed since:
-    a check then reaches it later, never too early).  With no room to list it (no
-    memory), its events are waited for and it is released now."""
+    a check then reaches it later, never too early), the caller's reference moved back
+    to the registry.  With no room to list it (no memory), its events are waited for and
+    it is released now."""
     cdef bint listed = False
     SV_HANDOVER_LOCK()
-    listed = sv_list_put_back(_pending_entries, entry)  # the slot it left: no allocation
+    listed = sv_list_put_back_moved(_pending_entries, entry)  # the slot it left: no allocation
     SV_HANDOVER_UNLOCK()
-    if not listed:  # (the list was cut meanwhile): appended
-        listed = _append_youngest(entry)
+    if listed:
+        return
+    # (The list was cut meanwhile): appended, a reference of the list's own.
+    listed = _append_youngest(<_Handover>entry)
     if not listed:
         PyErr_Clear()
-        sv_door_hev_wait(entry.c_events)
-        _release_entry(entry)
+        sv_door_hev_wait((<_Handover>entry).c_events)
+        _release_entry(<_Handover>entry)
+    Py_DECREF_ptr(entry)  # the claim's (an entry released, or listed: nothing runs)
 
 
 cdef bint _append_youngest(_Handover entry) noexcept:
@@ -1271,29 +1334,30 @@ cdef bint _join_youngest(_Handover entry) noexcept:
     entry listed.  True when joined (``entry``, with its holds, is then linked from the
     youngest's ``joined``); False leaves ``entry`` as it was (the youngest put back
     unchanged, or recorded again, which only delays its holds)."""
-    cdef tuple place
-    cdef _Handover youngest
+    cdef PyObject *place
+    cdef PyObject *youngest
     cdef sv_door_thread *t
+    cdef sv_door_hev *events
     cdef bint joined = False
     if sv_door_state_load() != 1 or not (entry.held or entry.n_slots or entry.holds):
         return False
     place = _one_place(entry)
-    if place is None:
+    if place == NULL:
         return False
     t = sv_door_thread_get()
     if t == NULL:
         return False
     youngest = _claim_youngest(place)
-    if youngest is None:
+    if youngest == NULL:
         return False
     # (On the youngest's handle, kept in C when it was recorded: _claim_youngest found
     # ``place`` the same, its handle an equal int.)
-    if sv_door_hev_record_again(t, youngest.c_events, youngest.c_events.stream) == SV_CUDA_SUCCESS:
+    events = (<_Handover>youngest).c_events
+    if sv_door_hev_record_again(t, events, events.stream) == SV_CUDA_SUCCESS:
         # ``entry`` joins, its own holds with it (_release_holds goes in): linked in
         # front of the ones before it (no Python code runs: only None is dropped).
-        entry.joined_next = youngest.joined
-        youngest.joined = entry
-        youngest.n_joined += 1
+        sv_link_joined(youngest, <PyObject *>entry)
+        (<_Handover>youngest).n_joined += 1
         joined = True
     _put_back_youngest(youngest)
     return joined
