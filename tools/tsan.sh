@@ -85,7 +85,7 @@ if [ "$simgpu" = 1 ]; then
     # Left out: the controls that must see a race within 200 unordered runs (a stream reading
     # reused or stale memory), timed against the simulator's delay: under ThreadSanitizer the
     # host is slowed more than the simulated device's delays, and they may see none.
-    [ $# -gt 0 ] || set -- -m "gpu or simgpu" -k "not reads_reused_memory and not read_stale_data" \
+    [ $# -gt 0 ] || set -- -m "gpu or simgpu" -k "not reads_reused_memory and not stale_data" \
         tests/test_gpu_record_stream.py tests/test_gpu_driver_door.py \
         tests/test_gpu_ordering.py tests/test_gpu_streams.py
 fi
