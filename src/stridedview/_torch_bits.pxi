@@ -74,8 +74,8 @@
 # after the bits' calibration has proven torch's function) checks that layout on
 # torch's own states: the enum's three values under torch's context managers,
 # the vector's length as torch's ``_len_torch_function_stack()`` with a probe
-# mode pushed, and the read equal to the function in each; anything else leaves
-# torch's function in use.  Where the compiler has no thread-locals, too.
+# mode pushed, and the read equal to the function in each.  Anything else, or a
+# compiler without thread-locals, leaves torch's function in use.
 
 # The C++ functions return a C++ bool: declared with C's _Bool so that only its low
 # byte is read (an int return would read the register's undefined upper bits).
