@@ -240,11 +240,7 @@ def test_an_optional_entry_point_resolved_to_null_is_not_used(door, simulator, t
     marking, stream, producer = slow_stream_marking(door, simulator, 10)
     ids, handed = simulator.calls("cuStreamGetId"), handover_info()["handed"]
     try:
-        for _ in range(3):
-            view = StridedMemoryView(producer, stream_ptr=-1)
-            marking.mark(producer.last, stream)
-            view.record_stream(stream)
-            del view
+        hand_over_marked(marking, producer, stream, 3)
         assert _view._pending_holds() == (3, 3, 0)  # none joined: the stream's id is unknown
     finally:
         simulator.set_delay_us(0)
@@ -567,6 +563,16 @@ def slow_stream_marking(door, simulator, count):
     return marking, stream, producer
 
 
+def hand_over_marked(marking, producer, stream, count):
+    """``count`` views of ``producer``, each with its work marked on ``stream``, recorded
+    on it and dropped (each a hand-over)."""
+    for _ in range(count):
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        marking.mark(producer.last, stream)
+        view.record_stream(stream)
+        del view
+
+
 def test_c_hand_overs_on_one_stream_join_its_pending_entry_up_to_a_limit(door, simulator):
     """Hand-overs on a stream whose work is still queued join the youngest pending entry of
     that stream (its event recorded again, later: no event made, no entry listed) until it
@@ -575,11 +581,7 @@ def test_c_hand_overs_on_one_stream_join_its_pending_entry_up_to_a_limit(door, s
     marking, stream, producer = slow_stream_marking(door, simulator, 110)
     created = simulator.calls("cuEventCreate")
     try:
-        for _ in range(100):
-            view = StridedMemoryView(producer, stream_ptr=-1)
-            marking.mark(producer.last, stream)
-            view.record_stream(stream)
-            del view
+        hand_over_marked(marking, producer, stream, 100)
         assert _view._pending_holds() == (4, 100, 0)
         assert simulator.calls("cuEventCreate") - created <= 4
         assert marking.calls == {1: 1}  # (the first view's: not handed over)
