@@ -56,15 +56,15 @@ cdef void _delete_legacy(DLManagedTensor *tensor) noexcept nogil:
 cdef void _capsule_destructor_versioned(object capsule) noexcept:
     # An unconsumed capsule still owns the tensor; a consumed one was renamed.
     cdef DLManagedTensorVersioned *tensor
-    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
-        tensor = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+    if PyCapsule_IsValid(capsule, _NAME_DLTENSOR_VERSIONED):
+        tensor = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, _NAME_DLTENSOR_VERSIONED)
         tensor.deleter(tensor)
 
 
 cdef void _capsule_destructor_legacy(object capsule) noexcept:
     cdef DLManagedTensor *tensor
-    if PyCapsule_IsValid(capsule, b"dltensor"):
-        tensor = <DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor")
+    if PyCapsule_IsValid(capsule, _NAME_DLTENSOR):
+        tensor = <DLManagedTensor *>PyCapsule_GetPointer(capsule, _NAME_DLTENSOR)
         tensor.deleter(tensor)
 
 
@@ -73,8 +73,8 @@ cdef object _export_capsule(StridedMemoryView view, bint versioned, uint32_t min
     cdef void *block = _export_managed_tensor(view, versioned, minor)
     try:
         if versioned:
-            return PyCapsule_New(block, b"dltensor_versioned", _capsule_destructor_versioned)
-        return PyCapsule_New(block, b"dltensor", _capsule_destructor_legacy)
+            return PyCapsule_New(block, _NAME_DLTENSOR_VERSIONED, _capsule_destructor_versioned)
+        return PyCapsule_New(block, _NAME_DLTENSOR, _capsule_destructor_legacy)
     except BaseException:
         if versioned:
             _delete_versioned(<DLManagedTensorVersioned *>block)

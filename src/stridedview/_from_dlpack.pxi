@@ -11,6 +11,27 @@ cdef extern from "Python.h":
         object name, PyObject **args, size_t nargsf, PyObject *kwnames
     )
 
+# The capsule names, each alone in 32 aligned bytes.  glibc's strcmp takes a
+# slower path for a string that ends within 32 bytes of a page's end, so a
+# literal the linker happened to place there would make every capsule's name
+# checks (ours and the consumer's) dearer in one build than in another.
+cdef extern from *:
+    """
+    #if defined(__GNUC__)
+    #define SV_NAME_ALIGNED __attribute__((aligned(32)))
+    #else
+    #define SV_NAME_ALIGNED
+    #endif
+    static const char sv_name_dltensor[32] SV_NAME_ALIGNED = "dltensor";
+    static const char sv_name_dltensor_versioned[32] SV_NAME_ALIGNED = "dltensor_versioned";
+    static const char sv_name_used_dltensor[32] SV_NAME_ALIGNED = "used_dltensor";
+    static const char sv_name_used_dltensor_versioned[32] SV_NAME_ALIGNED = "used_dltensor_versioned";
+    """
+    const char *_NAME_DLTENSOR "sv_name_dltensor"
+    const char *_NAME_DLTENSOR_VERSIONED "sv_name_dltensor_versioned"
+    const char *_NAME_USED_DLTENSOR "sv_name_used_dltensor"
+    const char *_NAME_USED_DLTENSOR_VERSIONED "sv_name_used_dltensor_versioned"
+
 cdef object _MAX_VERSION = (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)
 cdef str _DLPACK = "__dlpack__"
 cdef str _DLPACK_DEVICE = "__dlpack_device__"
@@ -373,12 +394,12 @@ cdef int _view_from_capsule(
             f"(got an object of type {type(capsule).__name__!r})"
         )
     name = PyCapsule_GetName(capsule)
-    if name != NULL and strcmp(name, b"dltensor_versioned") == 0:
+    if name != NULL and strcmp(name, _NAME_DLTENSOR_VERSIONED) == 0:
         versioned = True
-        used_name = b"used_dltensor_versioned"
-    elif name != NULL and strcmp(name, b"dltensor") == 0:
+        used_name = _NAME_USED_DLTENSOR_VERSIONED
+    elif name != NULL and strcmp(name, _NAME_DLTENSOR) == 0:
         versioned = False
-        used_name = b"used_dltensor"
+        used_name = _NAME_USED_DLTENSOR
     elif name != NULL and strncmp(name, b"used_", 5) == 0:
         raise BufferError(
             f"dlpack: capsule was already consumed (name {name.decode('utf-8', 'replace')!r})"
