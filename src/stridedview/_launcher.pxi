@@ -744,7 +744,10 @@ cdef inline object _launch_with(
         if group is not None:
             _leave_group(items, filled, group)
         if spill is None:  # the spill tuple drops its own items (no spares from it)
-            for i in range(filled):
+            # Last argument first: the spares are a stack, so the next launch's first
+            # argument takes this launch's first proxy, and so on (its kept view
+            # then holds that argument's last layout: the torch reader's memo).
+            for i in range(filled - 1, -1, -1):
                 if proxies >> i & 1:
                     _drop_proxy(stack[i])
                 else:
