@@ -692,3 +692,143 @@ def test_fake_tensor_is_refused_alike():
         fake = torch.ones(3)
     kind, error_type, _ = assert_same_both_ways(fake)
     assert (kind, error_type) == ("raised", BufferError)
+
+
+# --- The reader's memo in a launcher's kept view ----------------------------------------
+# A launcher's proxy keeps its view, emptied, for the next launch (test_launch_reuse.py).
+# When the torch reader filled it, the emptying keeps that layout's address, size and
+# type beside its extents and strides, and the next fill from a tensor of exactly that
+# layout keeps the ptr, shape, strides and dtype objects instead of making them again
+# (_from_torch.pxi, _view_from_memo).  Every view so filled must equal a new view of the
+# same tensor.
+
+
+def _memo_fields(view):
+    from test_hot_path_review import assert_c_layout_matches
+
+    assert_c_layout_matches(view)
+    return (
+        {name: getattr(view, name) for name in FIELDS},
+        view.size, view.nbytes, view.exporting_obj, view.ready_stream,
+    )
+
+
+def _parked_views():
+    """The emptied views of the spare proxies, found as the collector finds them."""
+    import gc
+
+    gc.collect()
+    return [
+        referent
+        for proxy in gc.get_objects()
+        if type(proxy) is _view.ViewableArgument and proxy.obj is None
+        for referent in gc.get_referents(proxy)
+        if type(referent) is StridedMemoryView
+    ]
+
+
+def _memo_rounds():
+    """Launches of three tensors, each argument passing from one layout to a near one:
+    the same tensor again, the same address with another shape, strides or dtype, the
+    same layout at another address, ranks past the memo's (7 and 8), empty tensors whose
+    strides the view zeroes, a numpy array between two tensors."""
+    import numpy as np
+
+    base = torch.arange(64.0, dtype=torch.float32)
+    square = base[:16].reshape(4, 4)
+    other = torch.arange(64.0, dtype=torch.float32) + 1
+    high = torch.zeros((2,) * 8)
+    candidates = [
+        square, square, square.T, base[:12].reshape(3, 4), base[:12].reshape(4, 3),
+        square.view(torch.int32), other[:16].reshape(4, 4), base[1:17].reshape(4, 4),
+        torch.tensor(1.5), torch.tensor(2.5), base[:16].reshape(2, 2, 2, 2, 1, 1),
+        high[0], high, torch.zeros(0, 3), torch.zeros(0, 3).T, base[:0],
+        base[:16].reshape(4, 4)[:, ::2], np.arange(16.0).reshape(4, 4),
+    ]
+    generator = np.random.default_rng(36)
+    return [
+        tuple(candidates[k] for k in generator.integers(0, len(candidates), size=3))
+        for _ in range(150)
+    ] + [(square, torch.tensor(1.5), other)] * 3
+
+
+def test_a_kept_view_filled_from_the_readers_memo_is_a_new_view():
+    """Launch after launch, each argument's view (its proxy's kept view, filled again and
+    from the memo where the layout is the one it last held) equals a new view of the same
+    tensor, C layout, size and exporting object included; and the memo is taken (three
+    parked views keep one after a last launch of tensors of 2, 0 and 1 dimensions)."""
+    @args_viewable_as_strided_memory((0, 1, 2))
+    def launch(a, b, c):
+        return [
+            (_memo_fields(arg.view(stream_ptr=-1)), _memo_fields(StridedMemoryView(arg.obj, -1)))
+            for arg in (a, b, c)
+        ]
+
+    for arguments in _memo_rounds():
+        for got, fresh in launch(*arguments):
+            assert got == fresh
+    if _view.fast_paths and _view._torch_fields_reader() is not None:
+        assert sorted(_view._reader_memo(view) for view in _parked_views()) == [0, 1, 2]
+
+
+def test_the_memo_is_kept_only_for_a_layout_the_reader_wrote():
+    """After a launch, a parked view keeps a memo where the torch reader filled it (a plain
+    tensor of at most 6 dimensions) and none where anything else did: a numpy array, a
+    7-d tensor, a tensor with the negative bit (read through the exchange API), a view
+    whose fill raised, a view filled under a TorchFunctionMode."""
+    if not (_view.fast_paths and _view._torch_fields_reader() is not None):
+        pytest.skip("no kept views, or no torch reader, in this build")
+    import numpy as np
+
+    class PassingMode(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    @args_viewable_as_strided_memory((0, 1, 2))
+    def launch(a, b, c):
+        for arg in (a, b, c):
+            try:
+                arg.view(stream_ptr=-1)
+            except BufferError:  # caught here, so that the traceback keeps no proxy
+                pass
+
+    def memos():
+        return sorted((memo is None, memo) for memo in map(_view._reader_memo, _parked_views()))
+
+    plain = torch.arange(12.0).reshape(3, 4)
+    launch(plain, torch.tensor(1.0), torch.zeros((2,) * 6))
+    assert memos() == [(False, 0), (False, 2), (False, 6)]
+    with layout("exchange api"):
+        launch(np.arange(3.0), torch.zeros((1,) * 7), plain)
+    assert memos() == [(True, None)] * 3
+    launch(plain, plain, plain)
+    launch(plain, REFUSED["negative-bit"](), plain)
+    assert memos() == [(False, 2), (False, 2), (True, None)]
+    launch(plain, plain, plain)
+    with layout("exchange api"):
+        launch(plain, plain, plain)
+    assert memos() == [(True, None)] * 3
+    # Under a mode the getters read the tensor once the mode has been asked for its
+    # bits: the reader's, so the memo is kept.
+    with PassingMode():
+        launch(plain, plain, plain)
+    assert memos() == [(False, 2)] * 3
+
+
+def test_a_parked_view_filled_from_outside_forgets_its_memo():
+    """A parked view filled by _fill_parked_view (what code that finds it through the
+    collector could do) holds no memo afterwards, even where the fill raised half-way, so
+    that the proxy's next fill cannot trust objects that no longer match it."""
+    if not (_view.fast_paths and _view._torch_fields_reader() is not None):
+        pytest.skip("no kept views, or no torch reader, in this build")
+
+    @args_viewable_as_strided_memory((0,))
+    def launch(a):
+        a.view(stream_ptr=-1)
+
+    tensor = torch.arange(12.0).reshape(3, 4)
+    launch(tensor)
+    parked = next(view for view in _parked_views() if _view._reader_memo(view) == 2)
+    with pytest.raises(BufferError):
+        _view._fill_parked_view(parked, REFUSED["negative-bit"]())
+    assert _view._reader_memo(parked) is None

@@ -563,6 +563,7 @@ def _fill_parked_view(StridedMemoryView view, obj, stream_ptr=None):
     outside would leave, for the tests of the proxy's check of what its kept view holds."""
     if not (view._parked and _is_emptied(view)):
         return False
+    view._memo_ndim1 = 0
     _view_from_any(view, obj, stream_ptr)
     return True
 

@@ -51,6 +51,11 @@ cdef class StridedMemoryView:
     # The layout as C values, filled at construction (_store_c_layout).
     cdef uintptr_t _ptr
     cdef int32_t _ndim
+    # (In the padding after _ndim: no field moves.)  The torch reader's memo
+    # (_from_torch.pxi): the ndim + 1 of the layout it last wrote, set when a
+    # launcher empties the view (SV_VIEW_EMPTY) with that layout's address, size
+    # and type in the inline arrays' last three slots; 0: no memo.
+    cdef int32_t _memo_ndim1
     cdef int64_t _itemsize
     cdef int64_t *_dims  # _ndim extents, then _ndim element strides
     cdef int64_t _inline_dims[2 * _INLINE_DIMS]
@@ -59,6 +64,10 @@ cdef class StridedMemoryView:
     cdef int32_t _device_id
     # The element type as DLPack's (code, bits, lanes); bits 0: no DLPack type.
     cdef DLDataType _dl_dtype
+    # (In the padding after _dl_dtype.)  Set by the torch reader once it has
+    # written the whole layout; zeroed, as every field here, when the view is
+    # emptied.
+    cdef bint _reader_filled
 
     # What keeps the memory alive, besides exporting_obj: a consumed DLPack
     # capsule's tensor (its deleter runs once, at deallocation), a buffer held

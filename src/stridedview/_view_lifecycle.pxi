@@ -422,6 +422,12 @@ def _clear_for_tests(StridedMemoryView view):
 cdef extern from *:
     """
     #define SV_VIEW_STRUCT struct __pyx_obj_11stridedview_5_view_StridedMemoryView
+    /* The torch reader's memo (_from_torch.pxi): the inline arrays' last three
+       slots, free in a layout of at most 6 dimensions (2 * 6 of the 16 used). */
+    #define SV_MEMO_MAX_NDIM 6
+    #define SV_MEMO_DTYPE_SLOT 13
+    #define SV_MEMO_SIZE_SLOT 14
+    #define SV_MEMO_PTR_SLOT 15
     /* (SV_NONE_NEW, a field's reference to None: _view.pyx.) */
     #if SV_GIL_FAST_PATHS && CYTHON_USE_FREELISTS && !CYTHON_USE_TYPE_SPECS && !CYTHON_COMPILING_IN_LIMITED_API
     #define SV_VIEW_FREE_COUNT \
@@ -519,8 +525,16 @@ cdef extern from *:
         (old)[1] = sv_empty->ready_stream; \
         (old)[2] = (PyObject *)sv_empty->_memory_owner; \
         (old)[3] = sv_empty->_interface; \
+        int32_t sv_memo_ndim1 = 0; \
+        if (sv_empty->_reader_filled && sv_empty->_ndim <= SV_MEMO_MAX_NDIM) { \
+            sv_empty->_inline_dims[SV_MEMO_PTR_SLOT] = (int64_t)sv_empty->_ptr; \
+            sv_empty->_inline_dims[SV_MEMO_SIZE_SLOT] = sv_empty->_size; \
+            memcpy(&sv_empty->_inline_dims[SV_MEMO_DTYPE_SLOT], &sv_empty->_dl_dtype, sizeof(sv_empty->_dl_dtype)); \
+            sv_memo_ndim1 = sv_empty->_ndim + 1; \
+        } \
         memset((char *)sv_empty + sizeof(PyObject), 0, sv_from - sizeof(PyObject)); \
         memset((char *)sv_empty + sv_to, 0, sizeof(SV_VIEW_STRUCT) - sv_to); \
+        sv_empty->_memo_ndim1 = sv_memo_ndim1; \
         sv_empty->__pyx_vtab = __pyx_vtabptr_11stridedview_5_view_StridedMemoryView; \
         sv_empty->ptr = sv_kept[0]; \
         sv_empty->shape = sv_kept[1]; \
@@ -538,6 +552,10 @@ cdef extern from *:
     void _install_view_free "sv_install_view_free"(PyTypeObject_dealloc *) noexcept
     void SV_VIEW_PREPARE(PyObject *) noexcept
     void SV_VIEW_EMPTY(PyObject *, PyObject **) noexcept
+    enum:
+        SV_MEMO_DTYPE_SLOT
+        SV_MEMO_SIZE_SLOT
+        SV_MEMO_PTR_SLOT
     bint SV_VIEW_HOLDS_NOTHING(PyObject *) noexcept
 
 
@@ -577,6 +595,7 @@ cdef bint _is_emptied(StridedMemoryView view) noexcept:
         and not view.is_device_accessible
         and not view.readonly
         and not view._managed_is_versioned
+        and not view._reader_filled
         and view._handover == NULL
     )
 
