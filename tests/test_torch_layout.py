@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from stridedview import StridedMemoryView, _view, args_viewable_as_strided_memory
 
+from test_launch_reuse import _parked_views
 from torch_expectations import (
     expected_bits_reader,
     expected_fields_readers,
@@ -711,20 +712,6 @@ def _memo_fields(view):
         {name: getattr(view, name) for name in FIELDS},
         view.size, view.nbytes, view.exporting_obj, view.ready_stream,
     )
-
-
-def _parked_views():
-    """The emptied views of the spare proxies, found as the collector finds them."""
-    import gc
-
-    gc.collect()
-    return [
-        referent
-        for proxy in gc.get_objects()
-        if type(proxy) is _view.ViewableArgument and proxy.obj is None
-        for referent in gc.get_referents(proxy)
-        if type(referent) is StridedMemoryView
-    ]
 
 
 def _memo_expected():

@@ -423,11 +423,13 @@ cdef extern from *:
     """
     #define SV_VIEW_STRUCT struct __pyx_obj_11stridedview_5_view_StridedMemoryView
     /* The torch reader's memo (_from_torch.pxi): the inline arrays' last three
-       slots, free in a layout of at most 6 dimensions (2 * 6 of the 16 used). */
-    #define SV_MEMO_MAX_NDIM 6
-    #define SV_MEMO_DTYPE_SLOT 13
-    #define SV_MEMO_SIZE_SLOT 14
-    #define SV_MEMO_PTR_SLOT 15
+       slots, free in a layout of at most (slots - 3) / 2 dimensions (6 of 8). */
+    #define SV_INLINE_SLOTS \
+        (sizeof(((SV_VIEW_STRUCT *)0)->_inline_dims) / sizeof(int64_t))
+    #define SV_MEMO_MAX_NDIM ((int32_t)((SV_INLINE_SLOTS - 3) / 2))
+    #define SV_MEMO_DTYPE_SLOT (SV_INLINE_SLOTS - 3)
+    #define SV_MEMO_SIZE_SLOT (SV_INLINE_SLOTS - 2)
+    #define SV_MEMO_PTR_SLOT (SV_INLINE_SLOTS - 1)
     /* (SV_NONE_NEW, a field's reference to None: _view.pyx.) */
     #if SV_GIL_FAST_PATHS && CYTHON_USE_FREELISTS && !CYTHON_USE_TYPE_SPECS && !CYTHON_COMPILING_IN_LIMITED_API
     #define SV_VIEW_FREE_COUNT \
