@@ -55,23 +55,30 @@ double sg_now_ms(void) {
 /* ---- call counters and the trace ------------------------------------------------ */
 
 #define MAX_APIS 1024
-static const char *api_names[MAX_APIS];
+/* Entry point i's name, published once (release) under api_lock and read without it
+ * (acquire) by every call: API_BEGIN caches its index in an atomic of its own, and a thread
+ * that reads that index from another thread's first call must see the name it names. */
+static _Atomic(const char *) api_names[MAX_APIS];
 static atomic_llong api_calls[MAX_APIS];
-static int api_count;
+static int api_count; /* under api_lock */
 static pthread_mutex_t api_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *api_name_at(int i) {
+    return atomic_load_explicit(&api_names[i], memory_order_acquire);
+}
 
 int sg_api_index(const char *name) {
     pthread_mutex_lock(&api_lock);
     int found = -1;
     for (int i = 0; i < api_count; i++) {
-        if (strcmp(api_names[i], name) == 0) {
+        if (strcmp(api_name_at(i), name) == 0) {
             found = i;
             break;
         }
     }
     if (found < 0 && api_count < MAX_APIS) {
         found = api_count++;
-        api_names[found] = name;
+        atomic_store_explicit(&api_names[found], name, memory_order_release);
     }
     pthread_mutex_unlock(&api_lock);
     return found < 0 ? MAX_APIS - 1 : found;
@@ -132,19 +139,22 @@ static int fault_matches(const char *rule, const char *entry) {
 static __thread int tls_api_index = -1; /* the entry point this thread is in (sg_api_name) */
 
 const char *sg_api_name(void) {
-    return tls_api_index >= 0 && api_names[tls_api_index] != NULL ? api_names[tls_api_index] : "a driver call";
+    const char *name = tls_api_index >= 0 ? api_name_at(tls_api_index) : NULL;
+    return name != NULL ? name : "a driver call";
 }
 
 int sg_api_enter(int index, CUresult *fault) {
     tls_api_index = index;
     sg_load_config();
     atomic_fetch_add(&api_calls[index], 1);
-    if (atomic_load(&faults_active) == 0 || api_names[index] == NULL) return 0;
+    if (atomic_load(&faults_active) == 0) return 0;
+    const char *name = api_name_at(index);
+    if (name == NULL) return 0;
     int hit = 0;
     pthread_mutex_lock(&fault_lock);
     for (int i = 0; i < MAX_FAULTS; i++) {
         fault_rule *f = &faults[i];
-        if (!f->active || !fault_matches(f->name, api_names[index])) continue;
+        if (!f->active || !fault_matches(f->name, name)) continue;
         if (f->skip > 0) {
             f->skip--;
         } else if (f->count != 0) {
@@ -224,7 +234,7 @@ CUresult sg_api_leave(int index, CUresult result) {
         const char *name = NULL;
         if (cuGetErrorName(result, &name) != CUDA_SUCCESS) name = "?";
         fprintf(stderr, "simgpu[%ld]: %s -> %d %s\n", (long)syscall(SYS_gettid),
-                api_names[index] ? api_names[index] : "?", result, name);
+                api_name_at(index) ? api_name_at(index) : "?", result, name);
     }
     return result;
 }
@@ -258,7 +268,7 @@ SG_API long long simgpu_call_count(const char *name) {
     long long total = 0;
     pthread_mutex_lock(&api_lock);
     for (int i = 0; i < api_count; i++)
-        if (strcmp(api_names[i], name) == 0) total += atomic_load(&api_calls[i]);
+        if (strcmp(api_name_at(i), name) == 0) total += atomic_load(&api_calls[i]);
     pthread_mutex_unlock(&api_lock);
     return total;
 }
@@ -308,7 +318,7 @@ SG_API size_t simgpu_calls_report(char *buffer, size_t capacity) {
         long long n = atomic_load(&api_calls[i]);
         if (n == 0) continue;
         int w = snprintf(buffer ? buffer + used : NULL, buffer && used < capacity ? capacity - used : 0,
-                         "%s %lld\n", api_names[i], n);
+                         "%s %lld\n", api_name_at(i), n);
         if (w > 0) used += (size_t)w;
     }
     pthread_mutex_unlock(&api_lock);

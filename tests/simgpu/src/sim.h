@@ -207,13 +207,20 @@ int sg_api_enter(int index, CUresult *fault);
 /* Runs the user-object destructors the calling thread made due (graph.c), then traces. */
 CUresult sg_api_leave(int index, CUresult result);
 void sg_user_objects_run_due(void); /* no lock held */
-#define API_BEGIN(name)                                      \
-    static int api_index_ = -1;                              \
-    if (api_index_ < 0) api_index_ = sg_api_index(name);     \
-    do {                                                     \
-        CUresult fault_;                                     \
-        if (sg_api_enter(api_index_, &fault_))               \
-            return sg_api_leave(api_index_, fault_);         \
+/* Each entry point caches its counter index in an atomic of its own: several threads may
+ * make their first call at once (each then asks sg_api_index, which answers them all the
+ * same index under its lock); later calls take no lock. */
+#define API_BEGIN(name)                                                            \
+    static atomic_int api_slot_ = -1;                                              \
+    int api_index_ = atomic_load_explicit(&api_slot_, memory_order_acquire);       \
+    if (api_index_ < 0) {                                                          \
+        api_index_ = sg_api_index(name);                                           \
+        atomic_store_explicit(&api_slot_, api_index_, memory_order_release);       \
+    }                                                                              \
+    do {                                                                           \
+        CUresult fault_;                                                           \
+        if (sg_api_enter(api_index_, &fault_))                                     \
+            return sg_api_leave(api_index_, fault_);                               \
     } while (0)
 #define API_RETURN(expr) return sg_api_leave(api_index_, (expr))
 /* The thread is a stream worker running a host function (which may make no CUDA call). */
