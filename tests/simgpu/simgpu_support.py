@@ -95,6 +95,14 @@ class Simulator:
         lib.simgpu_fail_clear.restype = None
         lib.simgpu_fail_fired.restype = ctypes.c_longlong
         lib.simgpu_fail_fired.argtypes = [ctypes.c_char_p]
+        lib.simgpu_check_mode.restype = ctypes.c_int
+        lib.simgpu_check_mode.argtypes = []
+        lib.simgpu_set_check.restype = ctypes.c_int
+        lib.simgpu_set_check.argtypes = [ctypes.c_int]
+        lib.simgpu_check_report.restype = ctypes.c_size_t
+        lib.simgpu_check_report.argtypes = [ctypes.c_long, ctypes.c_char_p, ctypes.c_size_t]
+        lib.simgpu_set_kernel_param_access.restype = ctypes.c_int
+        lib.simgpu_set_kernel_param_access.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
 
     def counter(self, name: str) -> int:
         return self.lib.simgpu_counter(name.encode())
@@ -133,6 +141,51 @@ class Simulator:
     def fail_fired(self, entry_point: str) -> int:
         """How many failures the rule set by ``fail(entry_point, ...)`` has injected (-1: none set)."""
         return self.lib.simgpu_fail_fired(entry_point.encode())
+
+    # ---- the stream-order checker (SIMGPU_CHECK) ----
+
+    CHECK_MODES = {"off": 0, "report": 1, "abort": 2}
+
+    def check_mode(self) -> int:
+        """The stream-order checker's mode: 0 off, 1 report (``SIMGPU_CHECK=1``), 2 abort at
+        the first report (``SIMGPU_CHECK=abort``)."""
+        return self.lib.simgpu_check_mode()
+
+    def set_check(self, mode) -> int:
+        """Switches the checker (0 or "off", 1 or "report", 2 or "abort"); returns the previous
+        mode.  Switching it on starts from an empty history: work enqueued before is unknown to
+        it and can cause no report."""
+        value = self.CHECK_MODES[mode] if isinstance(mode, str) else int(mode)
+        previous = self.lib.simgpu_set_check(value)
+        if previous < 0:
+            raise ValueError(f"simgpu_set_check({mode!r}) refused")
+        return previous
+
+    def check_report_count(self) -> int:
+        """How many reports the checker has made in this process (``simgpu_counter("check_reports")``)."""
+        return self.counter("check_reports")
+
+    def check_reports(self, since: int | None = None) -> list[str]:
+        """The texts of the checker's reports from index ``since`` on (each the line it wrote to
+        stderr, without the newline), or of all those kept (the last 256) when ``since`` is None."""
+        count = self.check_report_count()
+        start = max(0, count - 256) if since is None else since
+        texts = []
+        for index in range(start, count):
+            n = self.lib.simgpu_check_report(index, None, 0)
+            if n == 0:
+                continue
+            buffer = ctypes.create_string_buffer(n + 1)
+            self.lib.simgpu_check_report(index, buffer, n + 1)
+            texts.append(buffer.value.decode())
+        return texts
+
+    def set_kernel_param_access(self, name: str, index: int, mode) -> None:
+        """How the checker takes parameter ``index`` of kernels called ``name`` when it points
+        into an allocation: 0 not accessed, 1 read, 2 written, 3 read and written (the default:
+        the whole allocation, a pointer does not say how far a kernel reaches)."""
+        if self.lib.simgpu_set_kernel_param_access(name.encode(), int(index), int(mode)) != 0:
+            raise ValueError(f"simgpu_set_kernel_param_access({name!r}, {index}, {mode}) refused")
 
     def set_delay_us(self, microseconds: int) -> None:
         self.lib.simgpu_set_delay_us(microseconds)

@@ -100,6 +100,9 @@ static CUresult do_copy(sg_stream *s, copy_end *dst, copy_end *src, size_t width
         op->u.copy.src_pitch = src->pitch;
         op->u.copy.src_slice = src->slice;
     }
+    if (SG_CHECKING())
+        sg_ck_copy_ranges(op, dst->addr, dst->kind != END_PAGEABLE, dst->pitch, dst->slice, src->addr,
+                          src->kind != END_PAGEABLE, src->pitch, src->slice, width, height, depth);
     int wait = dst->kind == END_PAGEABLE;
     if (sync_api) {
         wait = wait || dst->kind == END_PINNED || dst->kind == END_MANAGED ||
@@ -112,7 +115,9 @@ static CUresult do_copy(sg_stream *s, copy_end *dst, copy_end *src, size_t width
     CUresult r = sg_enqueue(s, op);
     if (r == CUDA_SUCCESS && wait) {
         sg_count("copy_waits", 1);
+        struct sg_vc *seen = SG_CHECKING() ? sg_ck_stream_clock(s) : NULL;
         sg_wait_point(s->o.h, s->submitted);
+        if (seen != NULL) sg_ck_observe(seen);
     }
     return r;
 }
@@ -409,11 +414,14 @@ static CUresult do_memset(CUdeviceptr dst, size_t pitch, unsigned value, unsigne
             op->u.memset.height = height;
             op->u.memset.elem = elem;
             op->u.memset.value = value;
+            if (SG_CHECKING()) sg_ck_memset_ranges(op, dst, pitch, width * elem, height);
         }
         r = sg_enqueue(s, op);
         if (r == CUDA_SUCCESS && sync_api && (kind == END_PINNED || kind == END_MANAGED)) {
             sg_count("copy_waits", 1);
+            struct sg_vc *seen = SG_CHECKING() ? sg_ck_stream_clock(s) : NULL;
             sg_wait_point(s->o.h, s->submitted);
+            if (seen != NULL) sg_ck_observe(seen);
         }
     }
     pthread_mutex_unlock(&sg_lock);

@@ -37,6 +37,7 @@ static void load_config_once(void) {
     sg_cfg.device_bytes = (size_t)env_long("SIMGPU_MEMORY_MB", 8192, 16, 1 << 20) << 20;
     sg_cfg.driver_version = (int)env_long("SIMGPU_DRIVER_VERSION", 13000, 12000, 99999);
     sg_cfg.compute_capability = (int)env_long("SIMGPU_COMPUTE_CAPABILITY", 90, 90, 129);
+    sg_check_mode = sg_check_mode_from_env(getenv("SIMGPU_CHECK"));
 }
 
 int sg_compute_capability(void) {
@@ -1102,6 +1103,7 @@ SG_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
      * handle and get CONTEXT_IS_DESTROYED. */
     if (tls_depth > 0 && tls_stack[tls_depth - 1] == H(ctx)) tls_depth--;
     free(c->streams);
+    if (c->ck_retired != NULL) sg_ck_vc_free(c->ck_retired);
     free(c);
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(CUDA_SUCCESS);

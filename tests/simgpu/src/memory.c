@@ -178,15 +178,20 @@ static sg_alloc *alloc_add(CUdeviceptr base, size_t size, int kind, int dev, uin
     a->dev = dev;
     a->ctx = ctx;
     a->buffer_id = next_buffer_id++;
+    a->entry = sg_api_name();
     int i = alloc_index(base) + 1;
     memmove(&allocs[i + 1], &allocs[i], (size_t)(nallocs - i) * sizeof *allocs);
     allocs[i] = a;
     nallocs++;
+    if (SG_CHECKING()) sg_ck_alloc_added(a);
     sg_count("allocations_live", 1);
     return a;
 }
 
+static int freeing_ctx; /* a context's teardown frees its memory: the checker stays silent */
+
 static void alloc_remove(sg_alloc *a) {
+    if (a->ck != NULL || SG_CHECKING()) sg_ck_alloc_removed(a, freeing_ctx);
     int i = alloc_index(a->base);
     if (i >= 0 && allocs[i] == a) {
         memmove(&allocs[i], &allocs[i + 1], (size_t)(nallocs - i - 1) * sizeof *allocs);
@@ -308,11 +313,15 @@ SG_API CUresult cuMemFree_v2(CUdeviceptr p) {
         /* A stream-ordered allocation freed at once, with no implicit synchronisation:
          * the caller has made sure its work is done. */
         sg_pool_release_block(a);
+        if (SG_CHECKING()) sg_ck_freed(p, NULL);
     } else if ((r = sg_capture_check_unsafe()) == CUDA_SUCCESS) {
         /* cuMemFree waits for the device's work before the memory goes. */
         sg_wait_device_idle(a->kind == A_MANAGED ? -1 : a->dev);
         a = sg_alloc_find(p);
-        if (a != NULL && a->base == p) free_allocation(a);
+        if (a != NULL && a->base == p) {
+            free_allocation(a);
+            if (SG_CHECKING()) sg_ck_freed(p, NULL);
+        }
     }
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
@@ -341,6 +350,7 @@ SG_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
 }
 
 void sg_allocs_of_ctx_free(sg_ctx *c) {
+    freeing_ctx = 1;
     for (int i = nallocs - 1; i >= 0; i--) {
         sg_alloc *a = allocs[i];
         if (a->ctx != c->o.h) continue;
@@ -350,6 +360,7 @@ void sg_allocs_of_ctx_free(sg_ctx *c) {
             free_allocation(a);
         }
     }
+    freeing_ctx = 0;
 }
 
 /* ---- managed and pinned host memory ------------------------------------------------------ */
@@ -430,7 +441,10 @@ SG_API CUresult cuMemFreeHost(void *p) {
     } else {
         sg_wait_device_idle(-1);
         a = sg_alloc_find((CUdeviceptr)(uintptr_t)p);
-        if (a != NULL) free_allocation(a);
+        if (a != NULL) {
+            free_allocation(a);
+            if (SG_CHECKING()) sg_ck_freed((CUdeviceptr)(uintptr_t)p, NULL);
+        }
     }
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
@@ -503,7 +517,10 @@ SG_API CUresult cuMemHostUnregister(void *p) {
     } else {
         sg_wait_device_idle(-1);
         a = sg_alloc_find((CUdeviceptr)(uintptr_t)p);
-        if (a != NULL) alloc_remove(a);
+        if (a != NULL) {
+            alloc_remove(a);
+            if (SG_CHECKING()) sg_ck_freed((CUdeviceptr)(uintptr_t)p, NULL);
+        }
     }
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
@@ -739,7 +756,10 @@ SG_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
             op->u.alloc_free.map = a->map_base;
             op->u.alloc_free.len = a->map_len;
             r = sg_enqueue(s, op);
-            if (r == CUDA_SUCCESS) alloc_remove(a);
+            if (r == CUDA_SUCCESS) {
+                alloc_remove(a);
+                if (SG_CHECKING()) sg_ck_freed(dptr, s);
+            }
         }
     } else {
         sg_pool *p = sg_handle_get(a->pool, K_POOL);
@@ -759,6 +779,7 @@ SG_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
             op->u.pool_free.token = token;
         }
         r = sg_enqueue(s, op);
+        if (r == CUDA_SUCCESS && SG_CHECKING()) sg_ck_freed(base, s);
     }
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);

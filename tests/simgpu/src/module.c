@@ -1155,6 +1155,10 @@ static long log_add(launch_rec *rec) {
     return nlaunches++;
 }
 
+const char *sg_kernel_name(long index) {
+    return index >= 0 && index < nlaunches ? launches[index]->info.name : "?";
+}
+
 void sg_kernel_reached(long index) {
     if (index >= 0 && index < nlaunches) launches[index]->info.executed = 1;
 }
@@ -1331,6 +1335,8 @@ static CUresult launch(uint64_t fh, const unsigned grid[3], const unsigned block
     long index = log_add(rec);
     sg_op *op = sg_op_new(OP_KERNEL);
     if (op) op->u.kernel.index = index;
+    if (op && SG_CHECKING())
+        sg_ck_kernel_ranges(op, k->name, rec->params, rec->info.params_size, k->nparams, k->offsets, k->sizes);
     r = sg_enqueue(s, op);
     pthread_mutex_unlock(&sg_lock);
     return r;

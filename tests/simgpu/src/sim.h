@@ -7,7 +7,10 @@
  * Threading model: one global mutex (sg_lock) guards all driver state.  Each
  * stream has a worker thread that takes operations from its queue in order and
  * runs them without the lock held; every completion is broadcast on sg_progress,
- * which host-side waits and cross-stream dependencies wait on.
+ * which host-side waits and cross-stream dependencies wait on.  The stream-order
+ * checker (check.c, SIMGPU_CHECK) runs on the host side only, under sg_lock, in the
+ * calls that enqueue, synchronise and free: it decides order from the program's calls,
+ * never from when the workers run.
  */
 #ifndef SIMGPU_SIM_H
 #define SIMGPU_SIM_H
@@ -184,6 +187,21 @@ typedef struct {
     int driver_version;     /* SIMGPU_DRIVER_VERSION, default 13000 */
     int compute_capability; /* SIMGPU_COMPUTE_CAPABILITY, major * 10 + minor, default 90 */
 } sg_config;
+
+/* ---- the stream-order checker (check.c) ------------------------------------------------ */
+/* 0: off (SIMGPU_CHECK unset or 0), 1: report and go on, 2: abort at the first report.
+ * Every hook of the checker is one test of this global (written and read under sg_lock,
+ * set from SIMGPU_CHECK before the first entry point runs). */
+extern int sg_check_mode;
+#define SG_CHECKING() __builtin_expect(sg_check_mode != 0, 0)
+struct sg_vc;        /* a vector clock */
+struct sg_ck_stream; /* a stream's clock and slot */
+struct sg_ck_alloc;  /* an allocation's access records */
+/* A device-address range an operation reads (1), writes (2) or both (3). */
+typedef struct {
+    unsigned long long lo, len;
+    unsigned mode;
+} sg_ck_range;
 extern sg_config sg_cfg;
 
 /* The largest pitch a 2-D copy accepts (CU_DEVICE_ATTRIBUTE_MAX_PITCH). */
@@ -286,6 +304,7 @@ typedef struct sg_ctx {
     unsigned long long id;
     struct sg_stream *legacy;
     struct sg_stream **streams; /* every stream of the context, the legacy one included */
+    struct sg_vc *ck_retired;   /* checker: the clocks of its destroyed streams, joined */
     int nstreams, cap_streams;
     size_t limits[16];
     int peer[64];      /* peer access enabled to device i */
@@ -327,6 +346,15 @@ typedef struct sg_op {
     uint64_t seq;
     sg_dep *deps;
     int ndeps, cap_deps;
+    /* The checker's view (check.c), set only while it is on: the device-address ranges the
+     * operation accesses (copied by sg_op_clone, so graph replays carry them), the entry
+     * point that built it, whether a graph launch replays it, and a clock its stream joins
+     * when it is enqueued (a wait's event snapshot). */
+    sg_ck_range *ck_ranges;
+    int ck_nranges;
+    int ck_replay;
+    const char *ck_entry;
+    struct sg_vc *ck_join;
     union {
         struct {
             unsigned char *dst;
@@ -390,6 +418,7 @@ typedef struct sg_stream {
     int torn_down;      /* destroyed with its context, not by cuStreamDestroy */
     struct sg_capture *capture;
     int capture_index;  /* this stream's slot in the capture's vector clocks */
+    struct sg_ck_stream *ck; /* the checker's slot and clock for it (check.c) */
 } sg_stream;
 
 /* Resolves a stream handle (0, 1, 2 or a stream) against the current context. */
@@ -425,6 +454,8 @@ typedef struct sg_alloc {
     unsigned flags;
     unsigned sync_memops;
     void *map_base; size_t map_len; /* host mappings to unmap at free */
+    const char *entry;              /* the entry point that allocated it */
+    struct sg_ck_alloc *ck;         /* the checker's access records (check.c) */
 } sg_alloc;
 
 void sg_memory_init(void);
@@ -456,6 +487,7 @@ typedef struct sg_event {
     int time_valid;
     struct sg_capture *capture; /* set when the last record was captured into a graph */
     uint64_t vclock[16];
+    struct sg_vc *ck;    /* checker: the recording stream's clock at the last record */
 } sg_event;
 void sg_record_reached(uint64_t event, uint64_t generation);
 
@@ -483,5 +515,37 @@ int sg_urefs_copy(sg_urefs *dst, const sg_urefs *src);
  * they all have (an object whose last reference goes has its destructor run by the calling
  * entry point as it returns), else on the driver's release thread (which runs it there). */
 void sg_urefs_release(sg_urefs *l, const sg_dep *after, int nafter);
+
+/* ---- checker hooks (check.c); lock held, called only under SG_CHECKING() unless noted ---- */
+/* The stream's clock joins the host's and its implicit dependencies, ticks, and the op's
+ * accesses are checked (sg_enqueue, before the op gets its number). */
+void sg_ck_enqueue(sg_stream *s, sg_op *op);
+void sg_ck_event_recorded(sg_event *e, sg_stream *s); /* a record just enqueued on s */
+void sg_ck_event_forget(sg_event *e);                 /* a record captured into a graph */
+struct sg_vc *sg_ck_event_clock(const sg_event *e);   /* a copy of its snapshot, or NULL */
+struct sg_vc *sg_ck_stream_clock(sg_stream *s);       /* a copy of the stream's clock, or NULL */
+void sg_ck_ctx_clock(sg_ctx *c, struct sg_vc **acc);  /* joins every stream of c into *acc */
+/* The host saw the work of a clock complete: joined into the host clock, and freed (NULL:
+ * nothing; any mode). */
+void sg_ck_observe(struct sg_vc *v);
+void sg_ck_stream_destroyed(sg_stream *s);
+void sg_ck_alloc_added(sg_alloc *a);
+/* An allocation leaves the table (any mode, when a->ck is set): its records go to a
+ * tombstone, or nowhere when `silent` (context teardown) or the checker is off. */
+void sg_ck_alloc_removed(sg_alloc *a, int silent);
+/* The allocation at base was freed by an operation just enqueued on s (NULL: on the host):
+ * every access recorded must be ordered before it. */
+void sg_ck_freed(CUdeviceptr base, sg_stream *s);
+void sg_ck_copy_ranges(sg_op *op, CUdeviceptr dst, int dst_known, size_t dst_pitch, size_t dst_slice,
+                       CUdeviceptr src, int src_known, size_t src_pitch, size_t src_slice,
+                       size_t width, size_t height, size_t depth);
+void sg_ck_memset_ranges(sg_op *op, CUdeviceptr dst, size_t pitch, size_t width_bytes, size_t height);
+void sg_ck_kernel_ranges(sg_op *op, const char *kernel, const unsigned char *params, size_t size,
+                         int nparams, const size_t *offsets, const size_t *sizes);
+const char *sg_kernel_name(long index); /* module.c: a launch log entry's kernel */
+/* Any mode: frees what the checker hung on an object that goes. */
+void sg_ck_vc_free(struct sg_vc *v);
+void sg_ck_stream_free(sg_stream *s); /* the stream's worker, once drained */
+int sg_check_mode_from_env(const char *text);
 
 #endif

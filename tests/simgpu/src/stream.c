@@ -35,6 +35,10 @@ void sg_op_free(sg_op *op) {
     if (op == NULL) return;
     if (op->type == OP_COPY) free(op->u.copy.owned);
     free(op->deps);
+    if (op->ck_ranges != NULL || op->ck_join != NULL) {
+        free(op->ck_ranges);
+        sg_ck_vc_free(op->ck_join);
+    }
     free(op);
 }
 
@@ -44,13 +48,25 @@ sg_op *sg_op_clone(const sg_op *op) {
     sg_op *c = sg_op_new(op->type);
     if (c == NULL) return NULL;
     c->u = op->u;
+    c->ck_entry = op->ck_entry;
+    c->ck_replay = op->ck_replay;
+    if (op->ck_nranges > 0) {
+        /* The checker's ranges travel with the copy (a graph's nodes, their replays). */
+        c->ck_ranges = malloc((size_t)op->ck_nranges * sizeof *c->ck_ranges);
+        if (c->ck_ranges == NULL) {
+            free(c);
+            return NULL;
+        }
+        memcpy(c->ck_ranges, op->ck_ranges, (size_t)op->ck_nranges * sizeof *c->ck_ranges);
+        c->ck_nranges = op->ck_nranges;
+    }
     if (op->type == OP_COPY && op->u.copy.owned != NULL) {
         /* The staged source bytes: copy the buffer and point into the copy. */
         size_t span = (size_t)(op->u.copy.src - (const unsigned char *)op->u.copy.owned) +
                       op->u.copy.src_slice * op->u.copy.depth;
         c->u.copy.owned = malloc(span ? span : 1);
         if (c->u.copy.owned == NULL) {
-            free(c);
+            sg_op_free(c);
             return NULL;
         }
         memcpy(c->u.copy.owned, op->u.copy.owned, span);
@@ -160,6 +176,7 @@ static void *worker(void *arg) {
         sg_op_free(op);
         pthread_cond_broadcast(&sg_progress);
     }
+    if (s->ck != NULL) sg_ck_stream_free(s);
     sg_handle_drop(s->o.h);
     pthread_cond_broadcast(&sg_progress);
     pthread_mutex_unlock(&sg_lock);
@@ -218,6 +235,7 @@ void sg_stream_destroy(sg_stream *s) {
         }
     }
     if (s->capture) capture_leave(s);
+    if (SG_CHECKING()) sg_ck_stream_destroyed(s);
     if (s->kind == SK_USER) {
         sg_count("streams_destroyed", 1);
         sg_count("streams_live", -1);
@@ -453,6 +471,7 @@ CUresult sg_enqueue(sg_stream *s, sg_op *op) {
         free(op->deps);
         op->deps = NULL;
         op->ndeps = op->cap_deps = 0;
+        if (SG_CHECKING() && op->ck_entry == NULL) op->ck_entry = sg_api_name(); /* for replays */
         cap->vclock[s->capture_index][s->capture_index]++;
         graph_add(cap->graph, op);
         return CUDA_SUCCESS;
@@ -478,6 +497,7 @@ CUresult sg_enqueue(sg_stream *s, sg_op *op) {
         /* ... and every blocking stream waits for the legacy stream. */
         sg_op_add_dep(op, c->legacy->o.h, c->legacy->submitted);
     }
+    if (SG_CHECKING()) sg_ck_enqueue(s, op);
     op->seq = ++s->submitted;
     op->next = NULL;
     if (s->tail)
@@ -502,6 +522,7 @@ typedef struct {
     sg_ctx *ctx;
     sg_dep *points;
     int n, cap;
+    struct sg_vc *ck; /* the checker: the clocks of the streams waited for */
 } idle_snapshot;
 
 static void snapshot_stream(sg_stream *s, idle_snapshot *snap) {
@@ -527,6 +548,7 @@ static void snapshot_draining(void *obj, void *arg) {
 }
 
 static void snapshot_ctx(sg_ctx *c, idle_snapshot *snap) {
+    if (SG_CHECKING()) sg_ck_ctx_clock(c, &snap->ck);
     for (int i = 0; i < c->nstreams; i++) snapshot_stream(c->streams[i], snap);
     sg_ctx *saved = snap->ctx;
     snap->ctx = c;
@@ -543,6 +565,7 @@ static void snapshot_each(void *obj, void *arg) {
 static void wait_snapshot(idle_snapshot *snap) {
     for (int i = 0; i < snap->n; i++) sg_wait_point(snap->points[i].stream, snap->points[i].seq);
     free(snap->points);
+    if (snap->ck != NULL) sg_ck_observe(snap->ck); /* the host saw all of it complete */
 }
 
 void sg_wait_ctx_idle(sg_ctx *c) {
@@ -641,6 +664,7 @@ SG_API CUresult cuStreamQuery(CUstream h) {
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     } else {
         r = s->completed >= s->submitted ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+        if (r == CUDA_SUCCESS && SG_CHECKING()) sg_ck_observe(sg_ck_stream_clock(s));
     }
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
@@ -657,7 +681,9 @@ SG_API CUresult cuStreamSynchronize(CUstream h) {
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     } else {
         sg_count("host_waits", 1);
+        struct sg_vc *seen = SG_CHECKING() ? sg_ck_stream_clock(s) : NULL;
         sg_wait_stream_idle(s);
+        if (seen != NULL) sg_ck_observe(seen);
         sg_pools_on_sync();
     }
     pthread_mutex_unlock(&sg_lock);
@@ -837,6 +863,7 @@ SG_API CUresult cuEventCreate(CUevent *ph, unsigned int flags) {
 
 static void event_free(sg_event *e) {
     sg_handle_drop(e->o.h);
+    if (e->ck != NULL) sg_ck_vc_free(e->ck);
     free(e);
     sg_count("events_destroyed", 1);
     sg_count("events_live", -1);
@@ -919,6 +946,7 @@ static CUresult event_record(uint64_t event, uint64_t stream, unsigned flags) {
         e->capture = cap;
         e->time_valid = 0;
         memcpy(e->vclock, cap->vclock[s->capture_index], sizeof e->vclock);
+        if (SG_CHECKING()) sg_ck_event_forget(e);
         pthread_mutex_unlock(&sg_lock);
         return CUDA_SUCCESS;
     }
@@ -937,6 +965,7 @@ static CUresult event_record(uint64_t event, uint64_t stream, unsigned flags) {
         e->stream = s->o.h;
         e->seq = s->submitted;
         e->time_valid = 0;
+        if (SG_CHECKING()) sg_ck_event_recorded(e, s);
     }
     pthread_mutex_unlock(&sg_lock);
     return err;
@@ -968,9 +997,10 @@ SG_API CUresult cuEventQuery(CUevent h) {
         capture_invalidate(e->capture); /* an invalid operation invalidates the capture */
         r = CUDA_ERROR_CAPTURED_EVENT;
     }
-    else if (!e->recorded || sg_point_done(e->stream, e->seq))
+    else if (!e->recorded || sg_point_done(e->stream, e->seq)) {
         r = CUDA_SUCCESS;
-    else
+        if (e->recorded && SG_CHECKING()) sg_ck_observe(sg_ck_event_clock(e));
+    } else
         r = CUDA_ERROR_NOT_READY;
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
@@ -990,7 +1020,9 @@ SG_API CUresult cuEventSynchronize(CUevent h) {
         r = CUDA_ERROR_CAPTURED_EVENT;
     } else {
         sg_count("host_waits", 1);
+        struct sg_vc *seen = e->recorded && SG_CHECKING() ? sg_ck_event_clock(e) : NULL;
         if (e->recorded) sg_wait_point(e->stream, e->seq);
+        if (seen != NULL) sg_ck_observe(seen);
         sg_pools_on_sync();
     }
     pthread_mutex_unlock(&sg_lock);
@@ -1088,6 +1120,8 @@ SG_API CUresult cuStreamWaitEvent(CUstream h, CUevent event, unsigned int flags)
     sg_op *op = sg_op_new(OP_NOP);
     if (op != NULL && e->recorded && !sg_point_done(e->stream, e->seq))
         sg_op_add_dep(op, e->stream, e->seq);
+    /* The checker: the stream joins the snapshot of the event's last record, done or not. */
+    if (op != NULL && e->recorded && SG_CHECKING()) op->ck_join = sg_ck_event_clock(e);
     CUresult r = sg_enqueue(s, op);
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
@@ -1435,12 +1469,15 @@ SG_API CUresult cuGraphLaunch(CUgraphExec h, CUstream stream) {
         if (x->nodes[i] == NULL) continue;
         sg_op *op = sg_op_clone(x->nodes[i]);
         sg_event *e = NULL;
+        if (op) op->ck_replay = 1;
         if (op && op->type == OP_KERNEL) op->u.kernel.index = sg_kernel_relog(op->u.kernel.index, 1);
         if (op && op->type == OP_EXTERNAL_WAIT) {
             op->type = OP_NOP;
             e = sg_handle_get(op->u.record.event, K_EVENT);
             if (e != NULL && e->recorded && e->capture == NULL && !sg_point_done(e->stream, e->seq))
                 sg_op_add_dep(op, e->stream, e->seq);
+            if (e != NULL && e->recorded && e->capture == NULL && SG_CHECKING())
+                op->ck_join = sg_ck_event_clock(e); /* the event's state at this launch */
             e = NULL;
         } else if (op && op->type == OP_RECORD) {
             e = sg_handle_get(op->u.record.event, K_EVENT);
@@ -1454,6 +1491,7 @@ SG_API CUresult cuGraphLaunch(CUgraphExec h, CUstream stream) {
             e->stream = s->o.h;
             e->seq = s->submitted;
             e->time_valid = 0;
+            if (SG_CHECKING()) sg_ck_event_recorded(e, s);
         }
     }
     if (x != NULL && r == CUDA_SUCCESS && s->capture == NULL) exec_launched(x, s);
