@@ -5,8 +5,8 @@
 # simulated driver as this run's libcuda.so.1 (for cuda-bindings, cuda.core and numba-cuda
 # alike): with-simulator.sh builds it into build/simgpu/ (again only when its sources
 # change) and puts it first on LD_LIBRARY_PATH.  SIMGPU_BUILD_DIR picks another build
-# folder, PYTHON another interpreter; SIMGPU_DEVICES, SIMGPU_DELAY_US and SIMGPU_TRACE pass
-# through to the simulator.
+# folder, PYTHON another interpreter; SIMGPU_DEVICES, SIMGPU_DELAY_US, SIMGPU_TRACE and
+# SIMGPU_CHECK pass through to the simulator.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"

@@ -8,8 +8,8 @@
 # this clone (again only when its sources change; SIMGPU_BUILD_DIR picks another folder),
 # puts that folder first on LD_LIBRARY_PATH, so that cuda-bindings, cuda.core and
 # numba-cuda load it as the driver, sets SIMGPU_LIB_DIR to it, and runs the command in the
-# current directory.  SIMGPU_DEVICES, SIMGPU_DELAY_US and SIMGPU_TRACE pass through to the
-# simulator (docs/testing-without-a-gpu.md).
+# current directory.  SIMGPU_DEVICES, SIMGPU_DELAY_US, SIMGPU_TRACE and SIMGPU_CHECK pass through
+# to the simulator (docs/testing-without-a-gpu.md, docs/simulated-gpu.md).
 set -euo pipefail
 if [ "$#" = 0 ]; then
     echo "usage: $0 COMMAND [ARGS...]   (e.g. $0 python -m pytest tests/)" >&2
