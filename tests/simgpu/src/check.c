@@ -173,7 +173,7 @@ static void vc_join(sg_vc *dst, const sg_vc *src) {
         if (!slot_dead(x.slot)) scratch[m++] = x;
     }
     vc_reserve(dst, m);
-    memcpy(dst->e, scratch, (size_t)m * sizeof *scratch);
+    if (m > 0) memcpy(dst->e, scratch, (size_t)m * sizeof *scratch);
     dst->n = m;
 }
 
