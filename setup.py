@@ -120,6 +120,8 @@ extensions = [
         # _cxx_guard.cpp: the one C++ file, catching what torch's C++ functions
         # throw (_torch_bits.pxi); the extension is linked as C++ for its runtime.
         ["src/stridedview/_view.pyx", CXX_GUARD],
+        # The driver door's C (_driver_door.pxi includes it): a change rebuilds the extension.
+        depends=["src/stridedview/_driver_door.h"],
         # numpy's headers give the array struct's layout to the numpy adapter
         # (_from_numpy.pxi); numpy's C API table is never imported, so the
         # extension links nothing of numpy's and loads no numpy at import.  Built

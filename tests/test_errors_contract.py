@@ -465,9 +465,13 @@ def _call_uninitialised_launcher():
 
 
 def _driver_failure(fake):
-    fake.fail("cuEventRecord", CUresult.CUDA_ERROR_INVALID_HANDLE, times=2)
-    producer_stream = fake.new_stream()
-    return StridedMemoryView(cai(stream=producer_stream), stream_ptr=fake.new_stream())
+    # A CAI view's device asked of the driver, for a pointer it does not know.
+    return StridedMemoryView(cai(stream=None, data=(0xDEAD0000, False)), stream_ptr=-1).device_id
+
+
+def _ordering_with_a_fake(fake):
+    # Orderings and hand-overs are the driver door's, on cuda-bindings' driver alone.
+    return StridedMemoryView(cai(stream=fake.new_stream()), stream_ptr=fake.new_stream())
 
 
 def _driver_init_failure(fake):
@@ -854,7 +858,8 @@ TRIGGERS = [
     # driver
     ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),
     ("driver-unloadable", lambda f, m: _no_driver_library(), CUDAError, "the CUDA driver could not be used for cuInit ("),
-    ("driver-call-failed", lambda f, m: _driver_failure(f), CUDAError, "cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE"),
+    ("driver-call-failed", lambda f, m: _driver_failure(f), CUDAError, "cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE"),
+    ("ordering-with-a-fake", lambda f, m: _ordering_with_a_fake(f), CUDAError, "stream ordering and hand-overs go through the CUDA driver cuda-bindings loaded, and the driver in use (installed with stridedview._driver.use_api) is not it: "),
     ("driver-init-failed", lambda f, m: _driver_init_failure(f), CUDAError, "cuInit failed: CUDA_ERROR_NO_DEVICE (the driver is there but cannot be initialised: no usable CUDA device): pass stream_ptr=-1 to order streams yourself"),
     # general
     ("neither-protocol", lambda f, m: StridedMemoryView([1, 2]), BufferError, "stridedview: 'list' object supports none of DLPack"),
@@ -926,10 +931,13 @@ UNTRIGGERED = {
     ("BufferError", "buffer: shape extents must be >= 0 (got "): "an exporter breaking the buffer protocol (negative extents)",
     ("BufferError", "buffer: the pointer is NULL for "): "an exporter breaking the buffer protocol (NULL memory for elements)",
     ("BufferError", "buffer: itemsize must be > 0 (got "): "an exporter breaking the buffer protocol (item size 0)",
-    (
-        "CUDAError",
-        "cuStreamIsCapturing: the stream's capture was invalidated, and it takes no record until the capture is ended",
-    ): "raised inside a hand-over only, which keeps the hand-over for later (tests/test_gpu_record_stream.py)",
+    ("CUDAError", "the CUDA driver cannot order streams here ("): (
+        "a driver lacking an entry point the door needs: the simulator's version switch, "
+        "tests/test_gpu_driver_door.py"
+    ),
+    ("ValueError", "stream: not a stream handle (got "): (
+        "an internal caller's slip: every stream argument is checked before the door sees it"
+    ),
     (
         "CUDAError",
         "cuStreamIsCapturing: the consumer stream's capture was invalidated, and no wait can be added to it "

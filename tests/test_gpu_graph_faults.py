@@ -1,7 +1,7 @@
 """CUDA graphs on the simulated device when the driver will not tie a resource to a graph.
 
 What a capture's graph must own is tied to it with a user object (src/stridedview/_graphs.pxi,
-_driver.py's ``give_to_graphs``).  Two calls can fail there, injected here with
+_driver_door.pxi's ``_give_to_graphs``).  Two calls can fail there, injected here with
 ``Simulator.fail``:
 
 - ``cuGraphRetainUserObject`` (a graph refuses the object's reference): ``GraphOwnedError``.
@@ -13,9 +13,8 @@ _driver.py's ``give_to_graphs``).  Two calls can fail there, injected here with
 Each test asserts the error (type, message naming the ``CUresult``), the user's capture
 (still valid: nothing that would invalidate it was called), every DLPack deleter run exactly
 once and not while a graph may still use its memory, no event or user object leaked (the
-simulator's counters), and that the next ordering (the C door's warm path when the door is on)
-and hand-over work.  Each runs with the C driver door on and off (``door``, as
-tests/test_gpu_graphs.py).  A real driver cannot be made to fail on demand: marked ``simgpu``.
+simulator's counters), and that the next ordering (the driver door's warm path) and hand-over
+work.  A real driver cannot be made to fail on demand: marked ``simgpu``.
 """
 
 from __future__ import annotations
@@ -39,11 +38,10 @@ FAULTS = [
 FAULT_IDS = ["graph-refuses", "no-user-object"]
 
 
-@pytest.fixture(params=["c-door", "python"])
-def door(request, gpu, simulator, monkeypatch):
-    """The simulated device (no delay: nothing here races a late write), the C driver door on
-    or off; unraisable reports collected in ``door.reported``."""
-    monkeypatch.setattr(_driver, "_c_door", request.param == "c-door")
+@pytest.fixture
+def door(gpu, simulator, monkeypatch):
+    """The simulated device (no delay: nothing here races a late write), the driver door decided
+    afresh; unraisable reports collected in ``door.reported``."""
     _driver.use_api(None)  # the door decided again at the next ordering
     gpu.reported = []
     monkeypatch.setattr(sys, "unraisablehook", gpu.reported.append)
@@ -74,19 +72,17 @@ def check_error(error, call, name, owned):
 
 
 def check_next_ordering(spot, res, simulator, producer, consumer):
-    """An ordering outside any capture after the failure: through the C door's warm path when
-    the door is on (one record, one wait, no context look-up), and the consumer reads the
-    producer's write."""
+    """An ordering outside any capture after the failure: through the driver door's warm path
+    (one record, one wait, no context look-up), and the consumer reads the producer's write."""
     from driver_support import drv, ok
 
-    on = _driver._c_door
-    assert _view._driver_door_info()["state"] == (1 if on else -1)
+    assert _view._driver_door_info()["state"] == 1
     ordered = _view._driver_door_info()["ordered"]
     spot.write(producer.ptr, 0x42)
     simulator.calls_reset()
     StridedMemoryView(spot.array(producer.ptr), stream_ptr=consumer.ptr)
     report = simulator.calls_report()
-    assert _view._driver_door_info()["ordered"] - ordered == (1 if on else 0)
+    assert _view._driver_door_info()["ordered"] - ordered == 1
     assert sum(n for call, n in report.items() if call.startswith("cuStreamWaitEvent")) == 1
     assert sum(n for call, n in report.items() if call.startswith("cuStreamGetCtx")) == 0
     spot.capture_copy(consumer.handle)

@@ -9,9 +9,7 @@ must read the producer's data: the ordering became the graph's external event wa
 (``CU_EVENT_WAIT_EXTERNAL``) on an event the graph owns.  The control, the same capture with
 ``stream_ptr=-1``, reads stale bytes.  Holds handed to a capturing stream (``record_stream``,
 ``record_stream=True``) are released once the graph and every executable graph made from it
-are gone, exactly once, never before.  Each test runs with the C driver door on and off
-(``door``), the door's capture check being what sends a capturing consumer to the Python
-path.
+are gone, exactly once, never before.
 """
 
 from __future__ import annotations
@@ -35,10 +33,9 @@ REPLAYS = 20
 ORIGINAL, NEW = 0x11, 0x5A
 
 
-@pytest.fixture(params=["c-door", "python"])
-def door(request, gpu, simulator, monkeypatch):
-    """The simulated device with each operation delayed, the C driver door on or off."""
-    monkeypatch.setattr(_driver, "_c_door", request.param == "c-door")
+@pytest.fixture
+def door(gpu, simulator, monkeypatch):
+    """The simulated device with each operation delayed, the driver door decided afresh."""
     _driver.use_api(None)  # the door decided again at the next ordering
     simulator.set_delay_us(DELAY_US)
     yield gpu
@@ -194,7 +191,7 @@ def test_replays_wait_for_the_producer_work_queued_at_capture(door, simulator, p
         view = StridedMemoryView(spot.array(producer), stream_ptr=consumer.ptr)
         assert view.ready_stream == consumer.ptr
         spot.capture_copy(consumer.handle)
-    assert door_state() == (1 if _driver._c_door else -1)
+    assert door_state() == 1
     assert _view._graph_owned() == 1  # the event
     assert replays_read(spot, capture) == REPLAYS
     capture.close()

@@ -5,8 +5,8 @@
 # what must live as long as the graph is tied to it with a CUDA user object
 # (cuUserObjectCreate, its reference moved into the graph with cuGraphRetainUserObject;
 # every executable graph instantiated from it takes references of its own): the event an
-# ordering into a capturing stream waits on (_driver.py's capture path), and a hold handed
-# to a capturing stream (_handover.pxi's _record_entry).  The driver calls the object's
+# ordering into a capturing stream waits on (_driver_door.pxi's _order_into_capture), and a
+# hold handed to a capturing stream (_handover.pxi's _hand_to_graphs).  The driver calls the object's
 # destructor once the graph and every executable graph made from it are destroyed and
 # their launches have run.
 #
@@ -25,11 +25,12 @@
 #   could be made, in which case the caller still owns what it gave).  Each node is
 #   pushed once (the driver runs a destructor once) and drained once: what it carries is
 #   acted on exactly once.
-# - What a drained node carries: a hold's (_Handover, events) (its holds go back to the
-#   registry with the events recorded at hand-over on the places that were not
-#   capturing, or are released at once when there are none; one that a graph refused
-#   is kept until exit instead, its events given back), or an ordering's event (_driver.release_graph_event:
-#   destroyed, unless the driver it belongs to was replaced by use_api).
+# - What a drained node carries: a hold's _Handover (its places that were capturing are
+#   recorded then, once their capture has ended, so that the work queued on them before
+#   the capture is waited for too; then it goes back to the registry with its events, or
+#   is released at once when there is nothing to wait for; one that a graph refused is
+#   kept until exit instead), or an ordering's event (context, event, door generation):
+#   destroyed, unless the door was reset since (release_driver_resources, use_api).
 # - The drain runs Python (a deleter, a producer's finalizer): never from the
 #   destructor, only where _check_oldest and release_pending already run such code.
 # - release_pending(wait=True) does not wait for graph-owned resources: only their
@@ -38,15 +39,12 @@
 #   with it); those already drained are.
 #
 # Proven by tests/test_gpu_graphs.py (the simulated device: capture, replays, holds
-# released after the graph and its executable graphs, exactly once, threads, two devices,
-# the C door on and off) and tests/test_gpu_graph_faults.py (cuUserObjectCreate and
+# released after the graph and its executable graphs, exactly once, threads, two devices),
+# tests/test_gpu_hold_rule.py (a capture begun after the stream had work queued, a reset
+# before the graph gives a hold back) and tests/test_gpu_graph_faults.py (cuUserObjectCreate and
 # cuGraphRetainUserObject failing, for orderings, holds and a decorated launch).
 
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
-
-
-cdef extern from "Python.h":
-    void *PyLong_AsVoidPtr(object) except? NULL
 
 
 cdef extern from *:
@@ -156,26 +154,14 @@ cdef Py_ssize_t _drain_graphs() noexcept:
 
 
 cdef Py_ssize_t _graph_gave_back(object obj) noexcept:
-    """What a node carried, now that its graphs are gone: a hold's ``(entry, events)``
-    (_driver.hand_to_graphs), or an ordering's event."""
-    cdef _Handover entry
-    cdef list events
-    if type(obj) is tuple and PyTuple_GET_SIZE(obj) == 2 and type(<object>PyTuple_GET_ITEM(obj, 0)) is _Handover:
-        entry = <_Handover>PyTuple_GET_ITEM(obj, 0)
-        events = <list>PyTuple_GET_ITEM(obj, 1)
-        if _kept_until_exit(entry):  # a graph refused it: its life is not known
-            _driver_module().give_back_events(events)
-            return 0
-        if not entry.sealed:
-            entry.sealed = True
-        if not events:  # every place was capturing: nothing else to wait for
-            return _release_holds(entry)
-        entry.events = events  # (recorded by _driver.py: never C-door events)
-        return _register_recorded(entry)
-    try:
-        _driver_module().release_graph_event(obj)
-    except BaseException as exc:
-        sv_write_unraisable(exc, "stridedview: destroying an event a graph held")
+    """What a node carried, now that its graphs are gone: a hold's _Handover (_handover.pxi's
+    _hold_given_back: its places that were capturing recorded, then listed or released), or
+    an ordering's event ``(context, event, door generation)`` (destroyed, unless the door
+    was reset since: its driver state was let go of)."""
+    if type(obj) is _Handover:
+        return _hold_given_back(<_Handover>obj)
+    context, event, generation = obj
+    sv_door_destroy_graph_event(PyLong_AsVoidPtr(context), PyLong_AsVoidPtr(event), generation)
     return 0
 
 

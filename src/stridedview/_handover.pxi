@@ -11,17 +11,26 @@
 #
 # What is here, and the invariant each piece rests on:
 #
-# - The rule: a hold is never released while a stream it was handed to may still
-#   run work.  Where the driver cannot say when that work is done, the host waits
-#   (the bound, a gone stream's context); where the host may not wait either (a
-#   capture), the hold is kept.
+# - The rule: a hold is released only once the work of every stream it was handed to is
+#   known complete (an event query or wait answered SUCCESS) or known gone (its context
+#   was destroyed, or the driver let go of: the driver door's "gone" answers).  An answer
+#   that says neither (NOT_PERMITTED, which every CUDA call answers inside a host
+#   function; any unexpected error) keeps it pending, asked again later; where the host
+#   may wait (the bound, release_pending(wait=True)) and the wait says neither, it stays
+#   pending too.  Nothing is released, and nothing waited for, from inside a host
+#   function: its records are tried again later.  Where a stream's work can only be
+#   waited for by the host (a stream reported gone while its context lives) the host
+#   waits, unless a capture beside it forbids that (the record is then tried again).
+#   Every such decision is the driver door's (_driver_door.h), written once.
 # - Where a stream is, is decided where it is recorded (record_stream, or a view
-#   joining its launch's group): _stream_place asks _driver.check_stream (warm,
-#   the C door: _door_place_context) for its
-#   *place*, the context an ordinary handle belongs to, or for 0, 1 and 2 the
-#   context current then (else the data device's primary context), and for 2 the
-#   recording thread.  The record at the hand-over is made there, never in
-#   whatever the releasing thread has current.
+#   joining its launch's group): _stream_place asks the door (_door_place) for its
+#   *place* ``(handle, context, thread)``: the context an ordinary handle belongs to,
+#   or for 0, 1 and 2 the context current then (else the data device's primary
+#   context), and for 2 the recording thread's serial.  The record at the hand-over is
+#   made there, never in whatever the releasing thread has current: a per-thread stream
+#   released by another thread is recorded on its context's legacy stream (which waits
+#   for it), and once its thread has ended, through the event that thread recorded on
+#   its per-thread stream as it ended (no host wait, so no capture elsewhere is broken).
 # - ``_handover``, a C field at the end of the view (NULL: nothing recorded; the
 #   hot path tests it once, in the deallocator's _holds_resources).  It holds a
 #   counted reference to a _Handover: the view's own (record_stream) or its
@@ -37,15 +46,12 @@
 #   (_release_resources, before the freelist takes the object) and, for a view
 #   in a garbage cycle, the collector's tp_clear (_view_clear, installed in
 #   front of Cython's, which would otherwise drop the exporting object first).
-# - Events: one per stream per hand-over, recorded from a pool per (context,
-#   thread): warm, by the C driver door (_door_record_entry: the entry's events
-#   then kept in C, c_events, queried, waited for and given back to the releasing
-#   thread's C pool without Python), else by the driver module
-#   (record_handover: first use, captures, failures, gone streams, a per-thread
-#   stream released elsewhere; its events in ``events``, its pools); an entry is
-#   one or the other, never both; a launch's group records one per stream for all
-#   its views when the launch ends (views released before then join its holds;
-#   one released after it hands over on its own, on the group's streams).
+# - Events: one per place per hand-over, from the recording thread's pool for its
+#   context (_record_entry, _driver_door.h's sv_door_place_record), kept in C
+#   (``c_events``), queried, waited for and given back to the releasing thread's pool;
+#   a launch's group records one per stream for all its views when the launch ends
+#   (views released before then join its holds; one released after it hands over on its
+#   own, on the group's streams).
 # - Joining (_join_youngest): a hand-over on one place (an ordinary or legacy
 #   stream handle) whose place is that of the youngest pending entry, recorded in
 #   C on that place alone and joined by fewer than _JOIN_LIMIT others, records no
@@ -60,8 +66,8 @@
 #   the end.  The earlier holds then wait for a later point of the same stream,
 #   never an earlier one, and for at most _JOIN_LIMIT records; no event is made,
 #   no entry listed, nothing queried, so a hand-over costs the same with 1 or
-#   4,096 entries pending.  Anything else (two places, a per-thread stream, the
-#   Python path, no cuStreamGetId, a capture, a failing call) records as above.
+#   4,096 entries pending.  Anything else (two places, a per-thread stream, no
+#   cuStreamGetId, a capture, a failing call) records as above.
 # - Spares (_keep_spare_handover, _new_handover; with the GIL only): a hand-over
 #   that joined an entry, once released with it (its holds, joins and events gone)
 #   and held by nothing else (a reference count of 1), is kept (up to 64) and
@@ -101,39 +107,57 @@
 #   as the driver's own launch queue gives when a program runs that far ahead
 #   of the device.  Holds handed to a stream that is capturing a CUDA graph
 #   cannot be waited for (the graph runs later, maybe many times): they belong to
-#   the graph (_graphs.pxi: a user object its graphs hold), outside the bound,
-#   and come back when the graph and its executable graphs are gone: to the
-#   registry with the events recorded then on the entry's other streams, or
-#   released at once.  Only when that cannot be arranged (no user object could be
+#   the graph (_graphs.pxi: a user object its graphs hold; listed meanwhile in
+#   _graph_entries), outside the bound, with the events recorded on the entry's
+#   other places.  The work the capturing stream had queued before its capture began
+#   is waited for too: that place is recorded once the capture has ended (at a
+#   check, or when the graphs give the hold back), so a stream that was capturing
+#   when a view recorded on it was released must live until then (release_pending()
+#   after cuStreamEndCapture records it).  The hold comes back when the graph and its
+#   executable graphs are gone: to the registry, or released at once when nothing is
+#   left to wait for.  Only when that cannot be arranged (no user object could be
 #   made, a graph refused the object's reference: that graph may be replayed after
-#   the others are gone, a capture that ended between two queries) is such a hold
-#   kept until interpreter exit.
+#   the others are gone) is such a hold kept until interpreter exit.
+#   release_driver_resources() waits for the events of the holds graphs own and gives
+#   them back, so that nothing of the driver state it lets go of is named when they
+#   come back (after a primary-context reset, naming such an event crashes a real
+#   driver).
+# - The collector: a view with a hand-over does not report the objects that own its
+#   memory (its exporting object unless a DLPack capsule's tensor owns it, its CUDA
+#   Array Interface dict, its root view) to the collector (_view_traverse,
+#   _view_lifecycle.pxi): while the hand-over is pending they count as referenced from
+#   outside any garbage, so a garbage cycle that holds the view is collected without
+#   finalizing or clearing them (the view's tp_clear hands its hold over first).  A
+#   cycle that runs through such an owner itself (an owner that keeps its own recorded
+#   view) is therefore not collected while the hand-over is pending: the program breaks
+#   it by dropping that reference.
 # - Exit: an atexit function (registered at the first hand-over, so after the
 #   producers' libraries have registered theirs, and run before them) waits for
-#   every pending entry and releases it; a hand-over after that waits at once.
-#   A record that fails releases at once: silently when the driver answers that
-#   the stream or its context is gone (the driver has finished or discarded the
-#   work, or, for a stream the driver reports destroyed with its context alive,
-#   the driver module waited for that context first), reported through
-#   sys.unraisablehook otherwise.  A real driver does not report a destroyed
-#   stream: naming one is undefined and crashes it (driver 580: SIGSEGV), so the
-#   stream given to record_stream must outlive the view's release (docs/concepts.md).
-# - Deferred: a record that cannot be made now because of a capture elsewhere
-#   (_LATER: the legacy stream beside a capturing blocking stream, a stream whose
-#   capture was invalidated) neither releases nor waits: the entry goes to
-#   _deferred_entries (counted in sv_pending_entries, so that the checks on view
-#   creation run, and in sv_deferred_entries), and every check (_check_oldest,
-#   release_pending) first tries those records again (_retry_deferred: claimed
-#   all at once, like release_pending's, so each is tried by one thread); a
-#   record made later covers more work, never less.  At exit they are released.
+#   every pending entry and releases it; a hand-over after that waits at once; a
+#   hold whose wait cannot say its work is done is released as the process ends.
+#   A record that cannot be made now keeps the hold for later (deferred, below),
+#   reported once when the driver's answer was unexpected; a record whose stream's
+#   context is gone releases at once (the driver discarded the work).  A real driver
+#   does not report a destroyed stream: naming one is undefined and crashes it
+#   (driver 580: SIGSEGV), so the stream given to record_stream must outlive the
+#   view's release (docs/concepts.md).
+# - Deferred: a record that cannot be made now (the legacy stream beside a capturing
+#   blocking stream, a stream whose capture was invalidated, a host function, an
+#   unexpected answer, a place still capturing when its graphs gave the hold back)
+#   neither releases nor waits: the entry goes to _deferred_entries (counted in
+#   sv_pending_entries, so that the checks on view creation run, and in
+#   sv_deferred_entries), and every check (_check_oldest, release_pending) first
+#   tries those records again (_retry_deferred: claimed all at once, like
+#   release_pending's, so each is tried by one thread); a record made later covers
+#   more work, never less.  At exit they are released.
 #
-# Proven by tests/test_record_stream.py (host: arguments, host views, the fake
-# driver's failures, a launch's argument viewed by another thread as the launch
-# ends), tests/test_gpu_record_stream.py (the simulated device:
-# stale reads prevented and their control, deleters counted across threads and
-# collections, events counted, the decorator's one event per launch) and
-# tests/test_gpu_driver_door.py (the C record; joins up to the limit, none across
-# a stream id that does not read the same).
+# Proven by tests/test_record_stream.py (host: arguments, host views),
+# tests/test_gpu_record_stream.py (the simulated device: stale reads prevented and
+# their control, deleters counted across threads and collections, events counted, the
+# decorator's one event per launch), tests/test_gpu_hold_rule.py (the rule where the
+# driver's answer says neither done nor gone, captures, resets, collected cycles, ended
+# threads) and tests/test_gpu_driver_door.py (the records' calls; joins up to the
+# limit, none across a stream id that does not read the same).
 
 cdef extern from *:
     """
@@ -278,20 +302,7 @@ cdef list _captured_entries = []
 # Hand-overs whose record cannot be made now (a capture elsewhere, _driver.LATER): tried
 # again at the registry's later checks, oldest first.
 cdef list _deferred_entries = []
-cdef bint _exit_registered = False
 cdef bint _exiting = False
-# CUresult names saying a stream or its context is no more (_driver.GONE): a record
-# that fails so releases at once, unreported.
-cdef tuple _GONE = (
-    "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_CONTEXT_IS_DESTROYED",
-    "CUDA_ERROR_DEINITIALIZED", "CUDA_ERROR_NO_DRIVER",
-)
-# CUresult names saying a record cannot be made now, but may later (_driver.LATER).
-cdef tuple _LATER = (
-    "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
-    "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
-)
-
 cdef enum:
     # What _record_entry did with a hand-over.
     _ENTRY_RELEASED = 0  # its holds, at once (the record failed)
@@ -344,22 +355,22 @@ cdef class _Hold:
 cdef class _Handover(_Hold):
     """The streams a view (or a launch's views) used, and what was handed to them.
 
-    ``streams``: the places (_driver.check_stream) the view was recorded on, each
-    once: ``(handle, context key, thread key, context, thread)``, resolved where
-    ``record_stream`` was called (or the view joined its launch); a hand-over
-    recorded on one place has it in ``place`` instead (``streams`` None until a
-    second place is recorded, then a list of both; _entry_places gives either as a
-    list);
+    ``streams``: the places (_driver_door.pxi's _door_place) the view was recorded on,
+    each once: ``(handle, context, thread)``, resolved where ``record_stream`` was called (or
+    the view joined its launch); a hand-over recorded on one place has it in ``place``
+    instead (``streams`` None until a second place is recorded, then a list of both;
+    _entry_places gives either as a list);
     the first hold handed over in its own (_Hold) fields, ``held`` set while they
     hold it; the next _HOLD_SLOTS of a group in ``slots`` (``n_slots`` of them);
     ``holds``: the _Holds handed over after those (None until one more, and once
     released); ``joined``: the latest hand-over that joined this pending entry
     (_join_youngest), each linking the one before it through ``joined_next``
-    (``n_joined`` of them), their holds released with this entry's; ``events``: the
-    ``[context, event]`` pairs
-    recorded when it was sealed by _driver.record_handover, or ``c_events`` those the C
-    door recorded.  A group (a launch's) is shared by its views and
-    sealed when the launch ends.
+    (``n_joined`` of them), their holds released with this entry's; ``c_events``: the
+    events recorded on its places when it was sealed (_record_entry), one item per place.
+    A group (a launch's) is shared by its views and sealed when the launch ends.
+    ``graph_state``: 0, or owned by graphs (_GRAPH_OWNED, with _GRAPH_AWAITING while a
+    place that was capturing waits for its capture to end, _GRAPH_CLAIMED while a thread
+    records such places, _GRAPH_RETURNED once the graphs gave it back during that).
     """
 
     cdef list streams
@@ -371,12 +382,13 @@ cdef class _Handover(_Hold):
     cdef _Handover joined
     cdef _Handover joined_next
     cdef int n_joined
-    cdef list events
-    # Recorded through the C door instead (_door_record_entry): its (context, event)
-    # pairs in C, given back to the releasing thread's C pool (never to _driver.py's).
+    # Its places' events (_driver_door.h's sv_door_hev), given back to the releasing
+    # thread's pools at release.
     cdef sv_door_hev *c_events
     cdef bint group
     cdef bint sealed
+    cdef bint reported  # a failed record was reported once (it is tried again, not again)
+    cdef int graph_state
     # (Dropped unreleased, only if its release failed: its events discarded by
     # _handover_dealloc, _view_lifecycle.pxi.)
 
@@ -425,43 +437,12 @@ cdef _Handover _new_handover(list streams, bint group, tuple place=None):
     return handover
 
 
-# The place the C door made last (_stream_place), with its handle and context, reused
-# while they are the same (read and replaced under SV_HANDOVER_LOCK).
-cdef tuple _last_place = None
-cdef uintptr_t _last_place_stream = 0
-cdef void *_last_place_context = NULL
-
-
 cdef tuple _stream_place(StridedMemoryView view, object handle):
-    """Where ``handle`` names a stream now (_driver.check_stream): a default-stream
+    """Where ``handle`` names a stream now (_driver_door.pxi's _door_place): a default-stream
     handle in the calling thread's current context, or with none current the view's
-    device's primary context (a CUDA Array Interface view's device found from its
-    pointer); CUDAError if the driver is unusable or the handle names no stream.
-    Warm, the context is found by the C door, and the place made here (the same
-    tuple as the last one when handle and context are)."""
-    global _last_place, _last_place_stream, _last_place_context
-    cdef uintptr_t stream
-    cdef void *context
-    cdef tuple place
-    if _door_place_context(handle, &stream, &context):
-        SV_HANDOVER_LOCK()
-        if _last_place is not None and _last_place_stream == stream and _last_place_context == context:
-            place = _last_place
-            SV_HANDOVER_UNLOCK()
-            return place
-        SV_HANDOVER_UNLOCK()
-        key = PyLong_FromVoidPtr(context)
-        place = (handle, key, 0, key, None)
-        SV_HANDOVER_LOCK()
-        old = _last_place  # (a tuple of ints: its release runs no Python code)
-        _last_place = place
-        _last_place_stream = stream
-        _last_place_context = context
-        SV_HANDOVER_UNLOCK()
-        return place
-    return _driver_module().check_stream(
-        handle, view._device_id if view._device_id >= 0 else None, view._ptr
-    )
+    device's primary context (a CUDA Array Interface view's device found from its pointer);
+    CUDAError if the driver is unusable or the handle names no stream."""
+    return _door_place(handle, view._device_id if view._device_id >= 0 else -1, view._ptr)
 
 
 cdef list _entry_places(_Handover entry):
@@ -895,7 +876,7 @@ cdef inline bint _reset_spare(_Handover handover) noexcept:
     if (
         handover.held or handover.n_slots or handover.holds is not None
         or handover.joined is not None or handover.joined_next is not None
-        or handover.c_events != NULL or handover.events is not None
+        or handover.c_events != NULL or handover.graph_state != 0
         or handover.managed != NULL or handover.held_buffer != NULL
     ):
         return False
@@ -905,6 +886,7 @@ cdef inline bint _reset_spare(_Handover handover) noexcept:
         handover.place = None
     handover.n_joined = 0
     handover.sealed = False
+    handover.reported = False
     handover.managed_is_versioned = False
     # (exporting_obj, interface and memory_owner are None since the release.)
     return True
@@ -926,16 +908,16 @@ cdef Py_ssize_t _release_entry(_Handover entry) noexcept:
     """Release a sealed entry taken out of the registry, and give its events back."""
     cdef Py_ssize_t count = _release_holds(entry)
     SV_PENDING_ADD(sv_pending_entries, -1)
+    _give_back_events(entry)
+    return count
+
+
+cdef void _give_back_events(_Handover entry) noexcept:
+    """``entry``'s events back to the releasing thread's pools (or destroyed)."""
     cdef sv_door_hev *h = entry.c_events
     if h != NULL:
         entry.c_events = NULL
-        sv_door_hev_release(h)  # back to this thread's C pool
-        return count
-    events = entry.events
-    entry.events = None
-    if events:
-        _driver_module().give_back_events(events)  # never raises
-    return count
+        sv_door_hev_release(h)
 
 
 cdef void _hand_over_view(StridedMemoryView view) noexcept:
@@ -1031,90 +1013,203 @@ cdef void _hand_over_late(StridedMemoryView view, _Handover record) noexcept:
     _seal_and_register(entry)
 
 
-cdef int _record_entry(_Handover entry) noexcept:
-    """Record an event on each of ``entry``'s streams (_driver.record_handover); what
-    was done with it (_ENTRY_*).
+# What a record answered that is expected, and not reported: a capture beside or on the
+# stream (tried again once it ends), a host function (NOT_PERMITTED), an ended thread's
+# per-thread stream with no final event (NOT_READY: kept).
+cdef tuple _QUIET_LATER = (
+    SV_CUDA_ERROR_NOT_PERMITTED, 906, 901, 900, 600,  # IMPLICIT, INVALIDATED, UNSUPPORTED, NOT_READY
+)
 
-    A record that fails releases the holds at once: silently when the stream or its
-    context is gone (its work finished, was waited for, or was discarded), reported
-    otherwise; a record that cannot be made now (_LATER: a capture elsewhere) leaves the
-    entry as it was, to be tried again (at exit it releases, as a failure).  A stream
-    capturing a graph keeps the holds until exit.
-    """
-    cdef object events
-    if _door_record_entry(entry):
-        if not entry.sealed:
-            entry.sealed = True
-        return _ENTRY_RECORDED
+
+cdef int _record_entry(_Handover entry) noexcept:
+    """Record an event on each of ``entry``'s places (_driver_door.h's sv_door_place_record);
+    what was done with it (_ENTRY_*).
+
+    Each place is recorded in the context where it was resolved: an ordinary stream by its
+    handle; 0, 1 and 2 with their context current; a per-thread stream of another live
+    thread on its context's legacy stream, of an ended thread through the event that thread
+    recorded as it ended.  A place that cannot be recorded now (a capture beside or on it,
+    NOT_PERMITTED inside a host function, an unexpected answer: reported once) leaves the
+    whole entry to be tried again (_ENTRY_DEFERRED; at exit it is released); a place whose
+    context is gone counts as done (its work was discarded).  A place capturing a graph makes
+    the entry the graphs' (_hand_to_graphs), its other places' events recorded; an entry the
+    graphs gave back records its capturing places once their capture has ended
+    (_record_awaited).  With no driver to record on (the driver changed since the view was
+    recorded), the holds are released at once, reported."""
+    cdef list places
+    cdef Py_ssize_t n, i
+    cdef sv_door_hev *h
+    cdef sv_door_thread temporary
+    cdef sv_door_thread *t
+    cdef int outcome
+    cdef sv_CUresult why = 0
+    cdef const char *call = NULL
+    cdef void *graph = NULL
+    cdef unsigned long long capture_id = 0
+    cdef uintptr_t handle = 0
+    cdef dict graphs = None
+    if entry.c_events != NULL:  # given back by its graphs: its capturing places are left
+        return _ENTRY_RECORDED if _record_awaited(entry) else _ENTRY_DEFERRED
     try:
-        events = _driver_module().record_handover(_entry_places(entry))
+        _door_require()
+        places = _entry_places(entry)
+        n = len(places)
     except BaseException as exc:
-        name = getattr(exc, "name", None)
-        if not _exiting and name in _LATER:
-            return _ENTRY_DEFERRED
         _release_holds(entry)
-        # (After the exit function, the driver may be half torn down: nothing is said.)
-        if not _exiting and name not in _GONE:
+        if not _exiting:
             sv_write_unraisable(
                 exc, "stridedview: recording a hand-over's event (its memory was released at once)"
             )
         return _ENTRY_RELEASED
-    if events is None:  # a stream is capturing: no event can say when the graph is done
-        return _hand_to_graphs(entry)
-    entry.events = events
+    h = sv_door_hev_new(<int>n)
+    if h == NULL:
+        _release_holds(entry)
+        sv_write_unraisable(MemoryError(), "stridedview: recording a hand-over's event (its memory was released at once)")
+        return _ENTRY_RELEASED
+    t = sv_door_thread_or_temporary(&temporary)
+    outcome = SV_PLACE_RECORDED
+    for i in range(n):
+        place = <tuple>places[i]
+        handle = <object>PyTuple_GET_ITEM(place, 0)
+        outcome = sv_door_place_record(
+            t, handle, PyLong_AsVoidPtr(<object>PyTuple_GET_ITEM(place, 1)),
+            <object>PyTuple_GET_ITEM(place, 2), &h.item[i], &graph, &capture_id, &why, &call,
+        )
+        h.n = <int>(i + 1)
+        if outcome == SV_PLACE_LATER:
+            break
+        if outcome == SV_PLACE_CAPTURING:
+            if graphs is None:
+                graphs = {}
+            graphs[capture_id] = PyLong_FromVoidPtr(graph)
+    if outcome == SV_PLACE_LATER:
+        sv_door_thread_done(t)
+        sv_door_hev_release(h)  # the events recorded so far, back
+        if _exiting:
+            _release_holds(entry)
+            return _ENTRY_RELEASED
+        if why not in _QUIET_LATER and not entry.reported:
+            entry.reported = True
+            _report_record_failure(why, call)
+        return _ENTRY_DEFERRED
+    if n == 1 and handle > 2 and graphs is None:
+        # One place: its stream's id kept, so that later hand-overs on it may record this
+        # entry's event again (_join_youngest).
+        h.stream_id = sv_door_stream_id(handle)
+        h.stream = handle
+    t.handed += 1
+    t.recorded += n
+    sv_door_thread_done(t)
+    if graphs is None and _nothing_to_wait_for(h):
+        # Every place's context is gone (its work was discarded): released at once.
+        sv_door_hev_release(h)
+        _release_holds(entry)
+        return _ENTRY_RELEASED
+    entry.c_events = h
+    if graphs is not None:
+        return _hand_to_graphs(entry, graphs)
     if not entry.sealed:  # (a group's was set under the lock, and is read under it)
         entry.sealed = True
     return _ENTRY_RECORDED
 
 
-cdef int _hand_to_graphs(_Handover entry) noexcept:
-    """``entry`` has a place capturing a graph: it is given to the graphs being captured
-    (_driver.hand_to_graphs: events recorded on its other places, a user object the
-    graphs hold, _graphs.pxi drains it back); _ENTRY_CAPTURED.  When that cannot be
-    arranged, it is kept until exit (the host cannot wait for a graph); a capture
-    invalidated meanwhile defers it (_ENTRY_DEFERRED), as a record would.  A graph
-    that refuses the user object's reference (GraphOwnedError) may be replayed after
-    the graphs that took it are gone: the entry is kept until exit, listed by
-    _keep_refused before the object can come back (the drain then leaves it)."""
-    cdef list events = []
+cdef bint _nothing_to_wait_for(sv_door_hev *h) noexcept:
+    """Whether no item of ``h`` waits for anything (every place's work is done or gone)."""
+    cdef int i
+    for i in range(h.n):
+        if h.item[i].kind != SV_ITEM_DONE:
+            return False
+    return True
+
+
+cdef void _report_record_failure(sv_CUresult why, const char *call) noexcept:
+    """A hand-over's record failed with an answer that says nothing of the stream's work:
+    reported (once per hand-over) through sys.unraisablehook; the hold is kept and tried
+    again."""
+    if call == NULL:
+        call = "cuEventRecord"
     try:
-        if _driver_module().hand_to_graphs(
-            _entry_places(entry), (entry, events), lambda: _keep_refused(entry)
-        ):
-            return _ENTRY_CAPTURED
+        _door_raise(why, call)
     except BaseException as exc:
-        name = getattr(exc, "name", None)
+        sv_write_unraisable(
+            exc, "stridedview: recording a hand-over's event (the hold is kept and tried again)"
+        )
+
+
+cdef enum:
+    # _Handover.graph_state bits (the graphs own the entry until they give it back).
+    _GRAPH_OWNED = 1
+    _GRAPH_AWAITING = 2   # a place that was capturing is still to be recorded
+    _GRAPH_CLAIMED = 4    # a thread is recording such places now
+    _GRAPH_RETURNED = 8   # the graphs gave it back while it was claimed
+
+
+# Entries the graphs own (not yet given back), for the checks that record their places once
+# their captures end (_poll_graph_entries) and for release_driver_resources
+# (_settle_graph_entries); changed under SV_HANDOVER_LOCK.
+cdef list _graph_entries = []
+
+
+cdef int _hand_to_graphs(_Handover entry, dict graphs) noexcept:
+    """``entry`` has places capturing graphs: the graphs take it (a user object each holds,
+    _graphs.pxi drains it back when they are gone); its other places' events are in
+    ``c_events``, its capturing places are recorded once their capture ends (the work
+    queued on them before the capture); _ENTRY_CAPTURED.  When that cannot be arranged it is
+    kept until exit (the host cannot wait for a graph).  A graph that refuses the user
+    object's reference (GraphOwnedError) may be replayed after the graphs that took it are
+    gone: the entry is kept until exit, listed by _keep_refused before the object can come
+    back (the drain then leaves it)."""
+    if not entry.sealed:
+        entry.sealed = True
+    try:
+        _register_exit()
+        SV_HANDOVER_LOCK()
+        _graph_entries.append(entry)
+        entry.graph_state = _GRAPH_OWNED | _GRAPH_AWAITING
+        SV_HANDOVER_UNLOCK()
+    except BaseException as exc:  # (no memory): kept until exit
+        sv_write_unraisable(exc, "stridedview: handing a hold to a captured graph (kept until exit)")
+        _keep_until_exit(entry)
+        return _ENTRY_CAPTURED
+    try:
+        _give_to_graphs(list(graphs.values()), entry, lambda: _keep_refused(entry))
+    except BaseException as exc:
         if type(exc).__name__ == "GraphOwnedError":  # listed by _keep_refused already
-            sv_write_unraisable(
-                exc, "stridedview: handing a hold to a captured graph (kept until exit)"
-            )
+            sv_write_unraisable(exc, "stridedview: handing a hold to a captured graph (kept until exit)")
             return _ENTRY_CAPTURED
-        if not _exiting and name in _LATER:
-            return _ENTRY_DEFERRED
-        if name not in _GONE and name not in _LATER:
-            sv_write_unraisable(
-                exc, "stridedview: handing a hold to a captured graph (kept until exit)"
-            )
+        _forget_graph_entry(entry)
+        sv_write_unraisable(exc, "stridedview: handing a hold to a captured graph (kept until exit)")
+        _keep_until_exit(entry)
+    return _ENTRY_CAPTURED
+
+
+cdef void _forget_graph_entry(_Handover entry) noexcept:
+    """``entry`` no longer the graphs' (given back, or never taken)."""
+    cdef Py_ssize_t i
+    SV_HANDOVER_LOCK()
+    for i in range(len(_graph_entries)):
+        if _graph_entries[i] is entry:
+            del _graph_entries[i]  # (the list keeps another reference: nothing runs)
+            break
+    entry.graph_state = 0
+    SV_HANDOVER_UNLOCK()
+
+
+cdef void _keep_until_exit(_Handover entry) noexcept:
+    """``entry`` kept until interpreter exit (its graphs' lives cannot be known)."""
     try:
         SV_HANDOVER_LOCK()
         _captured_entries.append(entry)
         SV_HANDOVER_UNLOCK()
     except BaseException as exc:  # (no memory): nothing can keep it; the graph may run
         sv_write_unraisable(exc, "stridedview: keeping a captured hold until exit")
-    return _ENTRY_CAPTURED
 
 
 cdef object _keep_refused(_Handover entry):
-    """A graph refused ``entry``'s user object (_driver.give_to_graphs calls this before
-    the object can be given back): kept until exit.  Never raises."""
-    SV_HANDOVER_LOCK()
-    try:
-        _captured_entries.append(entry)
-    except BaseException as exc:  # (no memory): back when the graphs that took it are gone
-        SV_HANDOVER_UNLOCK()
-        sv_write_unraisable(exc, "stridedview: keeping a captured hold until exit")
-        return
-    SV_HANDOVER_UNLOCK()
+    """A graph refused ``entry``'s user object (_give_to_graphs calls this before the object
+    can be given back): kept until exit.  Never raises."""
+    _forget_graph_entry(entry)
+    _keep_until_exit(entry)
 
 
 cdef bint _kept_until_exit(_Handover entry) noexcept:
@@ -1129,103 +1224,170 @@ cdef bint _kept_until_exit(_Handover entry) noexcept:
     return kept
 
 
-cdef bint _door_record_entry(_Handover entry) noexcept:
-    """Record ``entry``'s events through the C door (_driver_door.pxi's
-    sv_door_handover_record: a pooled event per place, its context pushed when not
-    current, after cuStreamIsCapturing said NONE); True when every place was recorded
-    (``entry.c_events`` set).  False leaves the whole entry to _driver.record_handover,
-    which handles every other case (first use, a capture, a failing call, a gone stream,
-    a per-thread stream released by another thread or after its thread ended): the events
-    recorded here are given back first."""
-    cdef sv_door_hev *h
+cdef bint _record_awaited(_Handover entry) noexcept:
+    """Record ``entry``'s places that were capturing when it was handed over, where their
+    capture has ended: the work queued on them before the capture is then waited for too (a
+    record made later covers more work, never less).  Whether none is left to record."""
+    cdef sv_door_hev *h = entry.c_events
+    cdef sv_door_item *item
+    cdef sv_door_thread temporary
     cdef sv_door_thread *t
-    cdef list streams = entry.streams
-    cdef tuple place = entry.place
-    cdef object thread
-    cdef uintptr_t handle, context
-    cdef void *event
-    cdef sv_CUresult r
-    cdef Py_ssize_t n, i
-    if sv_door_state_load() != 1 or entry.c_events != NULL:
-        return False
-    if streams is not None:
-        n = len(streams)
-    elif place is not None:
-        n = 1  # a single view's one place
-    else:
-        return False
-    if n == 0 or n > 1 << 20:
-        return False
-    t = sv_door_thread_get()
-    if t == NULL:
-        return False
-    h = sv_door_hev_new(<int>n)
+    cdef int i, outcome, left = 0
+    cdef sv_CUresult why = 0
+    cdef const char *call = NULL
+    cdef void *graph = NULL
+    cdef unsigned long long capture_id = 0
     if h == NULL:
-        return False
+        return True
+    if sv_door_state_load() != 1 or h.generation != sv_door_generation_load():
+        return True  # (release_driver_resources settled them: _settle_graph_entries)
+    t = sv_door_thread_or_temporary(&temporary)
+    for i in range(h.n):
+        item = &h.item[i]
+        if item.kind != SV_ITEM_AWAIT:
+            continue
+        outcome = sv_door_place_record(
+            t, item.handle, item.context, item.serial, item, &graph, &capture_id, &why, &call
+        )
+        if outcome != SV_PLACE_RECORDED:
+            item.kind = SV_ITEM_AWAIT  # capturing again, or not recordable now: later
+            left += 1
+    sv_door_thread_done(t)
+    return left == 0
+
+
+cdef Py_ssize_t _poll_graph_entries() noexcept:
+    """Record the capturing places of the entries graphs own whose capture has ended (each
+    claimed by one thread at a time); an entry its graphs gave back meanwhile is then
+    listed.  How many holds were released."""
+    cdef list claimed = []
+    cdef _Handover entry
+    cdef bint done, returned
+    cdef Py_ssize_t released = 0
+    SV_HANDOVER_LOCK()
     try:
-        for i in range(n):
-            if streams is not None:
-                place = streams[i]
-            handle = <object>PyTuple_GET_ITEM(place, 0)
-            context = <object>PyTuple_GET_ITEM(place, 1)
-            if handle == 2:
-                # Only on the recording thread, alive (a live _ThreadEvents: its ident is
-                # not a reused one), is the per-thread stream this thread's handle 2.
-                thread = <object>PyTuple_GET_ITEM(place, 4)
-                if (
-                    <object>PyTuple_GET_ITEM(place, 2) != PyThread_get_thread_ident()
-                    or thread is None or thread() is None
-                ):
-                    sv_door_hev_release(h)
-                    return False
-            event = NULL
-            # One place (not a per-thread stream): its stream's id kept, so that later
-            # hand-overs on it may record this entry's event again (_join_youngest).
-            r = sv_door_handover_record(
-                t, <void *>context, handle, &event, &h.stream_id if n == 1 and handle != 2 else NULL
-            )
-            if n == 1:
-                h.stream = handle  # (with its id: _join_youngest records on it again)
-            if event != NULL:
-                sv_door_hev_add(h, <void *>context, event)
-            if r != SV_CUDA_SUCCESS:
-                if handle > 2 and (r == 400 or r == 201):
-                    sv_door_stream_forget(handle)  # maybe stale: looked up afresh next time
-                sv_door_hev_release(h)
-                return False
-    except BaseException:  # (a place that is not ours to read: the Python path says so)
-        sv_door_hev_release(h)
-        return False
-    sv_door_thread_count_handed(t, h.n)
-    entry.c_events = h
-    return True
+        for entry in _graph_entries:
+            if entry.graph_state & _GRAPH_AWAITING and not entry.graph_state & _GRAPH_CLAIMED:
+                entry.graph_state |= _GRAPH_CLAIMED
+                claimed.append(entry)
+    except BaseException:
+        pass  # (no memory: the entries claimed so far are processed)
+    SV_HANDOVER_UNLOCK()
+    for entry in claimed:
+        done = _record_awaited(entry)
+        SV_HANDOVER_LOCK()
+        returned = (entry.graph_state & _GRAPH_RETURNED) != 0
+        entry.graph_state &= ~(_GRAPH_CLAIMED | _GRAPH_RETURNED)
+        if done:
+            entry.graph_state &= ~_GRAPH_AWAITING
+        SV_HANDOVER_UNLOCK()
+        if returned:
+            released += _graphs_gave_back(entry)
+    return released
 
 
-cdef bint _entry_done(_Handover entry) except -1:
-    """Whether every event of ``entry`` has completed (never blocks)."""
-    if entry.c_events != NULL:
-        return sv_door_hev_done(entry.c_events)
-    return _driver_module().handover_done(entry.events)
-
-
-cdef int _entry_wait(_Handover entry) except -1:
-    """Block until every event of ``entry`` has completed."""
-    if entry.c_events != NULL:
-        sv_door_hev_wait(entry.c_events)
+cdef Py_ssize_t _hold_given_back(_Handover entry) noexcept:
+    """The graphs that owned ``entry`` are gone (_graphs.pxi's drain): its capturing places
+    recorded now where they can be, and it is listed (or released when nothing is left to
+    wait for), or deferred until they can; one a thread is recording is left to it
+    (_poll_graph_entries).  How many holds were released."""
+    if _kept_until_exit(entry):  # a graph refused it: its life is not known
         return 0
-    _driver_module().wait_handover(entry.events)
+    SV_HANDOVER_LOCK()
+    if entry.graph_state & _GRAPH_CLAIMED:
+        entry.graph_state |= _GRAPH_RETURNED
+        SV_HANDOVER_UNLOCK()
+        return 0
+    SV_HANDOVER_UNLOCK()
+    return _graphs_gave_back(entry)
+
+
+cdef Py_ssize_t _graphs_gave_back(_Handover entry) noexcept:
+    """_hold_given_back's rest, by whichever thread holds the entry now."""
+    cdef sv_door_hev *h
+    cdef int i
+    _forget_graph_entry(entry)
+    if not _record_awaited(entry):
+        _defer(entry)  # recorded once its places' captures end (_retry_deferred)
+        return 0
+    h = entry.c_events
+    if h != NULL and not _nothing_to_wait_for(h):
+        return _register_recorded(entry)
+    # Nothing to wait for (settled by release_driver_resources, or every context gone).
+    _give_back_events(entry)
+    return _release_holds(entry)
+
+
+cdef int _settle_graph_entries() except -1:
+    """release_driver_resources(): the entries graphs own wait for their places' streams now
+    (recorded where their capture has ended; a place still capturing cannot be waited for,
+    and the reset that follows discards its work) and give their events back, so that when
+    their graphs give them back, nothing of the driver state let go of is named again."""
+    cdef list entries
+    cdef _Handover entry
+    SV_HANDOVER_LOCK()
+    entries = list(_graph_entries)
+    SV_HANDOVER_UNLOCK()
+    for entry in entries:
+        if entry.c_events == NULL:
+            continue
+        _record_awaited(entry)
+        sv_door_hev_wait(entry.c_events)
+        _give_back_events(entry)
+        SV_HANDOVER_LOCK()
+        entry.graph_state &= ~_GRAPH_AWAITING
+        SV_HANDOVER_UNLOCK()
     return 0
 
 
-cdef int _register_exit() except -1:
-    """Register the exit function (once, at the first hand-over)."""
-    global _exit_registered
-    if not _exit_registered:
-        _exit_registered = True
-        import atexit
+cdef bint _entry_done(_Handover entry) except -1:
+    """Whether every event of ``entry`` has completed (never blocks): an answer that says
+    neither done nor gone (NOT_PERMITTED in a host function, any unexpected error) is not
+    done (_driver_door.h)."""
+    if entry.c_events == NULL:
+        return True
+    return sv_door_hev_done(entry.c_events)
 
-        atexit.register(_release_at_exit)
-        _driver_module()._drain_hook = _drain_pending
+
+cdef bint _entry_wait(_Handover entry) except -1:
+    """Block until every event of ``entry`` has completed; whether it has (a wait answered
+    with something that says neither done nor gone is not)."""
+    if entry.c_events == NULL:
+        return True
+    return sv_door_hev_wait(entry.c_events)
+
+
+cdef extern from *:
+    """
+    /* Whether the exit function was registered: set once, by the one thread whose
+       compare-and-swap wins (threads racing to their first hand-over agree). */
+    static int sv_exit_registered = 0;
+    #if defined(_MSC_VER)
+    static int sv_exit_claim(void) {
+        return _InterlockedCompareExchange((volatile long *)&sv_exit_registered, 1, 0) == 0;
+    }
+    static int sv_exit_claimed(void) { return *(volatile int *)&sv_exit_registered; }
+    #else
+    static int sv_exit_claim(void) {
+        int expected = 0;
+        return __atomic_compare_exchange_n(&sv_exit_registered, &expected, 1, 0,
+                                           __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    }
+    static int sv_exit_claimed(void) { return __atomic_load_n(&sv_exit_registered, __ATOMIC_ACQUIRE); }
+    #endif
+    """
+    bint sv_exit_claim() noexcept nogil
+    bint sv_exit_claimed() noexcept nogil
+
+
+cdef int _register_exit() except -1:
+    """Register the exit function and use_api's drain (once, at the first hand-over)."""
+    if sv_exit_claimed() or not sv_exit_claim():
+        return 0
+    import atexit
+
+    atexit.register(_release_at_exit)
+    _driver_module()._drain_hook = _drain_pending
     return 0
 
 
@@ -1461,8 +1623,7 @@ cdef Py_ssize_t _retry_deferred(bint wait) except -1:
                 kept.append(entry)
             elif outcome != _ENTRY_RECORDED:
                 SV_PENDING_ADD(sv_pending_entries, -1)  # released, or kept as captured
-            elif wait:
-                _entry_wait(entry)
+            elif wait and _entry_wait(entry):
                 released += _release_entry(entry)
             else:
                 recorded.append(entry)  # (still counted as pending)
@@ -1493,6 +1654,7 @@ cdef Py_ssize_t _release_deferred() noexcept:
     SV_HANDOVER_UNLOCK()
     for entry in claimed:
         released += _release_holds(entry)
+        _give_back_events(entry)
     return released
 
 
@@ -1553,6 +1715,8 @@ cdef Py_ssize_t _check_oldest(int limit) noexcept:
     cdef bint done
     if sv_graph_any():
         released = _drain_graphs()
+    if _graph_entries:
+        released += _poll_graph_entries()
     if SV_PENDING_LOAD(sv_deferred_entries) > 0:
         try:
             released += _retry_deferred(False)
@@ -1587,8 +1751,10 @@ cdef void _poll_on_creation() noexcept:
 
 
 cdef void _make_room() noexcept:
-    """Past the bound: release every entry done, then wait for the oldest ones."""
+    """Past the bound: release every entry done, then wait for the oldest ones (a wait that
+    cannot say the work is done, as in a host function, stops it)."""
     cdef _Handover entry
+    cdef bint done
     try:
         _release_pending(False)
     except BaseException:
@@ -1598,10 +1764,13 @@ cdef void _make_room() noexcept:
         if entry is None:
             break  # the rest are being checked by other threads
         try:
-            _entry_wait(entry)
+            done = _entry_wait(entry)
         except BaseException as exc:  # (a KeyboardInterrupt): the entry stays pending
             _unclaim(entry)
             sv_write_unraisable(exc, "stridedview: waiting for the oldest hand-over")
+            break
+        if not done:
+            _unclaim(entry)
             break
         _release_entry(entry)
 
@@ -1616,6 +1785,8 @@ cdef Py_ssize_t _release_pending(bint wait) except -1:
     cdef _Handover entry
     if sv_graph_any():
         released = _drain_graphs()
+    if _graph_entries:
+        released += _poll_graph_entries()
     if SV_PENDING_LOAD(sv_deferred_entries) > 0:
         released += _retry_deferred(wait)
     SV_HANDOVER_LOCK()
@@ -1630,9 +1801,7 @@ cdef Py_ssize_t _release_pending(bint wait) except -1:
         return released
     try:
         for entry in claimed:
-            if wait:
-                _entry_wait(entry)
-            elif not _entry_done(entry):
+            if not (_entry_wait(entry) if wait else _entry_done(entry)):
                 kept.append(entry)
                 done += 1
                 continue
@@ -1647,6 +1816,24 @@ cdef Py_ssize_t _release_pending(bint wait) except -1:
     return released
 
 
+cdef Py_ssize_t _release_remaining() noexcept:
+    """Release every entry still in the registry, done or not (interpreter exit, after its
+    waits; use_api, whose driver goes): how many holds."""
+    global _pending_entries, _pending_head
+    cdef list fresh = []
+    cdef list claimed
+    cdef Py_ssize_t released = 0
+    cdef _Handover entry
+    SV_HANDOVER_LOCK()
+    claimed = _pending_entries[_pending_head:]
+    _pending_entries = fresh
+    _pending_head = 0
+    SV_HANDOVER_UNLOCK()
+    for entry in claimed:
+        released += _release_entry(entry)
+    return released
+
+
 cdef Py_ssize_t _release_captured() except -1:
     """Release the holds handed to capturing streams (exit and use_api only)."""
     global _captured_entries
@@ -1658,30 +1845,36 @@ cdef Py_ssize_t _release_captured() except -1:
     _captured_entries = fresh
     SV_HANDOVER_UNLOCK()
     for entry in claimed:
-        released += _release_holds(entry)
+        released += _release_holds(<_Handover>entry)
+        _give_back_events(<_Handover>entry)
     return released
 
 
 def _drain_pending():
     """Release every pending hand-over, waiting for its streams (``use_api`` calls it
-    before the driver changes: the events are the old driver's)."""
+    before the driver changes: the events are the old driver's); the holds graphs own wait
+    for their streams' events now and give them back (they come back with their graphs,
+    with nothing of this driver state to name)."""
     released = _release_pending(True)
-    return released + _release_captured() + _release_deferred()
+    _settle_graph_entries()
+    return released + _release_remaining() + _release_captured() + _release_deferred()
 
 
 def _release_at_exit():
     """At interpreter exit: wait for every pending hand-over's streams and release it
     (those given back by graphs already destroyed included; graphs still alive keep
-    theirs); from now on a hand-over waits at once."""
+    theirs); from now on a hand-over waits at once.  A hold whose wait cannot say the work
+    is done is released after the retries, as the process ends."""
     global _exiting
     _exiting = True
     for _ in range(8):  # releases may hand more over (a root view's own record)
         if (
-            _drain_pending() == 0
+            _release_pending(True) + _release_captured() + _release_deferred() == 0
             and _pending_head == len(_pending_entries)
             and not _deferred_entries
         ):
             break
+    _release_remaining()
 
 
 def release_pending(wait=False):

@@ -384,6 +384,76 @@ cdef extern from "Python.h":
 cdef inquiry _generated_view_clear = NULL
 
 
+# --- Traversal (the collector) --------------------------------------------------------
+# A view with a hand-over (record_stream, or a recording launch's view) does not report
+# the objects that own its memory to the collector: its root view (a derived view's), its
+# CUDA Array Interface dict, and its exporting object unless a DLPack capsule's tensor owns
+# the memory (the view then holds the tensor and its deleter itself, and the exporting
+# object owns nothing the stream reads).  While the hand-over is pending those objects
+# count as referenced from outside any garbage, so a cycle holding the view never
+# finalizes or clears them with it (a torch tensor read without a capsule, cleared, drops
+# its storage; a stream-ordered allocator's owner frees its block while the stream may
+# still read it; a weakref callback of the owner fires): the view itself is collected,
+# and its tp_clear hands the hold over (above).  A cycle through such an owner (an owner
+# that keeps its own recorded view) is therefore not collected until the hand-over is
+# released or the cycle broken.  Any other view reports everything, as Cython's does.
+cdef extern from "Python.h":
+    ctypedef int (*visitproc)(PyObject *, void *)
+    ctypedef int (*traverseproc)(PyObject *, visitproc, void *)
+    ctypedef struct PyTypeObject_traverse "PyTypeObject":
+        traverseproc tp_traverse
+
+cdef extern from *:
+    """
+    typedef struct {
+        visitproc visit;
+        void *arg;
+        PyObject *skip[3];
+    } sv_skipping_visit;
+
+    /* The collector's visit, for every object but the three skipped. */
+    static int sv_visit_skipping(PyObject *o, void *arg) {
+        sv_skipping_visit *s = (sv_skipping_visit *)arg;
+        if (o == s->skip[0] || o == s->skip[1] || o == s->skip[2])
+            return 0;
+        return s->visit(o, s->arg);
+    }
+    """
+    ctypedef struct sv_skipping_visit:
+        visitproc visit
+        void *arg
+        PyObject *skip[3]
+    int sv_visit_skipping(PyObject *o, void *arg) noexcept
+
+cdef traverseproc _generated_view_traverse = NULL
+
+
+cdef int _view_traverse(PyObject *o, visitproc visit, void *arg) noexcept:
+    cdef sv_skipping_visit skipping
+    if (<StridedMemoryView>o)._handover == NULL:
+        return _generated_view_traverse(o, visit, arg)
+    skipping.visit = visit
+    skipping.arg = arg
+    skipping.skip[0] = NULL
+    if (<StridedMemoryView>o)._managed == NULL:
+        skipping.skip[0] = <PyObject *>(<StridedMemoryView>o).exporting_obj
+    skipping.skip[1] = <PyObject *>(<StridedMemoryView>o)._interface
+    skipping.skip[2] = <PyObject *>(<StridedMemoryView>o)._memory_owner
+    return _generated_view_traverse(o, sv_visit_skipping, &skipping)
+
+
+cdef int _install_view_traverse() except -1:
+    global _generated_view_traverse
+    cdef PyTypeObject_traverse *tp = <PyTypeObject_traverse *>StridedMemoryView
+    if _generated_view_traverse == NULL and tp.tp_traverse != NULL:
+        _generated_view_traverse = tp.tp_traverse
+        tp.tp_traverse = _view_traverse
+    return 0
+
+
+_install_view_traverse()
+
+
 cdef int _view_clear(PyObject *o) noexcept:
     if (<StridedMemoryView>o)._handover != NULL:
         _hand_over_view(<StridedMemoryView>o)
