@@ -155,6 +155,10 @@ class Simulator:
         lib.simgpu_call_log_dropped.argtypes = []
         lib.simgpu_call_log_get.restype = ctypes.c_int
         lib.simgpu_call_log_get.argtypes = [ctypes.c_long, ctypes.POINTER(CallRecordC)]
+        lib.simgpu_stream_move.restype = ctypes.c_int
+        lib.simgpu_stream_move.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.simgpu_handle_report_gone.restype = ctypes.c_int
+        lib.simgpu_handle_report_gone.argtypes = [ctypes.c_uint64, ctypes.c_int]
 
     def counter(self, name: str) -> int:
         return self.lib.simgpu_counter(name.encode())
@@ -275,6 +279,32 @@ class Simulator:
                 )
             )
         return calls
+
+    # ---- handles made stale ----
+
+    @staticmethod
+    def _handle(value) -> int:
+        """A handle's value: an int, or a cuda.bindings handle object (CUstream, CUevent, ...)."""
+        return value if isinstance(value, int) else int(value)
+
+    def stream_move(self, stream, context) -> None:
+        """Stream handle ``stream`` names a new, empty stream of ``context`` from now on, as
+        if the driver had reused a destroyed stream's handle for another context's stream:
+        ``cuStreamGetCtx`` answers ``context``, and an event of the old context recorded on it
+        answers CUDA_ERROR_INVALID_HANDLE.  The stream it named is destroyed as by
+        ``cuStreamDestroy`` (its queued work drains)."""
+        if self.lib.simgpu_stream_move(self._handle(stream), self._handle(context)) != 0:
+            raise ValueError(f"simgpu_stream_move({stream!r}, {context!r}) refused")
+
+    def handle_report_gone(self, handle, code=None) -> None:
+        """The driver reports stream or event ``handle`` gone: a live one is destroyed as its
+        destroy call would (a stream's queued work drains), and from now on every call naming
+        it answers ``code`` (default CUDA_ERROR_INVALID_HANDLE; a CUresult or an int), where a
+        destroyed handle would otherwise end the process (a stream) or answer
+        CUDA_ERROR_CONTEXT_IS_DESTROYED (an event)."""
+        value = int(drv.CUresult.CUDA_ERROR_INVALID_HANDLE if code is None else code)
+        if self.lib.simgpu_handle_report_gone(self._handle(handle), value) != 0:
+            raise ValueError(f"simgpu_handle_report_gone({handle!r}, {code!r}) refused")
 
     def set_delay_us(self, microseconds: int) -> None:
         self.lib.simgpu_set_delay_us(microseconds)

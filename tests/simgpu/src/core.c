@@ -618,7 +618,54 @@ static void gone_crash(const char *call, uint64_t h, const char *what) {
     abort();
 }
 
+/* Handles a test had the driver report gone (simgpu_handle_report_gone): each answers its
+ * code, whatever the handle was; lock held. */
+typedef struct {
+    uint64_t h;
+    CUresult code;
+} reported_t;
+static reported_t *reported;
+static int nreported, cap_reported;
+
+int sg_handle_reported(uint64_t h, CUresult *code) {
+    for (int i = 0; i < nreported; i++) {
+        if (reported[i].h == h) {
+            *code = reported[i].code;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int sg_handle_report(uint64_t h, CUresult code) {
+    for (int i = 0; i < nreported; i++) {
+        if (reported[i].h == h) {
+            reported[i].code = code;
+            return 0;
+        }
+    }
+    if (nreported == cap_reported) {
+        int cap = cap_reported ? cap_reported * 2 : 16;
+        reported_t *grown = realloc(reported, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return -1;
+        reported = grown;
+        cap_reported = cap;
+    }
+    reported[nreported].h = h;
+    reported[nreported].code = code;
+    nreported++;
+    return 0;
+}
+
+int sg_handle_was(uint64_t h) {
+    sg_obj *o = handle_find(h);
+    if (o == NULL) return 0;
+    return o->kind == K_GONE ? ((sg_gone *)o)->was : o->kind;
+}
+
 CUresult sg_handle_gone(uint64_t h, const char *call, CUresult otherwise) {
+    CUresult code;
+    if (nreported > 0 && sg_handle_reported(h, &code)) return code;
     sg_obj *o = handle_find(h);
     int was, torn_down, primary_dev;
     if (o != NULL && o->kind == K_STREAM && ((sg_stream *)o)->destroyed) {

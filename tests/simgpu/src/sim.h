@@ -312,7 +312,15 @@ void sg_handle_drop(uint64_t h);
  * `otherwise` for a handle that never was one (or one whose context was destroyed). */
 CUresult sg_handle_gone(uint64_t h, const char *call, CUresult otherwise);
 const char *sg_api_name(void); /* the entry point the calling thread is in */
-
+/* Handles made stale by a test (lock held).  sg_handle_report: calls naming h answer `code`
+ * from now on (sg_handle_gone answers it first); sg_handle_reported: whether h is such a
+ * handle, and its code; sg_handle_was: the kind h had (K_STREAM, K_EVENT, ...), gone or not,
+ * 0 for a handle never issued.  sg_stream_alias: the stream a user's stream handle names (h
+ * itself, or the stream simgpu_stream_move gave it). */
+int sg_handle_report(uint64_t h, CUresult code);
+int sg_handle_reported(uint64_t h, CUresult *code);
+int sg_handle_was(uint64_t h);
+uint64_t sg_stream_alias(uint64_t h);
 /* Set (lock held) while a context's streams and events are torn down: what is dropped
  * meanwhile is recorded as gone with its context. */
 extern struct sg_ctx *sg_tearing_down;

@@ -319,12 +319,67 @@ sg_stream *sg_stream_resolve(uint64_t h, CUresult *err) {
         if (s == NULL) *err = CUDA_ERROR_OUT_OF_MEMORY;
         return s;
     }
+    h = sg_stream_alias(h);
     sg_stream *s = sg_handle_get(h, K_STREAM);
     if (s == NULL || s->destroyed) {
         *err = sg_handle_gone(h, sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
         return NULL;
     }
     return s;
+}
+
+/* ---- handles a test makes stale ---------------------------------------------------------------
+ * simgpu_stream_move(h, ctx): h names a new, empty stream of ctx from now on (what a driver that
+ * reused a destroyed stream's handle for another context's stream would show: a stream->context
+ * mapping remembered by the caller goes stale).  The stream h named is destroyed as by
+ * cuStreamDestroy (its queued work drains) and can no longer be named.  The new stream keeps a
+ * handle of its own inside the simulator (what the launch log's `stream used` and the checker's
+ * reports show); h is an alias of it, resolved wherever a call names a stream. */
+typedef struct {
+    uint64_t user, stream;
+} stream_alias;
+static stream_alias *aliases;
+static int naliases, cap_aliases;
+
+uint64_t sg_stream_alias(uint64_t h) {
+    for (int i = 0; i < naliases; i++)
+        if (aliases[i].user == h) return aliases[i].stream;
+    return h;
+}
+
+/* Exported for tests: 0, or -1 when h is not a live stream made by cuStreamCreate* (the
+ * default streams cannot move) or ctx is not a live, active context. */
+SG_API int simgpu_stream_move(CUstream h, CUcontext ctx) {
+    int rc = -1;
+    pthread_mutex_lock(&sg_lock);
+    uint64_t inner = sg_stream_alias(H(h));
+    sg_stream *s = H(h) > SG_STREAM_PER_THREAD ? sg_handle_get(inner, K_STREAM) : NULL;
+    CUresult err;
+    sg_ctx *c = sg_ctx_get(H(ctx), &err);
+    if (s != NULL && !s->destroyed && s->kind == SK_USER && c != NULL) {
+        int i = 0;
+        while (i < naliases && aliases[i].user != H(h)) i++;
+        if (i == naliases && naliases == cap_aliases) {
+            int cap = cap_aliases ? cap_aliases * 2 : 8;
+            stream_alias *grown = realloc(aliases, (size_t)cap * sizeof *grown);
+            if (grown != NULL) {
+                aliases = grown;
+                cap_aliases = cap;
+            }
+        }
+        sg_stream *n = i < cap_aliases ? sg_stream_create(c, SK_USER, s->flags, s->priority) : NULL;
+        if (n != NULL) {
+            sg_count("streams_created", 1);
+            sg_count("streams_live", 1);
+            sg_stream_destroy(s);
+            aliases[i].user = H(h);
+            aliases[i].stream = n->o.h;
+            if (i == naliases) naliases++;
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return rc;
 }
 
 /* ---- capture ---------------------------------------------------------------------------- */
@@ -620,10 +675,11 @@ SG_API CUresult cuStreamDestroy_v2(CUstream h) {
     API_NEED_INIT();
     if (H(h) <= SG_STREAM_PER_THREAD) API_RETURN(CUDA_ERROR_INVALID_HANDLE);
     pthread_mutex_lock(&sg_lock);
-    sg_stream *s = sg_handle_get(H(h), K_STREAM);
+    uint64_t inner = sg_stream_alias(H(h));
+    sg_stream *s = sg_handle_get(inner, K_STREAM);
     if (s == NULL || s->destroyed || s->kind != SK_USER) {
         CUresult r = s != NULL && !s->destroyed ? CUDA_ERROR_INVALID_HANDLE
-                                                : sg_handle_gone(H(h), sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
+                                                : sg_handle_gone(inner, sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
         pthread_mutex_unlock(&sg_lock);
         API_RETURN(r);
     }
@@ -648,7 +704,7 @@ SG_API CUresult cuStreamDestroy(CUstream h) { return cuStreamDestroy_v2(h); }
  * holds the lock the fork handler made anew. */
 static uint64_t forked_child_stream_ctx(uint64_t h) {
     pthread_mutex_lock(&sg_lock);
-    sg_stream *s = h > SG_STREAM_PER_THREAD ? sg_handle_get(h, K_STREAM) : NULL;
+    sg_stream *s = h > SG_STREAM_PER_THREAD ? sg_handle_get(sg_stream_alias(h), K_STREAM) : NULL;
     uint64_t ctx = s != NULL && !s->destroyed ? s->ctx->o.h : 0;
     pthread_mutex_unlock(&sg_lock);
     return ctx;
@@ -887,6 +943,35 @@ SG_API CUresult cuEventDestroy_v2(CUevent h) {
 
 SG_API CUresult cuEventDestroy(CUevent h) { return cuEventDestroy_v2(h); }
 
+/* Exported for tests: the driver reports stream or event handle h gone.  A live event is
+ * destroyed as by cuEventDestroy, a live stream made by cuStreamCreate* as by cuStreamDestroy
+ * (its queued work drains); from then on every call naming h answers `code` (a nonzero
+ * CUresult: CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_CONTEXT_IS_DESTROYED, ...) instead of what a
+ * destroyed handle gets (SIGSEGV for a stream, CONTEXT_IS_DESTROYED for an event).  h may
+ * already be destroyed; a stream handle moved by simgpu_stream_move applies to the stream it
+ * names now.  Returns 0, or -1 for code 0, a default stream (0, 1, 2, per-thread) or a handle
+ * that never named a stream or an event. */
+SG_API int simgpu_handle_report_gone(uint64_t h, int code) {
+    if (code == CUDA_SUCCESS || h <= SG_STREAM_PER_THREAD) return -1;
+    int rc = -1;
+    pthread_mutex_lock(&sg_lock);
+    uint64_t inner = sg_stream_alias(h);
+    int was = sg_handle_was(inner);
+    if (was == K_STREAM) {
+        sg_stream *s = sg_handle_get(inner, K_STREAM);
+        if (s == NULL || s->destroyed || s->kind == SK_USER) {
+            if (s != NULL && !s->destroyed) sg_stream_destroy(s);
+            rc = sg_handle_report(inner, code);
+        }
+    } else if (was == K_EVENT) {
+        sg_event *e = sg_handle_get(inner, K_EVENT);
+        if (e != NULL) event_free(e);
+        rc = sg_handle_report(inner, code);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return rc;
+}
+
 static void destroy_event_of_ctx(void *obj, void *arg) {
     sg_event *e = obj;
     if (e->ctx == ((sg_ctx *)arg)->o.h) event_free(e);
@@ -1035,7 +1120,9 @@ static CUresult elapsed(float *ms, uint64_t start, uint64_t end) {
     pthread_mutex_lock(&sg_lock);
     sg_event *a = sg_handle_get(start, K_EVENT), *b = sg_handle_get(end, K_EVENT);
     CUresult r = CUDA_SUCCESS;
-    if (a == NULL || b == NULL || !a->recorded || !b->recorded ||
+    if ((a == NULL && sg_handle_reported(start, &r)) || (b == NULL && sg_handle_reported(end, &r)))
+        ; /* a handle reported gone (simgpu_handle_report_gone) answers its code */
+    else if (a == NULL || b == NULL || !a->recorded || !b->recorded ||
         ((a->flags | b->flags) & SG_EVENT_DISABLE_TIMING) || a->capture || b->capture)
         r = CUDA_ERROR_INVALID_HANDLE;
     else if (!sg_point_done(a->stream, a->seq) || !sg_point_done(b->stream, b->seq) ||
