@@ -2,8 +2,8 @@
 now injected into the C entry points the real cuda-bindings call (``Simulator.fail``, from
 tests/simgpu's ``simgpu_fail``), so the library's error paths run the code a GPU runs.
 
-Each test names the fake-driver test it mirrors (tests/test_stream_ordering.py,
-tests/test_record_stream.py).  A real driver cannot be made to fail on demand: the module is
+Each test names the fake-driver test it replaced (tests/test_stream_ordering.py,
+tests/test_record_stream.py: the fake no longer orders streams, and those tests are gone).  A real driver cannot be made to fail on demand: the module is
 marked ``simgpu`` (skipped on a real GPU).  Where data are read back, the simulator delays every
 stream operation, so a missing wait reads stale bytes.  The context stack is read with
 ``cuCtxPopCurrent`` until it is empty and pushed back (``context_stack``), so a test can tell a
@@ -71,8 +71,8 @@ def pop_one() -> None:
 def test_a_stale_record_is_retried_once_with_a_fresh_event(delayed, simulator):
     """A warm record failing once with CUDA_ERROR_INVALID_HANDLE makes the library look the
     stream's context up afresh, replace the event and record once more: the consumer still sees
-    the producer's write (mirrors test_stream_ordering.py's
-    test_stale_context_retried_after_invalid_handle, whose handle reuse the simulator cannot make)."""
+    the producer's write (a handle really reused by another context, ``Simulator.stream_move``:
+    test_gpu_stream_ordering.py's test_stale_context_retried_after_invalid_handle)."""
     spot = Spot(delayed)
     producer, consumer = delayed.stream().ptr, delayed.stream().ptr
     StridedMemoryView(spot.array(producer), stream_ptr=consumer)  # warm: context and event cached

@@ -5,8 +5,9 @@ Each test writes late on a producer stream (the simulator delays every operation
 ``simgpu``), makes a view ordering some consumer stream after it, and reads on the consumer
 stream into pinned memory: the read must see the write.  These were the "what the consumer
 sees" tests of tests/test_stream_ordering.py, checked there in the fake driver's model; here
-the driver is the real cuda-bindings on the simulator, and the data are real.  The fake keeps
-the exact call sequences; injected failures are in tests/test_gpu_driver_faults.py.
+the driver is the real cuda-bindings on the simulator, and the data are real.  The exact call
+sequences are in tests/test_gpu_stream_ordering.py; injected failures in
+tests/test_gpu_driver_faults.py.
 """
 
 from __future__ import annotations
@@ -218,12 +219,21 @@ def test_exchange_api_default_stream_context_is_never_cached(delayed, two_gpus):
 
 def test_use_api_destroys_every_event_and_releases_primary_contexts(delayed, simulator, two_gpus):
     """Swapping the driver seam destroys the events of every thread (one per context and
-    thread), live or not, in the real driver."""
+    thread), live or not, in the real driver, and releases each primary context the door
+    retained (device 1's, for a default stream of its memory), once."""
+    import re
+
+    from test_gpu_stream_ordering import CallLog
+
     spot0, spot1 = Spot(delayed, 0), Spot(delayed, 1)
     consumer = delayed.stream(0)
     live = simulator.counter("events_live")
-    StridedMemoryView(spot0.array(delayed.stream(0).ptr), stream_ptr=consumer.ptr)
-    StridedMemoryView(spot1.array(delayed.stream(1).ptr), stream_ptr=consumer.ptr)
+    with CallLog(simulator) as made:
+        StridedMemoryView(spot0.array(delayed.stream(0).ptr), stream_ptr=consumer.ptr)
+        StridedMemoryView(spot1.array(delayed.stream(1).ptr), stream_ptr=consumer.ptr)
+        StridedMemoryView(spot1.array(1), stream_ptr=consumer.ptr)  # device 1's primary, retained
+    retained = [call.args[1] for call in made.calls if call.name == "cuDevicePrimaryCtxRetain"]
+    assert len(retained) == 1
     ready, release = threading.Event(), threading.Event()
 
     def holder():
@@ -239,8 +249,14 @@ def test_use_api_destroys_every_event_and_releases_primary_contexts(delayed, sim
     try:
         assert ready.wait(10)
         assert simulator.counter("events_live") - live == 3
-        _driver.use_api(None)
+        with CallLog(simulator) as reset:
+            _driver.use_api(None)
         assert simulator.counter("events_live") == live
+        released = [
+            call.args[0] for call in reset.calls
+            if re.fullmatch(r"cuDevicePrimaryCtxRelease(_v2)?", call.name)
+        ]
+        assert released == retained
     finally:
         release.set()
         thread.join(10)
