@@ -9,31 +9,28 @@ between almost any two bytecodes:
   the interned-tuple cache, reading every field, exporting (numpy.from_dlpack, a view of the
   view, a capsule dropped unconsumed) and dropping; every field right, every ctypes capsule
   released exactly once, every refcount back;
-- the driver's per-(context, thread) event cache used concurrently against the modelling
-  fake driver: each thread creates its own event per context and never records or waits on
-  another thread's, the fake's violations list stays empty, and every consumer still sees
-  its producer's writes;
 - the extension declares free-threading support, and docs/threads.md says so and names every
   module-level cache in the sources (tests/test_free_threading.py holds the checks that
   matter on a free-threaded build).
+
+The driver door's events, one per (context, thread), used by eight threads at once (each
+created, recorded, waited on and destroyed by its own thread, every consumer seeing its
+producer's writes), are tested on the simulated device: tests/test_gpu_stream_ordering.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import threading
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fake_driver import FakeDriver
 from producers import DELETER_CALLS, make_producer
 from stridedview import StridedMemoryView
-from stridedview import _driver
 from test_cai import CAIProducer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,154 +237,6 @@ def test_threads_launching_one_launcher_keep_their_own_proxies():
     run_threads([worker] * THREADS)
 
 
-@pytest.mark.slow
-def test_event_cache_per_thread_and_context(fake):
-    """Eight threads order views after shared and own producer streams in two contexts: one event per (context, thread), none shared."""
-    ctx0, ctx1 = fake.primary_contexts
-    shared0, shared1 = fake.new_stream(ctx0), fake.new_stream(ctx1)
-    streams = [
-        {"own0": fake.new_stream(ctx0), "own1": fake.new_stream(ctx1),
-         "consumer": fake.new_stream(ctx0), "export": fake.new_stream(ctx1)}
-        for _ in range(THREADS)
-    ]
-    data = np.arange(6, dtype=np.float32)
-    fake.register_pointer(data.ctypes.data, data.nbytes, device=0)
-    # The fake's model of what a read sees grows with every operation; tools/tsan.sh sizes
-    # it down with the stress tests (STRIDEDVIEW_STRESS_ROUNDS), as ThreadSanitizer runs
-    # this Python model many times slower.
-    rounds = int(os.environ.get("STRIDEDVIEW_STRESS_ROUNDS", "20"))
-
-    def work(index):
-        mine = streams[index]
-        fake.set_current(ctx0)  # a new thread has no current context: real code makes one current
-        for round_ in range(rounds):
-            for name, producer in (("shared0", shared0), ("shared1", shared1), ("own0", mine["own0"]),
-                                   ("own1", mine["own1"]), ("legacy", 1), ("per-thread", 2)):
-                tag = (index, round_, name)
-                fake.enqueue_write(producer, tag)
-                view = StridedMemoryView(CAIProducer(data, stream=producer), stream_ptr=mine["consumer"])
-                if tag not in fake.enqueue_read(mine["consumer"]):
-                    raise AssertionError(f"consumer missed {tag}")
-                # Exported to a consumer on another stream: ordered after the view's ready stream.
-                capsule = view.__dlpack__(stream=mine["export"], max_version=(1, 3))
-                if tag not in fake.enqueue_read(mine["export"]):
-                    raise AssertionError(f"export consumer missed {tag}")
-                del view, capsule
-
-    threads = run_threads([work] * THREADS)
-    assert fake.violations == []
-    assert fake.names().count("cuInit") == 1
-    owner = {}
-    for thread in threads:
-        calls = fake.thread_calls(thread.ident)
-        created = [event for event in fake.created_events if event.created_by == thread.ident]
-        contexts = Counter(int(event.context.handle) for event in created)
-        # One event per context this thread used (ctx0 and ctx1), created by this thread ...
-        assert contexts == Counter({int(ctx0): 1, int(ctx1): 1}), contexts
-        for event in created:
-            owner[event.handle] = thread.ident
-        used = {int(args[0]) for name, args in calls if name == "cuEventRecord"}
-        used |= {int(args[1]) for name, args in calls if name == "cuStreamWaitEvent"}
-        assert used == {event.handle for event in created}, "a thread used an event it did not create"
-        # ... and destroyed by it when it ended.
-        destroyed = {int(args[0]) for name, args in calls if name == "cuEventDestroy"}
-        assert destroyed == {event.handle for event in created}
-    assert len(owner) == 2 * THREADS
-    assert fake.live_events() == 0
-
-
-def test_event_cache_with_exchange_api_producer(fake):
-    """Views through the C exchange API (no_sync) from eight threads order after the producer's work stream with per-thread events."""
-    import test_fuzz
-
-    work_stream = fake.new_stream()
-    test_fuzz._WORK_STREAM[0] = work_stream
-    consumers = [fake.new_stream() for _ in range(THREADS)]
-    spec = {"device": (2, 0), "dtype": (2, 32, 1), "shape": [4], "ndim": 1, "strides": None,
-            "byte_offset": 0, "data": 0x10000, "work_stream": "fake"}
-    lenders = [test_fuzz.ExchangeProducer(spec) for _ in range(THREADS)]
-
-    def work(index):
-        for round_ in range(40):
-            tag = (index, round_)
-            fake.enqueue_write(work_stream, tag)
-            view = StridedMemoryView(lenders[index], stream_ptr=consumers[index])
-            if view.ready_stream != consumers[index] or view.shape != (4,):
-                raise AssertionError(repr(view))
-            if tag not in fake.enqueue_read(consumers[index]):
-                raise AssertionError(f"consumer missed {tag}")
-
-    try:
-        threads = run_threads([work] * THREADS)
-    finally:
-        for lender in lenders:
-            lender.close()
-        test_fuzz._WORK_STREAM[0] = 0
-    assert fake.violations == []
-    by_thread = defaultdict(set)
-    for event in fake.created_events:
-        by_thread[event.created_by].add(event.handle)
-    for thread in threads:
-        assert len(by_thread[thread.ident]) == 1
-        records = [int(a[0]) for n, a in fake.thread_calls(thread.ident) if n == "cuEventRecord"]
-        assert set(records) == by_thread[thread.ident]
-
-
-@pytest.mark.slow
-def test_interpreter_exit_with_live_events_is_quiet():
-    """A process that exits with events held by its main thread and by a still-running thread prints nothing and exits 0 (the driver is not called at shutdown)."""
-    import subprocess
-
-    code = """
-import sys, threading
-sys.path.insert(0, {tests!r})
-from fake_driver import FakeDriver
-from stridedview import StridedMemoryView, _driver
-from test_cai import CAIProducer
-fake = FakeDriver()
-_driver.use_api(fake)
-def order():
-    fake.set_current(fake.primary_contexts[0])
-    StridedMemoryView(CAIProducer(stream=fake.new_stream()), stream_ptr=fake.new_stream())
-order()
-done = threading.Event()
-def daemon():
-    order()
-    done.set()
-    threading.Event().wait()
-threading.Thread(target=daemon, daemon=True).start()
-done.wait(10)
-print(fake.live_events())
-""".format(tests=str(ROOT / "tests"))
-    # The installed package, as the test process imports it (not the source tree's copy,
-    # which holds no extension built for this interpreter where the package was installed).
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "2"
-    assert result.stderr == ""
-
-
-def test_new_threads_after_use_api_start_clean(fake):
-    """use_api forgets every thread's cache: threads started after it create fresh events in the new driver."""
-    producer, consumer = fake.new_stream(), fake.new_stream()
-    StridedMemoryView(CAIProducer(stream=producer), stream_ptr=consumer)
-    second = FakeDriver()
-    _driver.use_api(second)
-    p2, c2 = second.new_stream(), second.new_stream()
-
-    def work(index):
-        second.enqueue_write(p2, index)
-        StridedMemoryView(CAIProducer(stream=p2), stream_ptr=c2)
-
-    try:
-        run_threads([work] * 4)
-        assert second.violations == []
-        assert second.names().count("cuEventCreate") == 4
-        assert fake.names().count("cuEventCreate") == 1  # nothing more in the first driver
-    finally:
-        _driver.use_api(fake)
-
-
 # --- what docs/threads.md says ----------------------------------------------------------------
 
 def _sources():
@@ -428,8 +277,7 @@ def test_threads_doc_names_every_module_level_cache():
     found -= _CONSTANTS
     # The fast paths' caches (the last type, the interned tuples, ...) are no module
     # globals: they live in _thread_state.pxi's struct, per process or per thread.
-    assert {"_producer_types", "_dtype_slots", "_cai_dtypes",
-            "_per_thread", "_primary_contexts", "_thread_events"} <= found, found
+    assert {"_producer_types", "_dtype_slots", "_cai_dtypes", "_primary_contexts"} <= found, found
     doc = (ROOT / "docs" / "threads.md").read_text()
     named = set(re.findall(r"`(_[a-z][a-z_]*)`", doc))
     missing = found - named
