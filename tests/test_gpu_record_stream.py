@@ -21,6 +21,7 @@ the real cuda-bindings (and cuda.core); marked ``simgpu`` for the delay and the 
 from __future__ import annotations
 
 import ctypes
+import sys
 import gc
 import itertools
 import threading
@@ -1142,4 +1143,730 @@ def test_a_context_destroyed_before_the_view_is_released_releases_it_at_once(gpu
     del view
     assert marking.calls == {1: 1}
     assert simulator.calls("cuCtxSynchronize") == waits
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+# --- the hold, released once the stream is done: each path, held by gates ----------------------
+# These were tests/test_record_stream.py's tests against the Python fake of cuda-bindings (whose
+# streams ran only when the test said so).  Here each stream that reads the memory is held by a
+# Gate (a host function that waits until the test opens it), so "still running" is a fact, not a
+# matter of timing, and the work queued behind the gate writes the marker byte the deleter reads
+# (Marking), so a release before that work ran is seen.
+
+
+class gated:
+    """``with gated(stream, ...) as gates:`` each stream (a driver_support Stream, a Default or
+    a handle of the current context) held by a Gate enqueued now; every gate opened on exit."""
+
+    def __init__(self, *streams):
+        from simgpu.simgpu_support import Gate
+
+        self.gates = [Gate(timeout=30).enqueue(getattr(s, "handle", s)) for s in streams]
+
+    def __enter__(self):
+        return self.gates if len(self.gates) > 1 else self.gates[0]
+
+    def __exit__(self, *exc):
+        for gate in self.gates:
+            gate.open()
+
+
+class DeviceArray:
+    """A CUDA Array Interface producer over device memory with no stream of its own,
+    weak-referenceable, so that a test sees when the last reference to it goes."""
+
+    def __init__(self, memory):
+        self.__cuda_array_interface__ = {
+            "version": 3, "shape": (64,), "typestr": "|u1", "data": (memory.ptr, False),
+            "strides": None, "stream": None,
+        }
+        self.keeps = None  # (a test puts a view here to make a cycle)
+
+
+def hand_over(obj, stream):
+    """A view of ``obj`` (stream -1: nothing ordered) recorded on ``stream``, dropped: its hold
+    handed over."""
+    view = StridedMemoryView(obj, stream_ptr=-1)
+    view.record_stream(getattr(stream, "ptr", stream))
+    del view
+
+
+def marked_hand_over(marking, producer, stream):
+    """A view of ``producer`` whose work on ``stream`` (behind its gate) writes the marker of
+    the capsule the view holds, recorded on ``stream`` and dropped; the capsule's id."""
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    marking.mark(producer.last, stream)
+    view.record_stream(stream.ptr)
+    del view
+    return producer.last
+
+
+def pending():
+    """(entries, holds) pending now."""
+    return _view._pending_holds()[:2]
+
+
+def test_record_stream_with_an_unknown_handle_is_a_cuda_error(gpu, simulator):
+    """A handle that names no stream (one the driver reports gone:
+    ``Simulator.handle_report_gone``) fails at record_stream (the driver's cuStreamGetCtx), not
+    silently at release; the view then records nothing, and its memory goes with it."""
+    import weakref
+
+    from driver_support import Stream
+
+    from stridedview import CUDAError
+
+    stream = Stream(0)
+    simulator.handle_report_gone(stream.ptr)
+    stream.handle = None  # (gone: nothing to destroy)
+    array = DeviceArray(gpu.device(64))
+    gone = weakref.ref(array)
+    view = StridedMemoryView(array, stream_ptr=-1)
+    with pytest.raises(CUDAError, match="^cuStreamGetCtx failed: CUDA_ERROR_INVALID_HANDLE$"):
+        view.record_stream(stream.ptr)
+    del array, view
+    assert gone() is None and pending() == (0, 0)
+
+
+def test_hold_released_only_once_the_stream_is_done(gpu, simulator):
+    """The exporting object outlives the view until the work queued on the stream when the
+    view was released is done (and no longer: work queued after is not waited for); one event
+    recorded, nothing blocks the host."""
+    import weakref
+
+    from test_gpu_stream_ordering import CallLog
+    from simgpu.simgpu_support import wait_until
+
+    stream = gpu.stream()
+    array = DeviceArray(gpu.device(64))
+    gone = weakref.ref(array)
+    with gated(stream) as first, CallLog(simulator) as log:
+        hand_over(array, stream)
+        del array
+        assert gone() is not None and pending() == (1, 1)
+        assert release_pending() == 0 and gone() is not None
+        with gated(stream) as later:  # queued after the release: not waited for
+            first.open()
+            assert wait_until(later.entered.is_set)
+            assert release_pending() == 1
+            assert gone() is None and pending() == (0, 0)
+    made = log.names()
+    assert made.count("cuEventRecord") == 1 and "cuEventSynchronize" not in made
+
+
+@pytest.mark.parametrize("kind", producers.KINDS)
+def test_capsule_deleter_runs_once_after_the_stream(gpu, kind):
+    """A consumed capsule's deleter runs exactly once, and only once the stream is done."""
+    stream = gpu.stream()
+    producer = producers.make_producer(kind, device=(2, 0), shape=(64,), dtype="uint8", data=gpu.device(64).ptr)
+    with gated(stream):
+        hand_over(producer, stream)
+        assert producers.deleter_calls(producer) == 0
+        gc.collect()
+        assert release_pending() == 0 and producers.deleter_calls(producer) == 0
+    assert release_pending(wait=True) == 1 and producers.deleter_calls(producer) == 1
+    assert release_pending(wait=True) == 0 and producers.deleter_calls(producer) == 1
+
+
+def test_several_streams_keep_the_hold_until_all_are_done(gpu, simulator):
+    """Recorded on two streams (and one twice), the hold waits for both: one event each."""
+    from test_gpu_stream_ordering import CallLog
+
+    marking = Marking(gpu, 10)
+    first, second = gpu.stream(), gpu.stream()
+    producer = marking.producer()
+    with gated(first, second) as (first_gate, second_gate):
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        marking.mark(producer.last, second)
+        view.record_stream(first)
+        view.record_stream(second)
+        view.record_stream(first)
+        with CallLog(simulator) as log:
+            del view
+        records = [call.args[1] for call in log.calls if call.name == "cuEventRecord"]
+        assert sorted(records) == sorted([first.ptr, second.ptr])
+        first_gate.open()
+        first.synchronize()
+        assert release_pending() == 0 and marking.calls == {}
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {1: 1} and marking.early == []
+
+
+def test_completed_holds_are_released_by_later_view_creations(gpu, simulator):
+    """Without release_pending: while the stream runs, making views checks the hold (an event
+    query) and keeps it; once the stream is done, making views releases it."""
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+    producer = marking.producer()
+    host = np.zeros(3)
+    with gated(stream):
+        marked_hand_over(marking, producer, stream)
+        queries = simulator.calls("cuEventQuery")
+        for _ in range(200):
+            StridedMemoryView(host)
+        assert simulator.calls("cuEventQuery") > queries  # checked, not done
+        assert marking.calls == {}
+    stream.synchronize()
+    for _ in range(200):
+        StridedMemoryView(host)
+    assert marking.calls == {1: 1} and marking.early == [] and pending() == (0, 0)
+
+
+def test_completed_holds_are_released_by_later_hand_overs(gpu, simulator):
+    """Each hand-over that lists an entry checks the oldest pending ones: a finished hold goes
+    at the next hand-over (on another stream: one on the same stream joins the pending entry
+    of that stream instead, test_gpu_driver_door.py's
+    test_c_hand_overs_on_one_stream_join_its_pending_entry_up_to_a_limit)."""
+    marking = Marking(gpu, 10)
+    first_stream, second_stream = gpu.stream(), gpu.stream()
+    first, second = marking.producer(), marking.producer()
+    with gated(first_stream):
+        marked_hand_over(marking, first, first_stream)
+    first_stream.synchronize()
+    with gated(second_stream):
+        marked_hand_over(marking, second, second_stream)
+        assert marking.calls == {1: 1}  # the first, at the second's hand-over
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {1: 1, 2: 1} and marking.early == []
+
+
+def test_many_pending_holds_are_released_oldest_first_and_once(gpu, simulator):
+    """With hundreds pending, the checks on view creation release the finished ones oldest
+    first, stop at the first still running and keep it first; release_pending releases any
+    finished one out of order; every hold goes exactly once, none before its stream is done
+    (the registry's claimed slots are cut off as the count falls)."""
+    import weakref
+
+    from simgpu.simgpu_support import Gate
+
+    count = 300
+    memory = gpu.device(64)
+    streams = [gpu.stream() for _ in range(count)]
+    gates = [Gate(timeout=30).enqueue(stream.handle) for stream in streams]
+    try:
+        arrays = [DeviceArray(memory) for _ in range(count)]
+        gone = [weakref.ref(array) for array in arrays]
+        for stream, array in zip(streams, arrays):
+            hand_over(array, stream)
+        del arrays, array
+        assert pending() == (count, count)
+        host = np.zeros(3)
+
+        def alive():
+            return [i for i in range(count) if gone[i]() is not None]
+
+        def create_views(number):
+            for _ in range(number):
+                StridedMemoryView(host)
+
+        def finish(which):
+            for i in which:
+                gates[i].open()
+            for i in which:
+                streams[i].synchronize()
+
+        finish(range(100))
+        create_views(32 * 20)  # 20 checks of the 8 oldest: past the first 100, which stay first
+        assert alive() == list(range(100, count)) and pending() == (200, 200)
+        finish(range(150, count))
+        create_views(32 * 4)  # the oldest (100) still runs: the checks release nothing
+        assert alive() == list(range(100, count))
+        assert release_pending() == 150  # every finished one, out of order
+        assert alive() == list(range(100, 150)) and pending() == (50, 50)
+        finish(range(100, 110))
+        create_views(32 * 3)
+        assert alive() == list(range(110, 150))
+        finish(range(110, 150))
+        assert release_pending() == 40 and alive() == [] and pending() == (0, 0)
+    finally:
+        for gate in gates:
+            gate.open()
+
+
+def test_derived_views_keep_the_root_until_the_stream_is_done(gpu):
+    """A slice recorded on a stream keeps its root view, and so the capsule, past the root's
+    and the slice's release."""
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+    producer = marking.producer()
+    with gated(stream):
+        root = StridedMemoryView(producer, stream_ptr=-1)
+        marking.mark(producer.last, stream)
+        part = root[4:]
+        part.record_stream(stream.ptr)
+        del root, part
+        assert release_pending() == 0 and marking.calls == {}
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {1: 1} and marking.early == []
+
+
+def test_a_view_handed_on_hands_over_when_its_consumer_lets_go(gpu):
+    """Re-exported through __dlpack__, the view lives as long as the consumer's capsule: the
+    hand-over happens when that last reference goes, and the hold then waits for the stream."""
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+    producer = marking.producer()
+    with gated(stream):
+        view = StridedMemoryView(producer, stream_ptr=-1)
+        view.record_stream(stream.ptr)
+        capsule = view.__dlpack__(stream=-1, max_version=(1, 0))
+        del view
+        marking.mark(producer.last, stream)
+        assert pending() == (0, 0)  # the capsule still holds the view
+        del capsule  # never consumed: its destructor lets the view go
+        assert pending() == (1, 1) and marking.calls == {}
+        assert release_pending() == 0
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {1: 1} and marking.early == []
+
+
+@pytest.mark.parametrize("first_cleared", ["view", "producer"])
+def test_a_view_in_a_collected_cycle_hands_over(gpu, first_cleared):
+    """A view in a garbage cycle with its producer hands over when the collector breaks the
+    cycle, whichever it clears first (the view's tp_clear would drop the exporting object):
+    the capsule's deleter waits for the stream."""
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+    wrapper = Cycle(marking.producer())
+    with gated(stream):
+        view = StridedMemoryView(wrapper, stream_ptr=-1)
+        marking.mark(wrapper.last, stream)
+        view.record_stream(stream.ptr)
+        wrapper.keeps = view  # wrapper -> view -> wrapper
+        if first_cleared == "view":
+            _view._clear_for_tests(view)  # what the collector does first when it picks the view
+            assert view.exporting_obj is None and pending() == (1, 1)
+        del wrapper, view
+        gc.collect()
+        assert pending() == (1, 1) and marking.calls == {}
+        assert release_pending() == 0
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {1: 1} and marking.early == []
+
+
+def test_default_stream_with_no_current_context_is_the_data_devices(gpu, simulator, two_gpus):
+    """Recorded and released in a thread with no current context, handle 1 means the data
+    device's primary context's legacy stream (device 1's here): recorded there, with that
+    context pushed, and the hold waits for that stream's work."""
+    from driver_support import on_device, primary
+    from test_gpu_stream_ordering import PUSH, CallLog, in_thread
+
+    memory = gpu.device(64, device=1)
+    producer = producers.make_producer(device=(2, 1), shape=(64,), dtype="uint8", data=memory.ptr)
+
+    def release_here():
+        # Made and dropped in this thread: a free-threaded build deallocates an object
+        # dropped by another thread in the thread that made it.
+        with CallLog(simulator) as log:
+            hand_over(producer, 1)
+        return log.calls
+
+    with on_device(1):
+        gate = gated(1)
+    with gate:
+        calls = in_thread(release_here, current=None)
+        assert pending() == (1, 1) and producers.deleter_calls(producer) == 0
+        assert release_pending() == 0
+        recorded = [i for i, call in enumerate(calls) if call.name == "cuEventRecord"]
+        assert len(recorded) == 1 and calls[recorded[0]].args[1] == 1
+        pushes = [call.args[0] for call in calls[: recorded[0]] if call.name == PUSH]
+        assert pushes[-1] == int(primary(1))
+    assert release_pending(wait=True) == 1 and producers.deleter_calls(producer) == 1
+
+
+def test_stream_destroyed_before_the_release_waits_for_its_context_then_releases(
+    gpu, simulator, monkeypatch
+):
+    """A stream gone before the view is released (the driver reports it:
+    ``Simulator.handle_report_gone``; its queued work still runs) cannot be recorded on: the
+    host waits for its context (cuCtxSynchronize, with the context the stream had pushed, none
+    being current), then the hold goes, after that work, with nothing reported."""
+    from driver_support import Stream, primary
+    from simgpu.simgpu_support import wait_until
+    from test_gpu_stream_ordering import POP, PUSH, CallLog, in_thread
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    marking = Marking(gpu, 10)
+    stream = Stream(0)
+    producer = marking.producer()
+    box = []
+
+    def record():
+        box.append(StridedMemoryView(producer, stream_ptr=-1))
+        marking.mark(producer.last, stream)
+        box[0].record_stream(stream.ptr)
+
+    def release():
+        with CallLog(simulator) as log:
+            del box[:]
+        return log.calls
+
+    with gated(stream) as gate:
+        in_thread(record, current=None)
+        simulator.handle_report_gone(stream.ptr)  # destroyed as cuStreamDestroy: its work drains
+        stream.handle = None
+        waits = simulator.calls("cuCtxSynchronize")
+
+        def open_when_the_host_waits():
+            wait_until(lambda: simulator.calls("cuCtxSynchronize") > waits)
+            gate.open()
+
+        opener = threading.Thread(target=open_when_the_host_waits)
+        opener.start()
+        try:
+            calls = in_thread(release, current=None)
+        finally:
+            opener.join(30)
+    assert marking.calls == {1: 1} and marking.early == [] and pending() == (0, 0)
+    assert reported == []
+    made = [call.name for call in calls]
+    waited = made.index("cuCtxSynchronize")
+    assert PUSH in made[:waited] and POP in made[waited:]
+    push = max(i for i in range(waited) if made[i] == PUSH)
+    assert calls[push].args[0] == int(primary(0))
+
+
+def test_pending_hand_overs_are_bounded(gpu, simulator):
+    """Past the bound a hand-over first checks every pending one, then waits on the host for
+    the oldest (the only host wait, as a full launch queue makes): never more than the bound
+    pending, and each hold released only after its stream's work."""
+    from simgpu.simgpu_support import wait_until
+
+    marking = Marking(gpu, 20)
+    streams = [gpu.stream() for _ in range(7)]
+    producer = marking.producer()
+    waits = simulator.calls("cuEventSynchronize")
+    previous = _view._set_pending_limit(3)
+    with gated(*streams) as gates:
+
+        def open_the_waited_for():
+            # The oldest stream's gate, each time the host waits for one more event.
+            for k in range(4):
+                if not wait_until(lambda: simulator.calls("cuEventSynchronize") > waits + k, 20):
+                    return
+                gates[k].open()
+
+        opener = threading.Thread(target=open_the_waited_for)
+        opener.start()
+        try:
+            for count, stream in enumerate(streams, 1):
+                marked_hand_over(marking, producer, stream)
+                assert pending()[0] <= 3
+                assert len(marking.calls) == max(0, count - 3)
+            assert simulator.calls("cuEventSynchronize") - waits == 4
+        finally:
+            _view._set_pending_limit(previous)
+            for gate in gates:
+                gate.open()
+            opener.join(30)
+    release_pending(wait=True)
+    assert set(marking.calls.values()) == {1} and len(marking.calls) == 7
+    assert marking.early == []
+
+
+# --- the decorator's record_stream=True, held by gates -------------------------------------------
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 5, 7])
+def test_decorator_holds_of_any_number_of_arguments_released_once_after_the_stream(
+    gpu, simulator, count
+):
+    """A launch of ``count`` arguments (the group's first hold kept in its own fields, the
+    next three in its slots, any more in hold objects): one event, every hold kept until
+    the stream is done, each deleter run once after the stream's work, each temporary freed
+    then; the next launch the same (its kept views filled again)."""
+    import weakref
+
+    from test_gpu_stream_ordering import CallLog
+
+    marking = Marking(gpu, 20)
+    memory = gpu.device(64)
+    stream = gpu.stream()
+    seen = []
+
+    @args_viewable_as_strided_memory(tuple(range(7)), record_stream=True)
+    def launch(a, b, c, d, e, f, g, stream):
+        for arg in (a, b, c, d, e, f, g):
+            if arg is not None:
+                arg.view(stream.ptr)
+                if isinstance(arg.obj, MarkedCapsules):
+                    marking.mark(arg.obj.last, stream)
+
+    def temporary():
+        array = DeviceArray(memory)
+        seen.append(weakref.ref(array))
+        return array
+
+    made = [marking.producer() for _ in range(0, count, 2)]  # even positions
+    for round_ in (1, 2):
+        seen.clear()
+        arguments = [made[i // 2] if i % 2 == 0 else temporary() for i in range(count)]
+        with gated(stream):
+            with CallLog(simulator) as log:
+                launch(*arguments, *[None] * (7 - count), stream)
+            assert log.names().count("cuEventRecord") == 1
+            del arguments
+            assert pending() == (1, count)
+            assert len(marking.calls) == (round_ - 1) * len(made)
+            assert all(ref() is not None for ref in seen)
+            assert release_pending() == 0
+        assert release_pending(wait=True) == count
+        assert len(marking.calls) == round_ * len(made) and set(marking.calls.values()) == {1}
+        assert marking.early == []
+        assert all(ref() is None for ref in seen)
+        assert pending() == (0, 0)
+
+
+def test_decorator_view_kept_past_the_launch_hands_over_on_its_own(gpu, simulator):
+    """A view the function returns is not the launch's to hand over: it does so when it is
+    released, with an event of its own, after the work queued until then."""
+    from test_gpu_stream_ordering import CallLog
+
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+
+    @args_viewable_as_strided_memory((0, 1), record_stream=True)
+    def launch(a, b):
+        b.view(stream.ptr)
+        marking.mark(b.obj.last, stream)
+        return a.view(stream.ptr)
+
+    kept_producer, other = marking.producer(), marking.producer()
+    with gated(stream):
+        kept = launch(kept_producer, other)
+        kept_id, other_id = kept_producer.last, other.last
+        assert pending() == (1, 1)  # the other argument's view
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {other_id: 1}
+    with gated(stream):
+        marking.mark(kept_id, stream)  # later work on the kept view
+        with CallLog(simulator) as log:
+            del kept
+        assert log.names().count("cuEventRecord") == 1
+        assert release_pending() == 0 and kept_id not in marking.calls
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {other_id: 1, kept_id: 1} and marking.early == []
+
+
+def test_explicit_record_stream_in_a_launch_lets_the_kept_view_go(gpu):
+    """A launcher without the option whose body records its view: the proxy does not keep (and
+    empty) that view, which hands over when released, after the stream's work; later launches
+    view afresh and leave nothing behind."""
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+
+    @args_viewable_as_strided_memory((0,))
+    def launch(a):
+        view = a.view(stream.ptr)
+        view.record_stream(stream.ptr)
+        marking.mark(a.obj.last, stream)
+        # (the view goes when the function returns, or at the launch's end)
+
+    for launches in range(1, 5):
+        producer = marking.producer()
+        with gated(stream):
+            launch(producer)
+            assert pending() == (1, 1) and release_pending() == 0
+            assert len(marking.calls) == launches - 1
+        assert release_pending(wait=True) == 1
+        assert len(marking.calls) == launches and set(marking.calls.values()) == {1}
+    assert marking.early == []
+
+
+def test_spare_proxies_do_not_carry_a_launch_into_the_next(gpu):
+    """After a launch with the option, a launch without it (reusing its spare proxies) hands
+    nothing over: its arguments go at its end, while the first launch's holds wait."""
+    marking = Marking(gpu, 10, pinned=False)
+    stream = gpu.stream()
+
+    @args_viewable_as_strided_memory((0, 1), record_stream=True)
+    def recording(a, b):
+        a.view(stream.ptr)
+        b.view(stream.ptr)
+
+    @args_viewable_as_strided_memory((0, 1))
+    def plain(a, b):
+        a.view(stream.ptr)
+        b.view(stream.ptr)
+
+    with gated(stream):
+        recording(marking.producer(), marking.producer())
+        made = [marking.producer() for _ in range(2)]
+        plain(*made)
+        assert marking.calls == {3: 1, 4: 1}
+        assert pending() == (1, 2)
+    assert release_pending(wait=True) == 2
+
+
+def test_a_launch_that_raises_still_hands_over(gpu):
+    """The kernel may have been enqueued before the function raised: the launch's views hand
+    over all the same, released after the stream's work."""
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+
+    @args_viewable_as_strided_memory((0,), record_stream=True)
+    def launch(a):
+        a.view(stream.ptr)
+        marking.mark(a.obj.last, stream)
+        raise RuntimeError("after the kernel")
+
+    producer = marking.producer()
+    with gated(stream):
+        with pytest.raises(RuntimeError, match="after the kernel"):
+            launch(producer)
+        assert marking.calls == {} and pending() == (1, 1)
+        assert release_pending() == 0
+    assert release_pending(wait=True) == 1
+    assert marking.calls == {1: 1} and marking.early == []
+
+
+def test_decorator_argument_viewed_by_another_thread_as_the_launch_ends(gpu):
+    """2,000 launches hand their argument to a worker thread that views it on a stream while
+    the launch returns: no crash, and once the stream is done every producer has been
+    released, once (100 a stress round where STRIDEDVIEW_STRESS_ROUNDS sizes the run, as
+    tools/tsan.sh does)."""
+    import os
+    import queue
+    import weakref
+
+    from driver_support import drv, make_current, ok
+
+    stream = gpu.stream()
+    memory, scratch = gpu.device(64), gpu.device(64)
+
+    class Device:
+        @property
+        def __cuda_array_interface__(self):  # Python code, run while the view is made
+            return {
+                "version": 3, "shape": (64,), "typestr": "|u1",
+                "data": (memory.ptr, False), "strides": None, "stream": None,
+            }
+
+    work = queue.Queue()
+    viewing = threading.Semaphore(0)
+    failures = []
+
+    def worker():
+        try:
+            make_current(0)
+            while (proxy := work.get()) is not None:
+                viewing.release()
+                view = proxy.view(stream_ptr=stream.ptr)
+                ok(drv.cuMemsetD8Async(scratch.ptr, 0, 64, stream.handle))  # its "kernel"
+                del view, proxy
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+            viewing.release()
+
+    @args_viewable_as_strided_memory((0,), record_stream=True)
+    def launch(a):
+        work.put(a)
+        viewing.acquire()  # the worker is calling view() as the launch returns
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    released = []
+    rounds = os.environ.get("STRIDEDVIEW_STRESS_ROUNDS")
+    launches = 2000 if rounds is None else 100 * int(rounds)
+    try:
+        for i in range(launches):
+            device = Device()
+            weakref.finalize(device, released.append, i)
+            launch(device)
+            del device
+    finally:
+        work.put(None)
+        thread.join(60)
+        sys.setswitchinterval(interval)
+    assert failures == []
+    stream.synchronize()
+    release_pending()
+    assert sorted(released) == list(range(launches))
+    assert _view._pending_holds() == (0, 0, 0)
+
+
+@pytest.mark.parametrize("kind", ["cai", "dlpack"])
+def test_decorator_view_made_after_the_launch_ended_hands_over_on_its_own(gpu, simulator, kind):
+    """A view another thread was making while the launch ended (its producer's code ran) does
+    not join the launch's sealed group: it hands over on its own stream, with one event there,
+    and its memory is released once, when that stream is done."""
+    import functools
+    import weakref
+
+    from driver_support import make_current
+    from test_gpu_stream_ordering import CallLog
+
+    first, second = gpu.stream(), gpu.stream()
+    memory = gpu.device(64)
+    asked, ended = threading.Event(), threading.Event()
+    main = threading.main_thread()
+
+    def let_the_launch_end():
+        # Python code the view runs: on the worker, it waits for the launch to end.
+        if threading.current_thread() is not main:
+            asked.set()
+            assert ended.wait(30)
+
+    class LateCAI:
+        @property
+        def __cuda_array_interface__(self):
+            let_the_launch_end()
+            return {
+                "version": 3, "shape": (16,), "typestr": "|u1",
+                "data": (memory.ptr, False), "strides": None, "stream": None,
+            }
+
+    class LateDLPack(producers.DLPackProducer):
+        def __dlpack__(self, **kwargs):
+            let_the_launch_end()
+            return super().__dlpack__(**kwargs)
+
+    if kind == "cai":
+        late = LateCAI()  # released: its last reference dropped
+        released = []
+        weakref.finalize(late, released.append, "late")
+        late_releases = released.__len__
+    else:
+        late = LateDLPack("versioned", device=(2, 0), shape=(16,), dtype="uint8", data=memory.ptr)
+        late_releases = functools.partial(producers.deleter_calls, late)  # its capsules'
+    other = producers.make_producer(device=(2, 0), shape=(16,), dtype="uint8", data=memory.ptr)
+    failures = []
+
+    def worker(proxy):
+        try:
+            make_current(0)
+            view = proxy.view(stream_ptr=second.ptr)
+            del view
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    @args_viewable_as_strided_memory((0, 1), record_stream=True)
+    def launch(a, b):
+        a.view(first.ptr)
+        thread = threading.Thread(target=worker, args=(b,))
+        thread.start()
+        assert asked.wait(30)
+        return thread
+
+    with gated(first, second) as (first_gate, second_gate):
+        thread = launch(other, late)
+        with CallLog(simulator, all_threads=True) as log:
+            ended.set()
+            thread.join(30)
+        del late
+        assert failures == []
+        recorded = [call.args[1] for call in log.calls if call.name == "cuEventRecord"]
+        assert recorded == [second.ptr], (recorded, first.ptr, second.ptr)
+        assert late_releases() == 0 and producers.deleter_calls(other) == 0
+        assert _view._pending_holds() == (2, 2, 0)
+        second_gate.open()
+        second.synchronize()
+        assert release_pending() == 1
+        assert late_releases() == 1 and producers.deleter_calls(other) == 0
+    first.synchronize()
+    assert release_pending() == 1
+    assert late_releases() == 1 and producers.deleter_calls(other) == 1
     assert _view._pending_holds() == (0, 0, 0)
