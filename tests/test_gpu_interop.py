@@ -521,6 +521,32 @@ def test_export_handshake_orders_the_consumer(gpu, simulator, consumer_stream):
 
 
 @pytest.mark.simgpu
+@pytest.mark.parametrize("ready", [2, "stream"], ids=["per-thread", "handle"])
+def test_export_different_default_stream_ordered(gpu, simulator, ready):
+    """A ready stream other than 1 (the per-thread default stream 2, an ordinary stream)
+    exported with stream=None (1) is ordered: 2 and 1 are different streams, so one event is
+    recorded on the ready stream and the legacy stream waits on it (the call log), and the
+    legacy stream's read of the producer's write is ordered (the checker reports nothing)."""
+    from test_gpu_ordering import Spot
+    from test_gpu_stream_ordering import CallLog, Ordered
+
+    spot = Spot(gpu)
+    ready = gpu.stream().ptr if ready == "stream" else ready
+    with Ordered(simulator):
+        spot.write(ready, 0x5B)
+        view = StridedMemoryView(spot.array(ready), stream_ptr=-1)
+        assert view.ready_stream == ready
+        view.device_id  # (resolved before the export: its only driver call is the ordering's)
+        with CallLog(simulator) as log:
+            view.__dlpack__(max_version=(1, 3))
+        assert spot.read(1)
+    records = [call.args for call in log.calls if call.name == "cuEventRecord"]
+    waits = [call.args for call in log.calls if call.name == "cuStreamWaitEvent"]
+    assert len(records) == len(waits) == 1
+    assert records[0][1] == ready and waits[0] == (1, records[0][0], 0)
+
+
+@pytest.mark.simgpu
 @pytest.mark.parametrize("how", ["view-of-view", "dlpack-made-on-a-stream"])
 def test_view_of_a_view_orders_the_new_stream(gpu, simulator, how):
     """A view, on stream S, of a view ready on the producer's stream: S waits for the producer,
