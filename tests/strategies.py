@@ -44,7 +44,7 @@ SAFE_PTR = 0x7E57_0000_0000
 #: How far above SAFE_PTR the fuzzed pointers go (and the fake driver knows them).
 SAFE_SPAN = 2**32
 
-#: A consumer / producer stream handle the fake driver does not know.
+#: A consumer / producer stream handle no stream has (the fuzzers' "unknown" choice).
 UNKNOWN_STREAM = 0x5EED_0000
 
 #: Integers on the edges: int32, int64, uint64, and products around 2**63.
@@ -510,7 +510,7 @@ def exchange_specs(draw):
         "byte_offset": draw(_once(47, lambda: st.one_of(st.just(0), st.integers(0, 4096), uint64s()))),
         "data": draw(_once(48, lambda: st.one_of(st.just(SAFE_PTR), st.just(0), uint64s()))),
         # The producer's current work stream: 0 (NULL, the legacy default stream), 1, 2,
-        # "fake" (a stream the fake driver knows), "unknown" (one it does not), or None
+        # "fake" (the fuzzer's own ordinary stream), "unknown" (UNKNOWN_STREAM), or None
         # (the exchange API's current_work_stream slot is NULL).
         "work_stream": draw(_once(49, lambda: st.sampled_from([0, 0, 1, 2, "fake", "fake", "unknown", None]))),
     }
