@@ -1095,7 +1095,7 @@ def fake():
     _driver.use_api(driver)
     yield driver
     _driver.use_api(None)
-    assert not driver.violations
+    assert not driver.unserved
 
 
 def _row_for(kind, message):
