@@ -1232,19 +1232,21 @@ static CUresult begin_capture(uint64_t h, int mode) {
     } else {
         sg_capture *cap = calloc(1, sizeof *cap);
         sg_graph *g = calloc(1, sizeof *g);
-        sg_capture **grown = ncaptures == cap_captures
-                                 ? realloc(captures, (size_t)(cap_captures ? cap_captures * 2 : 4) *
-                                                         sizeof *captures)
-                                 : captures;
+        /* Grown when full; the new capacity is kept whether realloc moved the array or
+         * grew it in place (a capacity updated only on a move let later captures write past
+         * the array's end: heap corruption seen in cuda.core's suite). */
+        int grow = ncaptures == cap_captures;
+        int new_cap = grow ? (cap_captures ? cap_captures * 2 : 4) : cap_captures;
+        sg_capture **grown = grow ? realloc(captures, (size_t)new_cap * sizeof *captures) : captures;
+        if (grown != NULL) {
+            captures = grown;
+            cap_captures = new_cap;
+        }
         if (cap == NULL || g == NULL || grown == NULL) {
             free(cap);
             free(g);
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
-            if (grown != captures) {
-                captures = grown;
-                cap_captures = cap_captures ? cap_captures * 2 : 4;
-            }
             sg_handle_new(g, K_GRAPH);
             cap->graph = g;
             cap->id = next_capture_id++;
