@@ -1492,34 +1492,31 @@ def test_stream_destroyed_before_the_release_waits_for_its_context_then_releases
     marking = Marking(gpu, 10)
     stream = Stream(0)
     producer = marking.producer()
-    box = []
+    waits = simulator.calls("cuCtxSynchronize")
 
-    def record():
-        box.append(StridedMemoryView(producer, stream_ptr=-1))
+    def open_when_the_host_waits(gate):
+        wait_until(lambda: simulator.calls("cuCtxSynchronize") > waits)
+        gate.open()
+
+    def record_then_release():
+        # Made, recorded and released in one thread (with no context current): a
+        # free-threaded build frees an object in the thread that made it.
+        view = StridedMemoryView(producer, stream_ptr=-1)
         marking.mark(producer.last, stream)
-        box[0].record_stream(stream.ptr)
-
-    def release():
-        with CallLog(simulator) as log:
-            del box[:]
+        view.record_stream(stream.ptr)
+        simulator.handle_report_gone(stream.ptr)  # destroyed as cuStreamDestroy: its work drains
+        stream.handle = None
+        opener = threading.Thread(target=open_when_the_host_waits, args=(gate,))
+        opener.start()
+        try:
+            with CallLog(simulator) as log:
+                del view
+        finally:
+            opener.join(30)
         return log.calls
 
     with gated(stream) as gate:
-        in_thread(record, current=None)
-        simulator.handle_report_gone(stream.ptr)  # destroyed as cuStreamDestroy: its work drains
-        stream.handle = None
-        waits = simulator.calls("cuCtxSynchronize")
-
-        def open_when_the_host_waits():
-            wait_until(lambda: simulator.calls("cuCtxSynchronize") > waits)
-            gate.open()
-
-        opener = threading.Thread(target=open_when_the_host_waits)
-        opener.start()
-        try:
-            calls = in_thread(release, current=None)
-        finally:
-            opener.join(30)
+        calls = in_thread(record_then_release, current=None)
     assert marking.calls == {1: 1} and marking.early == [] and pending() == (0, 0)
     assert reported == []
     made = [call.name for call in calls]
