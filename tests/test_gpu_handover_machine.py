@@ -418,8 +418,12 @@ class Ledger:
 class ViewInfo:
     numbers = itertools.count()
 
-    def __init__(self, view, producer, key, capsule, wrapper, rereadable):
+    def __init__(self, view, producer, key, capsule, wrapper, rereadable, ready_key=None):
         self.number = next(ViewInfo.numbers)
+        # The stream its ready_stream names, where the data are ready outside any capture (a
+        # view handed on orders its consumer after it); None when there is none, or it is
+        # another thread's per-thread stream, or the view was made for a capturing stream.
+        self.ready_key = ready_key
         self.view, self.producer, self.key, self.capsule = view, producer, key, capsule
         self.wrapper = wrapper  # the Wrapper the view was made of, or None
         self.recorded: set[str] = set()  # streams whose later reads its hold covers
@@ -544,6 +548,9 @@ class HandOverMachine(RuleBasedStateMachine):
                 lambda a, b, stream, key: body(a, b, stream, key)),
             ("plain", 1): args_viewable_as_strided_memory((0,))(
                 lambda a, stream, key: body(a, stream, key)),
+            # one launch, two streams: the group's hand-over has two places
+            ("record", "two streams"): args_viewable_as_strided_memory((0, 1), record_stream=True)(
+                lambda a, b, s1, k1, s2, k2: (body(a, s1, k1), body(b, s2, k2))),
         }
 
     def capture_of(self, key):
@@ -615,13 +622,15 @@ class HandOverMachine(RuleBasedStateMachine):
         ref = weakref.ref(wrapper)
         owner = isinstance(wrapper, CAIWrapper) and info.handed
         del view, wrapper
-        collect(ref)
         if owner:
+            gc.collect(0)
             # The wrapper owns the memory (the view holds it by its CUDA Array Interface): a
             # view with a hand-over does not report its owner to the collector, so a cycle
             # through the owner is not collected until the program breaks it (_handover.pxi,
             # "The collector"; break_owner_cycles).
             self.owner_cycles.append(ref)
+        else:
+            collect(ref)
 
     @precondition(lambda self: self.owner_cycles)
     @rule()
@@ -698,7 +707,14 @@ class HandOverMachine(RuleBasedStateMachine):
                 recorded = True
         finally:
             self.register_read(p, key, recorded)
-        info = ViewInfo(view, p, key, capsule, obj if wrap else None, rereadable=capture is None)
+        if capture is not None:
+            ready_key = None
+        elif how == "ordered":
+            ready_key = key
+        else:  # -1: a CAI view's ready_stream is the producer's, a DLPack view has none
+            ready_key = p.key if p.kind == "cai" else None
+        info = ViewInfo(view, p, key, capsule, obj if wrap else None, rereadable=capture is None,
+                        ready_key=ready_key)
         del view, obj
         if recorded:
             info.handed = True
@@ -740,6 +756,42 @@ class HandOverMachine(RuleBasedStateMachine):
         assert caught.value.name == "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", caught.value
         assert str(caught.value).startswith("cuStreamIsCapturing: the consumer stream's capture was invalidated")
 
+    @precondition(lambda self: any(v.ready_key is not None for v in self.views))
+    @rule(data=st.data(), via=st.sampled_from(["dlpack", "cai"]), record=st.booleans(), keep=st.booleans(),
+          form=st.integers(0, 1))
+    def launch_through_a_view(self, data, via, record, keep, form):
+        """A view handed on as a producer (its own ``__dlpack__`` or ``__cuda_array_interface__``):
+        the new view's stream is ordered after the first view's ready_stream."""
+        choices = [v for v in self.views
+                   if v.ready_key is not None and self.usable(v.ready_key) and not v.producer.dead]
+        if not choices:
+            return
+        first = data.draw(st.sampled_from(choices), label="view")
+        key = data.draw(st.sampled_from(self.consumer_keys()), label="stream")
+        capture = self.capture_of(key)
+        if capture is not None and record:
+            keep = False
+        stream = self.w.stream_arg(key, form)
+        if via == "dlpack":
+            view = StridedMemoryView(first.view, stream_ptr=stream)
+        else:
+            view = StridedMemoryView.from_cuda_array_interface(first.view, stream)
+        code = read_kernel(self.w, self.w.handles[key], view.ptr)
+        assert code == SUCCESS, result_name(code)
+        if record:
+            view.record_stream(stream)
+        self.register_read(first.producer, key, record)
+        info = ViewInfo(view, first.producer, key, None, None, rereadable=capture is None,
+                        ready_key=None if capture is not None else key)
+        del view
+        if record:
+            info.handed = True
+            if capture is None:
+                info.recorded.add(key)
+        self.views.append(info)
+        if not keep:
+            self.drop_view_info(info, False)
+
     @precondition(lambda self: any(v.rereadable for v in self.views))
     @rule(data=st.data())
     def launch_again(self, data):
@@ -751,6 +803,26 @@ class HandOverMachine(RuleBasedStateMachine):
         code = read_kernel(self.w, self.w.handles[info.key], info.view.ptr)
         assert code == SUCCESS, result_name(code)
         self.register_read(info.producer, info.key, info.key in info.recorded)
+
+    @precondition(lambda self: any(v.rereadable for v in self.views))
+    @rule(data=st.data(), record=st.booleans())
+    def launch_elsewhere(self, data, record):
+        """A kept view read on another stream, which the user orders after the view's own (an
+        event of its own), recorded there or not: a view handed to two streams."""
+        choices = [v for v in self.views if v.rereadable and self.usable(v.key) and not v.producer.dead]
+        if not choices:
+            return
+        info = data.draw(st.sampled_from(choices), label="view")
+        keys = [k for k in World.KEYS if self.usable(k) and k != info.key]
+        key = data.draw(st.sampled_from(keys), label="stream")
+        order_after(self.ledger, self.w.handles[info.key], self.w.handles[key])
+        code = read_kernel(self.w, self.w.handles[key], info.view.ptr)
+        assert code == SUCCESS, result_name(code)
+        if record:
+            info.view.record_stream(self.w.handles[key])
+            info.handed = True
+            info.recorded.add(key)
+        self.register_read(info.producer, key, record)
 
     @precondition(lambda self: self.views)
     @rule(data=st.data(), form=st.integers(0, 1))
@@ -773,20 +845,27 @@ class HandOverMachine(RuleBasedStateMachine):
         self.drop_view_info(data.draw(st.sampled_from(choices), label="view"), cycle)
 
     @precondition(lambda self: any(p.obj is not None for p in self.producers))
-    @rule(data=st.data(), which=st.sampled_from([("record", 1), ("record", 2), ("plain", 1)]), wrap=st.booleans())
+    @rule(
+        data=st.data(), wrap=st.booleans(),
+        which=st.sampled_from([("record", 1), ("record", 2), ("plain", 1), ("record", "two streams")]),
+    )
     def decorated_launch(self, data, which, wrap):
         producers_ = self.live_producers()
         if not producers_:
             return
-        key = data.draw(st.sampled_from(self.consumer_keys()), label="stream")
-        args = [data.draw(st.sampled_from(producers_), label="producer") for _ in range(which[1])]
+        count = 2 if which[1] != 1 else 1
+        keys = [data.draw(st.sampled_from(self.consumer_keys()), label="stream")]
+        if which[1] == "two streams":
+            keys.append(data.draw(st.sampled_from(self.consumer_keys()), label="stream"))
+        args = [data.draw(st.sampled_from(producers_), label="producer") for _ in range(count)]
         launcher = self.launchers[which]
         objs = [wrapped(p.obj) if wrap else p.obj for p in args]
+        streams = [(self.w.stream_arg(key, data.draw(st.integers(0, 1), label="form")), key) for key in keys]
         try:
-            launcher(*objs, self.w.stream_arg(key, data.draw(st.integers(0, 1), label="form")), key)
+            launcher(*objs, *[part for pair in streams for part in pair])
         finally:
-            for p in args:
-                self.register_read(p, key, which[0] == "record")
+            for i, p in enumerate(args):
+                self.register_read(p, keys[min(i, len(keys) - 1)], which[0] == "record")
 
     # ---- releases and gates ----
 
@@ -854,7 +933,7 @@ class HandOverMachine(RuleBasedStateMachine):
         if "view" in out:
             view, capsule = out.pop("view")
             info = ViewInfo(view, p, "thread" if key == "thread" else key, capsule, None,
-                            rereadable=key != "thread")
+                            rereadable=key != "thread", ready_key=None if key == "thread" else key)
             if record:
                 info.recorded.add(info.key)
                 info.handed = True
@@ -932,7 +1011,8 @@ class HandOverMachine(RuleBasedStateMachine):
         assert seen["released"] == 0
         if "view" in seen:
             view, capsule = seen.pop("view")
-            self.views.append(ViewInfo(view, made, None, capsule, None, rereadable=False))
+            self.views.append(ViewInfo(view, made, None, capsule, None, rereadable=False,
+                                       ready_key=made.key if made.kind == "cai" else None))
 
     # ---- graphs ----
 
@@ -1049,33 +1129,52 @@ class HandOverMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(p.obj is not None for p in self.producers))
     @rule(
         data=st.data(), mode=st.sampled_from(["thread_local", "global"]),
-        launches=st.lists(st.tuples(st.sampled_from(["view", "decorated"]), st.booleans(), st.booleans()),
-                          min_size=1, max_size=3),
+        during=st.lists(
+            st.tuples(st.sampled_from(["view", "decorated", "record_kept", "drop_kept", "release"]),
+                      st.booleans(), st.booleans()),
+            min_size=1, max_size=4),
+        invalidate=st.booleans(),
         replays=st.lists(st.sampled_from(World.KEYS), max_size=3),
         ending=st.sampled_from(["keep", "graph", "exec", "both"]),
     )
-    def graph_round(self, data, mode, launches, replays, ending):
-        """A whole round: capture a stream, launch inside (views and decorated launches, with and
-        without hand-overs), end, instantiate, replay on streams, destroy the graph and/or the
-        executable graph now or leave them to later rules."""
+    def graph_round(self, data, mode, during, invalidate, replays, ending):
+        """A whole round: capture a stream; during the capture launch (views and decorated
+        launches, with and without hand-overs), record kept views on the capturing stream, drop
+        kept views (whose hand-overs then wait for the capture: a blocking stream's capture keeps
+        the legacy stream from taking a record), check pending holds; maybe invalidate it; end,
+        instantiate, replay on streams, destroy the graph and/or the executable graph now or
+        leave them to later rules."""
         keys = [k for k in World.CAPTURABLE if k not in self.ledger.captures]
         if not keys:
             return
         key = data.draw(st.sampled_from(keys), label="capturing")
         self._begin_capture(key, mode)
-        for kind, record, wrap in launches:
+        for kind, record, wrap in during:
             producers_ = self.live_producers()
-            if not producers_:
-                break
-            p = data.draw(st.sampled_from(producers_), label="producer")
-            if kind == "view":
+            if kind == "view" and producers_:
+                p = data.draw(st.sampled_from(producers_), label="producer")
                 self.launch(p, key, "ordered", record, False, wrap, 0, False)
-            else:
+            elif kind == "decorated" and producers_:
+                p = data.draw(st.sampled_from(producers_), label="producer")
                 launcher = self.launchers[("record" if record else "plain", 1)]
                 try:
                     launcher(wrapped(p.obj) if wrap else p.obj, self.w.handles[key], key)
                 finally:
                     self.register_read(p, key, record)
+            elif kind == "record_kept" and self.views:
+                info = data.draw(st.sampled_from(self.views), label="view")
+                if not info.producer.dead:
+                    info.view.record_stream(self.w.handles[key])
+                    info.handed = True
+            elif kind == "drop_kept":
+                choices = [v for v in self.views if v.producer.obj is not None or self.syncable(v.producer.unprotected)]
+                if choices:
+                    self.drop_view_info(data.draw(st.sampled_from(choices), label="view"), wrap)
+            elif kind == "release":
+                release_pending()
+        if invalidate:
+            assert code_of(drv().cuStreamQuery(self.w.handles[key])) != SUCCESS
+            self.ledger.captures[key].status = "invalidated"
         graph = self._end_capture(key)
         if graph is None:
             return
@@ -1176,14 +1275,10 @@ class HandOverMachine(RuleBasedStateMachine):
                     p.obj = None
             self.launchers = None
             gc.collect(1)
+            settle()
             if any(p.finalized == 0 for p in self.producers):
-                gc.collect()
-            deadline = time.monotonic() + 20
-            while True:
-                release_pending(wait=True)
-                if (_view._pending_holds() == (0, 0, 0) and _view._graph_owned() == 0) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.001)
+                gc.collect()  # (a full collection costs what a long run made: only when needed)
+                settle()
             own("cuCtxSynchronize", drv().cuCtxSynchronize())
             for event in self.ledger.graph_events:
                 drv().cuEventDestroy(event)
@@ -1205,6 +1300,19 @@ class HandOverMachine(RuleBasedStateMachine):
             sys.unraisablehook = self._hook
             if self.limit is not None:
                 _view._set_pending_limit(self.limit)
+
+
+def settle(timeout=20.0):
+    """``release_pending(wait=True)`` until nothing is pending or owned by a graph (graphs give
+    their holds back from a driver thread)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        release_pending(wait=True)
+        if _view._pending_holds() == (0, 0, 0) and _view._graph_owned() == 0:
+            return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.001)
 
 
 def machine_settings(examples, steps, long_share=1.0):
