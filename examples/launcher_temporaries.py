@@ -19,10 +19,14 @@ pinned host memory (``cuMemcpyAsync`` on S), so that the host can check what it 
 example also runs on the simulated CUDA device, where no kernel executes
 (docs/testing-without-a-gpu.md; CI runs it there).  ``--unsafe`` leaves
 ``record_stream`` out, to show the failure; the exit status is 1 when any round read
-reused memory.
+reused memory.  Whether a round reads reused memory depends on timing; on the simulated
+device with its stream-order checker on (``SIMGPU_CHECK=1``, which
+tests/simgpu/with-simulator.sh sets), every free of a temporary before the launch's stream
+read it is reported, whatever the timing, and counts as a failure too.
 
     python examples/launcher_temporaries.py            # needs a CUDA driver and device
     python examples/launcher_temporaries.py --unsafe   # the same without record_stream
+    tests/simgpu/with-simulator.sh python examples/launcher_temporaries.py --unsafe
 """
 
 from __future__ import annotations
@@ -59,6 +63,21 @@ def missing() -> str | None:
     if count < 1:
         return "no CUDA device"
     return None
+
+
+def checker_reports() -> int | None:
+    """How many reports the simulated device's stream-order checker has made so far, or None
+    on a real GPU or with the checker off (SIMGPU_CHECK unset)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        mode, counter = lib.simgpu_check_mode, lib.simgpu_counter
+    except (OSError, AttributeError):
+        return None
+    if mode() == 0:
+        return None
+    counter.restype = ctypes.c_longlong
+    counter.argtypes = [ctypes.c_char_p]
+    return int(counter(b"check_reports"))
 
 
 def make_launcher(record_stream: bool, scratch: int):
@@ -127,7 +146,11 @@ def main(argv: list[str]) -> int:
     how = "without record_stream" if unsafe else "with record_stream=True"
     print(f"{how}: {ROUNDS - reused} of {ROUNDS} launches read the temporary they were given, "
           f"{reused} read memory reused after it was freed")
-    return 1 if reused else 0
+    reports = checker_reports()
+    if reports is not None:
+        print(f"the simulated device's stream-order checker reported {reports} access(es) "
+              "not ordered as CUDA requires (SIMGPU_CHECK; each report is a line on stderr)")
+    return 1 if reused or reports else 0
 
 
 if __name__ == "__main__":

@@ -426,11 +426,16 @@ def fake(request):
 
 
 @pytest.fixture
-def gpu():
+def gpu(request):
     """A ``gpu`` test's driver state: stridedview on the real cuda.bindings.driver (whatever an
     earlier test installed), device 0's primary context current on this thread, the simulator's
     delay at 0 and no injected failure (``Simulator.fail``, cleared again after the test); yields a ``driver_support.Resources`` whose streams and memory are released after
-    the test, its queued work finished first."""
+    the test, its queued work finished first.
+
+    With the simulator's stream-order checker on (``SIMGPU_CHECK=1``, as CI runs the gpu
+    tests), a test that made the checker report (a race on device memory, a free while in use,
+    a use after free, whatever the timing) fails, naming each report; one marked ``races``
+    (a control that leaves streams unordered on purpose) must make it report at least once."""
     import driver_support
     from stridedview import _driver
 
@@ -441,6 +446,8 @@ def gpu():
     driver_support.make_current(0)
     if simulator is not None:
         simulator.set_delay_us(0)
+    checking = simulator is not None and simulator.check_mode() != 0
+    reports = simulator.check_report_count() if checking else 0
     resources = driver_support.Resources()
     yield resources
     if simulator is not None:
@@ -454,6 +461,42 @@ def gpu():
     _view._drain_pending()
     resources.release()
     _driver.use_api(None)
+    if checking:
+        _check_reports(request, simulator, reports)
+
+
+_CALL_PASSED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Note whether a test's body ran and passed (the gpu fixture's checker looks)."""
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_PASSED] = report.passed
+    return report
+
+
+def _check_reports(request, simulator, before: int) -> None:
+    """Fail the test for the checker's reports it caused (or, marked ``races``, for none,
+    once its body ran and passed: a skipped control made no access to report)."""
+    made = simulator.check_reports(since=before)
+    if request.node.get_closest_marker("races") is not None:
+        if not request.node.stash.get(_CALL_PASSED, False):
+            return
+        if not made:
+            pytest.fail(
+                "marked races, yet the stream-order checker (SIMGPU_CHECK) reported nothing: "
+                "the control no longer leaves its streams unordered",
+                pytrace=False,
+            )
+        return
+    if made:
+        pytest.fail(
+            f"the simulator's stream-order checker (SIMGPU_CHECK) reported {len(made)} "
+            "access(es) not ordered as CUDA requires:\n" + "\n".join(made[:10]),
+            pytrace=False,
+        )
 
 
 @pytest.fixture

@@ -132,12 +132,37 @@ def test_temporaries_example_unsafe_reads_reused_memory(tmp_path):
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "launcher_temporaries.py"), "--unsafe"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, SIMGPU_DELAY_US="100"),
+        env=dict(os.environ, SIMGPU_DELAY_US="100", SIMGPU_CHECK="0"),
     )
     assert result.returncode == 1, result.stdout + result.stderr
     reused = re.search(r"without record_stream: \d+ of 20 launches read the temporary they were "
                        r"given, (\d+) read memory reused", result.stdout)
     assert reused and int(reused.group(1)) >= 1, result.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.simgpu
+@pytest.mark.parametrize("unsafe", [True, False], ids=["unsafe", "safe"])
+def test_temporaries_example_is_checked_by_order_with_no_delay(tmp_path, unsafe):
+    """With the stream-order checker on and no delay at all (SIMGPU_DELAY_US=0, where a stale
+    read is a matter of luck), the example without record_stream is reported at its first
+    round, every time, and exits with 1; with it, never."""
+    import os
+
+    gpu_import("cuda.core")
+    for _ in range(3):
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / "launcher_temporaries.py"), *(["--unsafe"] if unsafe else [])],
+            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+            env=dict(os.environ, SIMGPU_DELAY_US="0", SIMGPU_CHECK="1"),
+        )
+        reports = [line for line in result.stderr.splitlines() if line.startswith("simgpu: check: ")]
+        if unsafe:
+            assert result.returncode == 1, result.stdout + result.stderr
+            assert reports and reports[0].startswith("simgpu: check: free while in use: cuMemFreeAsync"), reports
+            assert "stream-order checker reported" in result.stdout
+        else:
+            assert result.returncode == 0 and reports == [], result.stdout + result.stderr
 
 
 @pytest.mark.slow

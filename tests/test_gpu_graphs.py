@@ -199,6 +199,7 @@ def test_replays_wait_for_the_producer_work_queued_at_capture(door, simulator, p
     assert simulator.counter("events_live") <= events + 2  # (this thread's cached events)
 
 
+@pytest.mark.races
 def test_without_ordering_the_replay_reads_stale_data(door):
     """The control: the same capture with ``stream_ptr=-1`` does not wait for the producer, and
     its first replay reads the bytes from before the write.  The producer's stream is held

@@ -353,3 +353,51 @@ def test_a_cycle_through_the_owner_of_the_memory_waits_for_the_hand_over(gpu, si
     del found[:]
     assert release_pending(wait=True) == 1
     assert log == ["freed"]
+
+
+FIRST_HAND_OVERS_SCRIPT = """
+import sys, threading
+sys.path[:0] = sys.argv[1:3]
+from driver_support import Resources, make_current
+import test_gpu_record_stream as t
+from stridedview import StridedMemoryView, _view, release_pending
+
+make_current(0)
+res = Resources()
+marking = t.Marking(res, 64)
+streams = [res.stream() for _ in range(8)]
+producers = [marking.producer() for _ in range(8)]
+start = threading.Barrier(8)
+errors = []
+
+def first(i):
+    try:
+        make_current(0)
+        start.wait(30)
+        view = StridedMemoryView(producers[i], stream_ptr=streams[i].ptr)
+        marking.mark(producers[i].last, streams[i])
+        view.record_stream(streams[i].ptr)
+        del view
+    except BaseException as exc:
+        errors.append(repr(exc))
+
+threads = [threading.Thread(target=first, args=(i,)) for i in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join(60)
+release_pending(wait=True)
+print(errors, sorted(marking.calls.values()), marking.early, _view._pending_holds())
+"""
+
+
+def test_threads_making_their_first_hand_over_at_once(gpu):
+    """Eight threads of a fresh process make their first view and hand-over at once (the door
+    decided, each thread's door struct made and tied to its thread state, the exit function
+    registered, all racing): every hold is released once, after its stream's work.
+    tools/tsan.sh --simgpu runs it under ThreadSanitizer, which reported races there."""
+    from simgpu.simgpu_support import child_paths, run_python
+
+    result = run_python(FIRST_HAND_OVERS_SCRIPT, args=child_paths())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[0] == "[] [1, 1, 1, 1, 1, 1, 1, 1] [] (0, 0, 0)", result.stdout

@@ -494,11 +494,14 @@ class SlowProducer:
 
 
 @pytest.mark.simgpu
-@pytest.mark.parametrize("consumer_stream", ["stream", "none-is-legacy", "minus-one"])
+@pytest.mark.parametrize(
+    "consumer_stream", ["stream", "none-is-legacy", pytest.param("minus-one", marks=pytest.mark.races)]
+)
 def test_export_handshake_orders_the_consumer(gpu, simulator, consumer_stream):
     """A view ready on the producer's stream, exported with __dlpack__(stream=S): S waits for the
     producer (a slow write is read complete); stream=None is the legacy default stream; -1
-    orders nothing (stale read: the control)."""
+    orders nothing (the control: the stream-order checker reports the read, marked races;
+    whether it reads stale bytes is up to the timing)."""
     slow = SlowProducer(gpu)
     view = StridedMemoryView(slow.array, stream_ptr=-1)
     assert view.ready_stream == slow.stream.ptr
@@ -516,8 +519,9 @@ def test_export_handshake_orders_the_consumer(gpu, simulator, consumer_stream):
         fresh = slow.read_on(0, view.ptr)
     else:
         theirs = core_view_class().from_dlpack(view, stream_ptr=-1)
-        fresh = slow.read_on(other.handle, theirs.ptr)
-    assert fresh is (consumer_stream != "minus-one")
+        slow.read_on(other.handle, theirs.ptr)
+        return
+    assert fresh
 
 
 @pytest.mark.simgpu

@@ -122,25 +122,28 @@ def test_chained_views_are_transitive(delayed, two_gpus):
 
 def test_reused_event_waits_capture_their_own_point(delayed, simulator):
     """One event serves both views (created once), yet each consumer waits for what was written
-    before its own view: c1 sees the first write and not necessarily the second, c2 both."""
+    before its own view: c1 sees the first write, c2 the second.  (The producer's second write
+    waits for c1's read, as a correct program's must: a write after another stream's read.)"""
     spot = Spot(delayed)
     producer, c1, c2 = delayed.stream(), delayed.stream(), delayed.stream()
     first, second = delayed.pinned(NBYTES), delayed.pinned(NBYTES)
-    from driver_support import drv, ok
+    from driver_support import DISABLE_TIMING, drv, ok
 
+    read = ok(drv.cuEventCreate(DISABLE_TIMING))  # (the test's own, made before the count)
     created = simulator.counter("events_created")
     spot.write(producer.ptr, 0x41)
     StridedMemoryView(spot.array(producer.ptr), stream_ptr=c1.ptr)
     ok(drv.cuMemcpyDtoHAsync(first.ptr, spot.memory.ptr, NBYTES, c1.handle))
-    for _ in range(4):  # the second write lands well after c1's copy
-        ok(drv.cuMemsetD8Async(spot.scratch.ptr, 0, 64, producer.handle))
+    ok(drv.cuEventRecord(read, c1.handle))
+    ok(drv.cuStreamWaitEvent(producer.handle, read, 0))  # the second write after c1's read
     spot.write(producer.ptr, 0x42)
     StridedMemoryView(spot.array(producer.ptr), stream_ptr=c2.ptr)
     ok(drv.cuMemcpyDtoHAsync(second.ptr, spot.memory.ptr, NBYTES, c2.handle))
     c1.synchronize()
     c2.synchronize()
     assert simulator.counter("events_created") - created <= 1
-    assert (first.array() == 0x41).all()  # c1 ran before the second write landed
+    ok(drv.cuEventDestroy(read))
+    assert (first.array() == 0x41).all()
     assert (second.array() == 0x42).all()
 
 

@@ -197,6 +197,7 @@ def test_handed_over_memory_is_not_reused_while_the_stream_reads_it(delayed, pro
 
 
 @pytest.mark.parametrize("producer", sorted(PRODUCERS))
+@pytest.mark.races
 def test_without_a_hand_over_the_stream_reads_reused_memory(delayed, producer):
     """Control: without the hand-over the producer reuses the block at once, and S's late read
     sees the new bytes (so the test above can fail)."""
@@ -275,6 +276,7 @@ def test_decorator_record_stream_keeps_temporaries_until_the_launch_is_done(dela
 
 
 @pytest.mark.parametrize("producer", sorted(PRODUCERS))
+@pytest.mark.races
 def test_decorator_without_record_stream_reads_reused_memory(delayed, producer):
     """Control: the same launcher without the option lets the temporary go at the launch's end,
     and S's copy sees the new bytes."""

@@ -159,6 +159,7 @@ def test_view_on_b_orders_the_producer_before_b_every_time(gpu, sim, where):
 
 @pytest.mark.simgpu
 @pytest.mark.parametrize("where", list(LAYOUTS))
+@pytest.mark.races
 def test_view_with_minus_one_reads_stale_data(gpu, simulator, where):
     """Control: with stream_ptr=-1 nothing is ordered, and B's copy reads stale data (so the
     test above can fail)."""
@@ -221,6 +222,7 @@ def test_eight_threads_each_ordered_every_time(gpu, sim):
 
 
 @pytest.mark.simgpu
+@pytest.mark.races
 def test_eight_threads_with_minus_one_read_stale_data(gpu, simulator):
     """Control: the same eight threads with stream_ptr=-1 read stale data."""
     results = _thread_races(gpu, False, CONTROL_RUNS // THREADS, simulator)
@@ -249,6 +251,7 @@ def test_other_producers_are_ordered_too(gpu, sim, producer, write, where):
 
 @pytest.mark.simgpu
 @pytest.mark.parametrize(("producer", "write"), PRODUCERS, ids=[f"{p}-{w}" for p, w in PRODUCERS])
+@pytest.mark.races
 def test_other_producers_with_minus_one_read_stale_data(gpu, simulator, producer, write):
     """Control for each of those producers: with stream_ptr=-1, B reads stale data."""
     race = Race(gpu, producer, 0, 0, write)

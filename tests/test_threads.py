@@ -428,8 +428,8 @@ def test_threads_doc_names_every_module_level_cache():
     found -= _CONSTANTS
     # The fast paths' caches (the last type, the interned tuples, ...) are no module
     # globals: they live in _thread_state.pxi's struct, per process or per thread.
-    assert {"_producer_types", "_dtype_slots", "_cai_dtypes",
-            "_per_thread", "_primary_contexts", "_thread_events"} <= found, found
+    assert {"_producer_types", "_dtype_slots", "_cai_dtypes", "_primary_contexts",
+            "_graph_entries"} <= found, found
     doc = (ROOT / "docs" / "threads.md").read_text()
     named = set(re.findall(r"`(_[a-z][a-z_]*)`", doc))
     missing = found - named

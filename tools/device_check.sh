@@ -12,11 +12,9 @@
 #                           python -m pytest tests/simgpu): where the two disagree, the
 #                           simulator is wrong, and the gpu tests built on it prove less;
 #       2. gpu.txt          the gpu and real_gpu tests (CuPy, torch, JAX, numba-cuda, cuda.core);
-#       3. gpu-nodoor.txt   tests/test_gpu_*.py again with the driver door off
-#                           (STRIDEDVIEW_NO_C_DRIVER=1);
-#       4. check.txt        benchmarks/device.py --check: both libraries agree on every case;
-#       5. wall.txt         benchmarks/device.py --wall: microseconds a call on the real driver.
-#       Each step has a time limit (T_CONFORMANCE, T_GPU, T_NODOOR, T_BENCH seconds), so the
+#       3. check.txt        benchmarks/device.py --check: both libraries agree on every case;
+#       4. wall.txt         benchmarks/device.py --wall: microseconds a call on the real driver.
+#       Each step has a time limit (T_CONFORMANCE, T_GPU, T_BENCH seconds), so the
 #       whole run ends within about six minutes and a step that hangs cannot take the rest.
 set -u
 cd "$(dirname "$0")/.."
@@ -54,10 +52,6 @@ run)
     step gpu
     timeout "${T_GPU:-150}" "${pytest[@]}" -m "gpu or real_gpu" tests > "$out/gpu.txt" 2>&1
     tail -n 40 "$out/gpu.txt"
-    step nodoor
-    timeout "${T_NODOOR:-50}" env STRIDEDVIEW_NO_C_DRIVER=1 "${pytest[@]}" -m "gpu or real_gpu" \
-        tests/test_gpu_*.py > "$out/gpu-nodoor.txt" 2>&1
-    tail -n 12 "$out/gpu-nodoor.txt"
     step check
     timeout "${T_BENCH:-30}" python3 benchmarks/device.py --check > "$out/check.txt" 2>&1
     tail -n 14 "$out/check.txt"

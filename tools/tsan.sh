@@ -8,18 +8,20 @@
 #
 #   tools/tsan.sh                      # tests/test_free_threading.py, test_threads.py, test_record_stream.py
 #   tools/tsan.sh tests/test_launch_reuse.py -k thread   # other tests (pytest arguments)
-#   tools/tsan.sh --simgpu             # the hand-over tests on the simulated device (below)
+#   tools/tsan.sh --simgpu             # the hand-over and checker tests on the simulated device (below)
 #   tools/tsan.sh --simgpu tests/test_gpu_graphs.py -k thread   # other gpu tests on it
 #
-# --simgpu runs the C driver door (_driver_door.pxi, _handover.pxi) on the simulated device:
+# --simgpu runs the driver door (_driver_door.h, _handover.pxi) on the simulated device:
 # cuda-bindings (its cp313t wheel) goes into the environment, the simulator (tests/simgpu) is
 # built with -fsanitize=thread too (so that ThreadSanitizer sees its locks, and its stream
 # threads, which run host functions and the deleters of released holds, report no false race
 # with stridedview; a race in the simulator's own code is a simulator defect), and it is made
 # the process's libcuda.so.1 (LD_LIBRARY_PATH, SIMGPU_LIB_DIR,
-# STRIDEDVIEW_REQUIRE_DEVICE=simulated).  Its default tests are the gpu tests of hand-overs
-# and ordering from several threads: tests/test_gpu_record_stream.py, test_gpu_driver_door.py,
-# test_gpu_ordering.py and test_gpu_streams.py, marked gpu or simgpu, less the timed race
+# STRIDEDVIEW_REQUIRE_DEVICE=simulated, SIMGPU_CHECK=1).  Its default tests are the gpu tests of
+# hand-overs and ordering from several threads: tests/test_gpu_record_stream.py,
+# test_gpu_driver_door.py, test_gpu_hold_rule.py (threads making their first hand-over at
+# once among them), test_gpu_ordering.py, test_gpu_streams.py and the simulator's
+# stream-order checker's own tests (tests/simgpu/test_checker.py), less the timed race
 # controls (below; their tests took 5 to 7 minutes on two loaded cores, after the build).  The hand-over tests that need
 # cuda-core or numba-cuda (not installed here) skip (STRIDEDVIEW_ALLOW_MISSING).
 #
@@ -85,9 +87,11 @@ if [ "$simgpu" = 1 ]; then
     # Left out: the controls that must see a race within 200 unordered runs (a stream reading
     # reused or stale memory), timed against the simulator's delay: under ThreadSanitizer the
     # host is slowed more than the simulated device's delays, and they may see none.
+    # The stream-order checker runs too (its state is the simulator's, locked by it).
+    export SIMGPU_CHECK=1
     [ $# -gt 0 ] || set -- -m "gpu or simgpu" -k "not reads_reused_memory and not stale_data" \
-        tests/test_gpu_record_stream.py tests/test_gpu_driver_door.py \
-        tests/test_gpu_ordering.py tests/test_gpu_streams.py
+        tests/test_gpu_record_stream.py tests/test_gpu_driver_door.py tests/test_gpu_hold_rule.py \
+        tests/test_gpu_ordering.py tests/test_gpu_streams.py tests/simgpu/test_checker.py
 fi
 [ $# -gt 0 ] || set -- tests/test_free_threading.py tests/test_threads.py tests/test_record_stream.py
 export TSAN_OPTIONS="suppressions=$repo/tools/tsan-suppressions.txt halt_on_error=0 history_size=4 second_deadlock_stack=1 log_path=$work/reports/tsan"

@@ -27,17 +27,19 @@ def release_driver_resources() -> None:
 
     Waits on the host for the streams of every pending hold and releases them
     (``release_pending(wait=True)``), destroys every event stridedview keeps (every
-    thread's, the C door's included), releases the primary contexts it retained and
-    forgets every context it looked up; the next ordering or hand-over starts afresh.
-    Loads no driver when none was used.
+    thread's), releases the primary contexts it retained and forgets every context it
+    looked up; the next ordering or hand-over starts afresh.  Loads no driver when none
+    was used.
 
     Call it before ``cudaDeviceReset`` / ``cuDevicePrimaryCtxReset`` (or releasing a
     primary context to nothing), with no other thread ordering streams meanwhile, as the
     reset itself requires.  A reset destroys the context's events and streams while their
     handles still look valid (the context keeps its handle); naming one afterwards is
     undefined in CUDA and a real driver crashes (driver 580: SIGSEGV), so stridedview
-    cannot find out afterwards.  Holds owned by CUDA graphs are not touched (their graphs
-    decide).
+    cannot find out afterwards.  Holds owned by CUDA graphs stay the graphs' (their graphs
+    decide when they are released), but the streams they were also handed to are waited for
+    now and their events destroyed, so that nothing of the released state is named when the
+    graphs give them back.
     """
     from stridedview import _driver
 

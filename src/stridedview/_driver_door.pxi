@@ -249,20 +249,42 @@ cdef int _order_after(object producer, object consumer, object device=None, obje
     never blocked.  ``device``: the ordinal of the device holding the data, or None; then
     ``ptr``, when not 0, a pointer into the data whose device the driver is asked for, only if
     a default-stream handle needs it.  CUDAError if a driver call fails."""
-    cdef uintptr_t p, c, address = 0
+    cdef uintptr_t p = 0, c = 0
+    cdef sv_door_thread *t
+    cdef const char *call = NULL
+    cdef sv_CUresult r
+    if (
+        type(producer) is not int or not sv_handle_value(producer, &p)
+        or type(consumer) is not int or not sv_handle_value(consumer, &c)
+    ):
+        _door_handle(producer)
+        _door_handle(consumer)  # (raises for what is not a handle)
+    if p == c and p > 2:
+        return 0  # one stream: nothing to order, no driver loaded
+    if sv_door_state_load() != 1:
+        _door_require()
+    p = sv_door_handle(p)
+    c = sv_door_handle(c)
+    if p > 2 and c > 2 and (t := sv_door_thread_get()) != NULL:
+        # The common case (two ordinary streams, this thread's struct): no data device needed.
+        r = sv_door_order(t, p, c, -1, 0, &call)
+        if r == SV_CUDA_SUCCESS:
+            return 0
+        if r != SV_DOOR_CAPTURING and r != SV_DOOR_CONSUMER_INVALIDATED:
+            _door_raise(r, call)
+    return _order_after_general(p, c, device, ptr)
+
+
+cdef int _order_after_general(uintptr_t p, uintptr_t c, object device, object ptr) except -1:
+    """_order_after's every other case: default streams, a capturing consumer, code run as
+    its thread ends (a temporary per-thread struct)."""
+    cdef uintptr_t address = 0
     cdef int ordinal = -1
     cdef const char *call = NULL
     cdef sv_CUresult r
     cdef void *context = NULL
     cdef sv_door_thread temporary
     cdef sv_door_thread *t
-    p = _door_handle(producer)
-    c = _door_handle(consumer)
-    if p == c and p > 2:
-        return 0  # one stream: nothing to order, no driver loaded
-    _door_require()
-    p = sv_door_handle(p)
-    c = sv_door_handle(c)
     if device is not None:
         ordinal = device
     elif type(ptr) is int and ptr != 0:

@@ -358,8 +358,7 @@ cdef class _Handover(_Hold):
     ``streams``: the places (_driver_door.pxi's _door_place) the view was recorded on,
     each once: ``(handle, context, thread)``, resolved where ``record_stream`` was called (or
     the view joined its launch); a hand-over recorded on one place has it in ``place``
-    instead (``streams`` None until a second place is recorded, then a list of both;
-    _entry_places gives either as a list);
+    instead (``streams`` None until a second place is recorded, then a list of both);
     the first hold handed over in its own (_Hold) fields, ``held`` set while they
     hold it; the next _HOLD_SLOTS of a group in ``slots`` (``n_slots`` of them);
     ``holds``: the _Holds handed over after those (None until one more, and once
@@ -443,13 +442,6 @@ cdef tuple _stream_place(StridedMemoryView view, object handle):
     device's primary context (a CUDA Array Interface view's device found from its pointer);
     CUDAError if the driver is unusable or the handle names no stream."""
     return _door_place(handle, view._device_id if view._device_id >= 0 else -1, view._ptr)
-
-
-cdef list _entry_places(_Handover entry):
-    """``entry``'s places as a list (its own, or one made for its single ``place``)."""
-    if entry.streams is not None or entry.place is None:
-        return entry.streams
-    return [entry.place]
 
 
 cdef bint _same_place(tuple place, tuple other):
@@ -1036,7 +1028,8 @@ cdef int _record_entry(_Handover entry) noexcept:
     graphs gave back records its capturing places once their capture has ended
     (_record_awaited).  With no driver to record on (the driver changed since the view was
     recorded), the holds are released at once, reported."""
-    cdef list places
+    cdef list streams = entry.streams
+    cdef tuple place = entry.place
     cdef Py_ssize_t n, i
     cdef sv_door_hev *h
     cdef sv_door_thread temporary
@@ -1050,10 +1043,10 @@ cdef int _record_entry(_Handover entry) noexcept:
     cdef dict graphs = None
     if entry.c_events != NULL:  # given back by its graphs: its capturing places are left
         return _ENTRY_RECORDED if _record_awaited(entry) else _ENTRY_DEFERRED
+    n = len(streams) if streams is not None else (1 if place is not None else 0)
     try:
-        _door_require()
-        places = _entry_places(entry)
-        n = len(places)
+        if sv_door_state_load() != 1:
+            _door_require()
     except BaseException as exc:
         _release_holds(entry)
         if not _exiting:
@@ -1066,10 +1059,13 @@ cdef int _record_entry(_Handover entry) noexcept:
         _release_holds(entry)
         sv_write_unraisable(MemoryError(), "stridedview: recording a hand-over's event (its memory was released at once)")
         return _ENTRY_RELEASED
-    t = sv_door_thread_or_temporary(&temporary)
+    t = sv_door_thread_get()
+    if t == NULL:
+        t = sv_door_thread_or_temporary(&temporary)
     outcome = SV_PLACE_RECORDED
     for i in range(n):
-        place = <tuple>places[i]
+        if streams is not None:
+            place = <tuple>PyList_GET_ITEM_ptr(<PyObject *>streams, i)
         handle = <object>PyTuple_GET_ITEM(place, 0)
         outcome = sv_door_place_record(
             t, handle, PyLong_AsVoidPtr(<object>PyTuple_GET_ITEM(place, 1)),

@@ -99,7 +99,7 @@ def two_devices(device_count):
 def _main_thread_context(request):
     """Each test starts with device 0's primary context current on the main thread, no
     operation delay and no injected failure (``Simulator.fail``); whatever it leaves queued
-    is finished before the next test starts."""
+    is finished before the next test starts, and a call log it started is stopped."""
     if "driver" not in request.fixturenames and "primary" not in request.fixturenames:
         yield
         return
@@ -116,6 +116,7 @@ def _main_thread_context(request):
     if sim is not None:
         sim.fail_clear()
         sim.set_delay_us(0)
+        sim.call_log_stop()
     if threading.current_thread() is threading.main_thread():
         for ctx in primary:
             ok(drv.cuCtxSetCurrent(ctx))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import typing
 
 from cuda.bindings import driver as drv
 
@@ -67,6 +68,47 @@ class LaunchInfo(ctypes.Structure):
     ]
 
 
+class CallRecordC(ctypes.Structure):
+    """One entry of the simulator's call log (simgpu_call_log_get), as C lays it out."""
+
+    _fields_ = [
+        ("seq", ctypes.c_uint64),
+        ("name", ctypes.c_char_p),
+        ("thread", ctypes.c_int64),
+        ("result", ctypes.c_int32),
+        ("nargs", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("args", ctypes.c_uint64 * 6),
+    ]
+
+
+class Call(typing.NamedTuple):
+    """A driver call in the simulator's call log (``Simulator.call_log``).
+
+    ``name``: the entry point that ran (``cuEventRecord``, ``cuCtxPushCurrent_v2``; a
+    per-thread-default-stream variant is logged under its base entry point, ``per_thread``
+    set); ``args``: its arguments as signed 64-bit ints (handles and ints by value, an
+    out-parameter as the value the call wrote, 0 if it failed; tests/simgpu/README.md lists
+    them); ``result``: the CUresult as an int, None if the call had not returned when the log
+    was read; ``thread``: the OS thread id (``threading.get_native_id()``); ``injected``: the
+    result came from ``Simulator.fail``."""
+
+    name: str
+    args: tuple
+    result: int | None
+    thread: int
+    per_thread: bool = False
+    injected: bool = False
+
+
+_CALL_RETURNED, _CALL_PER_THREAD, _CALL_INJECTED = 1, 2, 4
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
 class Simulator:
     """The simulator's test exports, reached through ctypes on the loaded libcuda.so.1."""
 
@@ -103,6 +145,20 @@ class Simulator:
         lib.simgpu_check_report.argtypes = [ctypes.c_long, ctypes.c_char_p, ctypes.c_size_t]
         lib.simgpu_set_kernel_param_access.restype = ctypes.c_int
         lib.simgpu_set_kernel_param_access.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+        lib.simgpu_call_log_start.restype = ctypes.c_int
+        lib.simgpu_call_log_start.argtypes = [ctypes.c_int]
+        lib.simgpu_call_log_stop.restype = None
+        lib.simgpu_call_log_stop.argtypes = []
+        lib.simgpu_call_log_count.restype = ctypes.c_long
+        lib.simgpu_call_log_count.argtypes = []
+        lib.simgpu_call_log_dropped.restype = ctypes.c_long
+        lib.simgpu_call_log_dropped.argtypes = []
+        lib.simgpu_call_log_get.restype = ctypes.c_int
+        lib.simgpu_call_log_get.argtypes = [ctypes.c_long, ctypes.POINTER(CallRecordC)]
+        lib.simgpu_stream_move.restype = ctypes.c_int
+        lib.simgpu_stream_move.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.simgpu_handle_report_gone.restype = ctypes.c_int
+        lib.simgpu_handle_report_gone.argtypes = [ctypes.c_uint64, ctypes.c_int]
 
     def counter(self, name: str) -> int:
         return self.lib.simgpu_counter(name.encode())
@@ -186,6 +242,69 @@ class Simulator:
         the whole allocation, a pointer does not say how far a kernel reaches)."""
         if self.lib.simgpu_set_kernel_param_access(name.encode(), int(index), int(mode)) != 0:
             raise ValueError(f"simgpu_set_kernel_param_access({name!r}, {index}, {mode}) refused")
+
+    # ---- the call log ----
+
+    def call_log_start(self, all_threads: bool = False) -> None:
+        """Starts the call log from empty: every driver call the calling OS thread makes
+        (``all_threads``: any thread) is logged, in the order the calls begin, with its
+        arguments and result, until ``call_log_stop``.  The first 100,000 calls are kept, later
+        ones only counted (``call_log_dropped``)."""
+        if self.lib.simgpu_call_log_start(1 if all_threads else 0) != 0:
+            raise MemoryError("simgpu_call_log_start refused")
+
+    def call_log_stop(self) -> None:
+        """Logs no further call; the log stays readable until the next ``call_log_start``."""
+        self.lib.simgpu_call_log_stop()
+
+    def call_log_dropped(self) -> int:
+        """Calls made while logging that found the log full (not logged)."""
+        return self.lib.simgpu_call_log_dropped()
+
+    def call_log(self) -> list[Call]:
+        """The calls logged, in call order (``Call`` records)."""
+        record = CallRecordC()
+        calls = []
+        for index in range(self.lib.simgpu_call_log_count()):
+            if self.lib.simgpu_call_log_get(index, ctypes.byref(record)) != 0:
+                break
+            calls.append(
+                Call(
+                    name=record.name.decode() if record.name else "?",
+                    args=tuple(_signed64(record.args[i]) for i in range(record.nargs)),
+                    result=record.result if record.flags & _CALL_RETURNED else None,
+                    thread=record.thread,
+                    per_thread=bool(record.flags & _CALL_PER_THREAD),
+                    injected=bool(record.flags & _CALL_INJECTED),
+                )
+            )
+        return calls
+
+    # ---- handles made stale ----
+
+    @staticmethod
+    def _handle(value) -> int:
+        """A handle's value: an int, or a cuda.bindings handle object (CUstream, CUevent, ...)."""
+        return value if isinstance(value, int) else int(value)
+
+    def stream_move(self, stream, context) -> None:
+        """Stream handle ``stream`` names a new, empty stream of ``context`` from now on, as
+        if the driver had reused a destroyed stream's handle for another context's stream:
+        ``cuStreamGetCtx`` answers ``context``, and an event of the old context recorded on it
+        answers CUDA_ERROR_INVALID_HANDLE.  The stream it named is destroyed as by
+        ``cuStreamDestroy`` (its queued work drains)."""
+        if self.lib.simgpu_stream_move(self._handle(stream), self._handle(context)) != 0:
+            raise ValueError(f"simgpu_stream_move({stream!r}, {context!r}) refused")
+
+    def handle_report_gone(self, handle, code=None) -> None:
+        """The driver reports stream or event ``handle`` gone: a live one is destroyed as its
+        destroy call would (a stream's queued work drains), and from now on every call naming
+        it answers ``code`` (default CUDA_ERROR_INVALID_HANDLE; a CUresult or an int), where a
+        destroyed handle would otherwise end the process (a stream) or answer
+        CUDA_ERROR_CONTEXT_IS_DESTROYED (an event)."""
+        value = int(drv.CUresult.CUDA_ERROR_INVALID_HANDLE if code is None else code)
+        if self.lib.simgpu_handle_report_gone(self._handle(handle), value) != 0:
+            raise ValueError(f"simgpu_handle_report_gone({handle!r}, {code!r}) refused")
 
     def set_delay_us(self, microseconds: int) -> None:
         self.lib.simgpu_set_delay_us(microseconds)

@@ -280,3 +280,22 @@ def test_one_object_in_several_graphs_lives_until_the_last(res):
     assert destructor.ran()
     time.sleep(0.05)
     assert len(destructor.threads) == 1
+
+
+def test_many_captures_at_once(res):
+    """Sixty-four streams capturing at the same time, begun one after another and ended in
+    reverse: each capture is its own and ends with its own graph.  (The simulator's table of
+    captures, grown in place by realloc, once kept its old capacity and let later captures
+    write past its end: heap corruption that cuda.core's suite met in one run of eight.)"""
+    nbytes = 64
+    dev = res.alloc(nbytes * 64)
+    streams = [res.stream() for _ in range(64)]
+    for i, stream in enumerate(streams):
+        ok(drv.cuStreamBeginCapture(stream, THREAD_LOCAL))
+        ok(drv.cuMemsetD8Async(dev + i * nbytes, i, nbytes, stream))
+    ids = [ok(drv.cuStreamGetCaptureInfo(stream))[1] for stream in streams]
+    assert len(set(ids)) == 64
+    graphs = [ok(drv.cuStreamEndCapture(stream)) for stream in reversed(streams)]
+    assert len({int(g) for g in graphs}) == 64
+    for graph in graphs:
+        ok(drv.cuGraphDestroy(graph))

@@ -156,35 +156,35 @@ static CUresult copy_1d(CUdeviceptr dst, int dst_dev, CUdeviceptr src, int src_d
     }
 
 SG_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
-    API_BEGIN("cuMemcpyHtoD_v2");
+    API_BEGIN_ARGS("cuMemcpyHtoD_v2", 0, LA(dst), LA(src), LA(n));
     API_NEED_INIT();
     API_RETURN(copy_1d(dst, 1, PTR(src), 0, n, 0, 1));
 }
 PTDS(cuMemcpyHtoD_v2, _ptds, (CUdeviceptr dst, const void *src, size_t n), (dst, src, n))
 
 SG_API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
-    API_BEGIN("cuMemcpyDtoH_v2");
+    API_BEGIN_ARGS("cuMemcpyDtoH_v2", 0, LA(dst), LA(src), LA(n));
     API_NEED_INIT();
     API_RETURN(copy_1d(PTR(dst), 0, src, 1, n, 0, 1));
 }
 PTDS(cuMemcpyDtoH_v2, _ptds, (void *dst, CUdeviceptr src, size_t n), (dst, src, n))
 
 SG_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-    API_BEGIN("cuMemcpyDtoD_v2");
+    API_BEGIN_ARGS("cuMemcpyDtoD_v2", 0, LA(dst), LA(src), LA(n));
     API_NEED_INIT();
     API_RETURN(copy_1d(dst, 1, src, 1, n, 0, 1));
 }
 PTDS(cuMemcpyDtoD_v2, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
 
 SG_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-    API_BEGIN("cuMemcpy");
+    API_BEGIN_ARGS("cuMemcpy", 0, LA(dst), LA(src), LA(n));
     API_NEED_INIT();
     API_RETURN(copy_1d(dst, 0, src, 0, n, 0, 1));
 }
 PTDS(cuMemcpy, _ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n))
 
 SG_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
-    API_BEGIN("cuMemcpyHtoDAsync_v2");
+    API_BEGIN_ARGS("cuMemcpyHtoDAsync_v2", 0, LA(dst), LA(src), LA(n), LA(s));
     API_NEED_INIT();
     API_RETURN(copy_1d(dst, 1, PTR(src), 0, n, H(s), 0));
 }
@@ -192,7 +192,7 @@ PTDS(cuMemcpyHtoDAsync_v2, _ptsz, (CUdeviceptr dst, const void *src, size_t n, C
      (dst, src, n, s))
 
 SG_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
-    API_BEGIN("cuMemcpyDtoHAsync_v2");
+    API_BEGIN_ARGS("cuMemcpyDtoHAsync_v2", 0, LA(dst), LA(src), LA(n), LA(s));
     API_NEED_INIT();
     API_RETURN(copy_1d(PTR(dst), 0, src, 1, n, H(s), 0));
 }
@@ -200,7 +200,7 @@ PTDS(cuMemcpyDtoHAsync_v2, _ptsz, (void *dst, CUdeviceptr src, size_t n, CUstrea
      (dst, src, n, s))
 
 SG_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-    API_BEGIN("cuMemcpyDtoDAsync_v2");
+    API_BEGIN_ARGS("cuMemcpyDtoDAsync_v2", 0, LA(dst), LA(src), LA(n), LA(s));
     API_NEED_INIT();
     API_RETURN(copy_1d(dst, 1, src, 1, n, H(s), 0));
 }
@@ -208,7 +208,7 @@ PTDS(cuMemcpyDtoDAsync_v2, _ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, C
      (dst, src, n, s))
 
 SG_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-    API_BEGIN("cuMemcpyAsync");
+    API_BEGIN_ARGS("cuMemcpyAsync", 0, LA(dst), LA(src), LA(n), LA(s));
     API_NEED_INIT();
     API_RETURN(copy_1d(dst, 0, src, 0, n, H(s), 0));
 }
@@ -225,7 +225,7 @@ static CUresult check_peer_contexts(CUcontext a, CUcontext b) {
 
 SG_API CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
                              size_t n) {
-    API_BEGIN("cuMemcpyPeer");
+    API_BEGIN_ARGS("cuMemcpyPeer", 0, LA(dst), LA(dst_ctx), LA(src), LA(src_ctx), LA(n));
     API_NEED_INIT();
     CUresult r = check_peer_contexts(dst_ctx, src_ctx);
     API_RETURN(r != CUDA_SUCCESS ? r : copy_1d(dst, 1, src, 1, n, 0, 1));
@@ -235,7 +235,7 @@ PTDS(cuMemcpyPeer, _ptds,
 
 SG_API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
                                   CUcontext src_ctx, size_t n, CUstream s) {
-    API_BEGIN("cuMemcpyPeerAsync");
+    API_BEGIN_ARGS("cuMemcpyPeerAsync", 0, LA(dst), LA(dst_ctx), LA(src), LA(src_ctx), LA(n), LA(s));
     API_NEED_INIT();
     CUresult r = check_peer_contexts(dst_ctx, src_ctx);
     API_RETURN(r != CUDA_SUCCESS ? r : copy_1d(dst, 1, src, 1, n, H(s), 0));
@@ -338,49 +338,49 @@ static CUresult copy_2d(const sg_copy2d_desc *d, uint64_t stream, int sync_api) 
 }
 
 SG_API CUresult cuMemcpy2D_v2(const sg_copy2d_desc *d) {
-    API_BEGIN("cuMemcpy2D_v2");
+    API_BEGIN_ARGS("cuMemcpy2D_v2", 0, LA(d));
     API_NEED_INIT();
     API_RETURN(copy_2d(d, 0, 1));
 }
 PTDS(cuMemcpy2D_v2, _ptds, (const sg_copy2d_desc *d), (d))
 
 SG_API CUresult cuMemcpy2DUnaligned_v2(const sg_copy2d_desc *d) {
-    API_BEGIN("cuMemcpy2DUnaligned_v2");
+    API_BEGIN_ARGS("cuMemcpy2DUnaligned_v2", 0, LA(d));
     API_NEED_INIT();
     API_RETURN(copy_2d(d, 0, 1));
 }
 PTDS(cuMemcpy2DUnaligned_v2, _ptds, (const sg_copy2d_desc *d), (d))
 
 SG_API CUresult cuMemcpy2DAsync_v2(const sg_copy2d_desc *d, CUstream s) {
-    API_BEGIN("cuMemcpy2DAsync_v2");
+    API_BEGIN_ARGS("cuMemcpy2DAsync_v2", 0, LA(d), LA(s));
     API_NEED_INIT();
     API_RETURN(copy_2d(d, H(s), 0));
 }
 PTDS(cuMemcpy2DAsync_v2, _ptsz, (const sg_copy2d_desc *d, CUstream s), (d, s))
 
 SG_API CUresult cuMemcpy3D_v2(const sg_copy3d_desc *d) {
-    API_BEGIN("cuMemcpy3D_v2");
+    API_BEGIN_ARGS("cuMemcpy3D_v2", 0, LA(d));
     API_NEED_INIT();
     API_RETURN(copy_3d(d, 0, 1, 0));
 }
 PTDS(cuMemcpy3D_v2, _ptds, (const sg_copy3d_desc *d), (d))
 
 SG_API CUresult cuMemcpy3DAsync_v2(const sg_copy3d_desc *d, CUstream s) {
-    API_BEGIN("cuMemcpy3DAsync_v2");
+    API_BEGIN_ARGS("cuMemcpy3DAsync_v2", 0, LA(d), LA(s));
     API_NEED_INIT();
     API_RETURN(copy_3d(d, H(s), 0, 0));
 }
 PTDS(cuMemcpy3DAsync_v2, _ptsz, (const sg_copy3d_desc *d, CUstream s), (d, s))
 
 SG_API CUresult cuMemcpy3DPeer(const sg_copy3d_desc *d) {
-    API_BEGIN("cuMemcpy3DPeer");
+    API_BEGIN_ARGS("cuMemcpy3DPeer", 0, LA(d));
     API_NEED_INIT();
     API_RETURN(copy_3d(d, 0, 1, 1));
 }
 PTDS(cuMemcpy3DPeer, _ptds, (const sg_copy3d_desc *d), (d))
 
 SG_API CUresult cuMemcpy3DPeerAsync(const sg_copy3d_desc *d, CUstream s) {
-    API_BEGIN("cuMemcpy3DPeerAsync");
+    API_BEGIN_ARGS("cuMemcpy3DPeerAsync", 0, LA(d), LA(s));
     API_NEED_INIT();
     API_RETURN(copy_3d(d, H(s), 0, 1));
 }
@@ -430,21 +430,21 @@ static CUresult do_memset(CUdeviceptr dst, size_t pitch, unsigned value, unsigne
 
 #define MEMSET_1D(name, type, elem, sync)                                                   \
     SG_API CUresult name(CUdeviceptr dst, type value, size_t n) {                           \
-        API_BEGIN(#name);                                                                   \
+        API_BEGIN_ARGS(#name, 0, LA(dst), LA(value), LA(n));                                \
         API_NEED_INIT();                                                                    \
         API_RETURN(do_memset(dst, n * (elem), value, elem, n, 1, 0, sync));                 \
     }                                                                                       \
     PTDS(name, _ptds, (CUdeviceptr dst, type value, size_t n), (dst, value, n))
 #define MEMSET_1D_ASYNC(name, type, elem)                                                   \
     SG_API CUresult name(CUdeviceptr dst, type value, size_t n, CUstream s) {               \
-        API_BEGIN(#name);                                                                   \
+        API_BEGIN_ARGS(#name, 0, LA(dst), LA(value), LA(n), LA(s));                         \
         API_NEED_INIT();                                                                    \
         API_RETURN(do_memset(dst, n * (elem), value, elem, n, 1, H(s), 0));                 \
     }                                                                                       \
     PTDS(name, _ptsz, (CUdeviceptr dst, type value, size_t n, CUstream s), (dst, value, n, s))
 #define MEMSET_2D(name, type, elem)                                                         \
     SG_API CUresult name(CUdeviceptr dst, size_t pitch, type value, size_t w, size_t h) {   \
-        API_BEGIN(#name);                                                                   \
+        API_BEGIN_ARGS(#name, 0, LA(dst), LA(pitch), LA(value), LA(w), LA(h));              \
         API_NEED_INIT();                                                                    \
         API_RETURN(do_memset(dst, pitch, value, elem, w, h, 0, 1));                         \
     }                                                                                       \
@@ -453,7 +453,7 @@ static CUresult do_memset(CUdeviceptr dst, size_t pitch, unsigned value, unsigne
 #define MEMSET_2D_ASYNC(name, type, elem)                                                   \
     SG_API CUresult name(CUdeviceptr dst, size_t pitch, type value, size_t w, size_t h,     \
                          CUstream s) {                                                      \
-        API_BEGIN(#name);                                                                   \
+        API_BEGIN_ARGS(#name, 0, LA(dst), LA(pitch), LA(value), LA(w), LA(h), LA(s));       \
         API_NEED_INIT();                                                                    \
         API_RETURN(do_memset(dst, pitch, value, elem, w, h, H(s), 0));                      \
     }                                                                                       \

@@ -105,6 +105,7 @@ typedef struct {
 static fault_rule faults[MAX_FAULTS];
 static atomic_int faults_active; /* rules set: the fast path checks only this */
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER; /* the call log (below) */
 
 /* A child forked after the parent initialised the driver cannot use it: its calls answer
  * CUDA_ERROR_NOT_INITIALIZED, cuInit included, and return at once, but for those naming a
@@ -119,6 +120,7 @@ static void forked_child(void) {
     sg_lock = fresh;
     api_lock = fresh;
     fault_lock = fresh;
+    log_lock = fresh;
 }
 
 __attribute__((constructor)) static void register_fork_handler(void) {
@@ -138,6 +140,8 @@ static int fault_matches(const char *rule, const char *entry) {
 }
 
 static __thread int tls_api_index = -1; /* the entry point this thread is in (sg_api_name) */
+static __thread long tls_log_slot = -1;  /* the call log: this thread's call in flight, at that slot */
+static __thread int tls_log_injected;    /* ... which an injected failure answers */
 
 const char *sg_api_name(void) {
     const char *name = tls_api_index >= 0 ? api_name_at(tls_api_index) : NULL;
@@ -163,6 +167,7 @@ int sg_api_enter(int index, CUresult *fault) {
             f->fired++;
             *fault = f->code;
             hit = 1;
+            if (tls_log_slot >= 0) tls_log_injected = 1;
         }
         break;
     }
@@ -225,11 +230,174 @@ SG_API long long simgpu_fail_fired(const char *entry_point) {
     return fired;
 }
 
+/* ---- the call log ------------------------------------------------------------------
+ * simgpu_call_log_start(scope) records, from empty, every call of an entry point counted by
+ * API_BEGIN (scope 0: made by the OS thread that started it; 1: by any thread), in the order
+ * the calls began, until simgpu_call_log_stop; the first SG_CALL_LOG_CAP calls are kept, the
+ * later ones only counted (simgpu_call_log_dropped).  A call's entry is made as it begins (its
+ * arguments, before any injected failure answers it) and completed as it returns (its result,
+ * its out-values).  Everything is under log_lock, taken only while recording: a call that
+ * started before a restart completes nothing of the new log (entries carry the log's
+ * generation). */
+#define SG_CALL_LOG_CAP 100000
+typedef struct {
+    uint64_t seq;     /* the call's place in the log: 0, 1, ... in the order calls began */
+    const char *name; /* the entry point (the base one for a per-thread-default-stream variant) */
+    int64_t thread;   /* the OS thread id (gettid: Python's threading.get_native_id()) */
+    int32_t result;   /* the CUresult; -1 while the call has not returned */
+    int32_t nargs;    /* values in args */
+    uint32_t flags;   /* SIMGPU_CALL_* below */
+    uint32_t reserved;
+    uint64_t args[6];
+} simgpu_call_record;
+enum { SIMGPU_CALL_RETURNED = 1, SIMGPU_CALL_PER_THREAD = 2, SIMGPU_CALL_INJECTED = 4 };
+_Static_assert(sizeof(simgpu_call_record) == 88, "call record layout");
+
+atomic_int sg_call_log_on;
+static simgpu_call_record *log_entries; /* SG_CALL_LOG_CAP of them, allocated at the first start */
+static long log_count, log_dropped;
+static int log_scope;
+static int64_t log_owner;  /* the thread that started a scope-0 log */
+static uint64_t log_gen;   /* bumped by every start */
+static __thread uint64_t tls_log_gen;
+static __thread unsigned tls_log_outs;
+static __thread uint64_t tls_log_out_ptrs[6];
+static __thread int64_t tls_tid;
+
+int sg_ptds_active(void); /* stream.c: the call came through a per-thread-default-stream variant */
+
+static int64_t log_thread_id(void) {
+    if (tls_tid == 0) tls_tid = (int64_t)syscall(SYS_gettid);
+    return tls_tid;
+}
+
+void sg_call_log_begin(int index, unsigned outs, const uint64_t *args, int nargs) {
+    int64_t tid = log_thread_id();
+    pthread_mutex_lock(&log_lock);
+    if (atomic_load_explicit(&sg_call_log_on, memory_order_relaxed) && (log_scope == 1 || tid == log_owner)) {
+        if (log_count >= SG_CALL_LOG_CAP) {
+            log_dropped++;
+        } else {
+            simgpu_call_record *e = &log_entries[log_count];
+            memset(e, 0, sizeof *e);
+            e->seq = (uint64_t)log_count;
+            e->name = api_name_at(index);
+            e->thread = tid;
+            e->result = -1;
+            e->nargs = nargs > 6 ? 6 : nargs;
+            e->flags = sg_ptds_active() ? SIMGPU_CALL_PER_THREAD : 0;
+            tls_log_outs = 0;
+            for (int i = 0; i < e->nargs; i++) {
+                unsigned kind = (outs >> (2 * i)) & 3u;
+                if (kind != 0) {
+                    tls_log_outs |= kind << (2 * i);
+                    tls_log_out_ptrs[i] = args[i];
+                } else {
+                    e->args[i] = args[i];
+                }
+            }
+            tls_log_slot = log_count++;
+            tls_log_gen = log_gen;
+        }
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* The call in flight on this thread returns `result` (any mode; nothing when not logged). */
+static void call_log_end(CUresult result) {
+    long slot = tls_log_slot;
+    int injected = tls_log_injected;
+    tls_log_slot = -1;
+    tls_log_injected = 0;
+    uint64_t outv[6] = {0};
+    if (result == CUDA_SUCCESS) {
+        for (int i = 0; i < 6; i++) {
+            unsigned kind = (tls_log_outs >> (2 * i)) & 3u;
+            const void *p = (const void *)(uintptr_t)tls_log_out_ptrs[i];
+            if (kind == 0 || p == NULL) continue;
+            if (kind == 1) {
+                uint32_t v;
+                memcpy(&v, p, sizeof v);
+                outv[i] = v;
+            } else {
+                memcpy(&outv[i], p, sizeof outv[i]);
+            }
+        }
+    }
+    pthread_mutex_lock(&log_lock);
+    if (log_gen == tls_log_gen && slot < log_count) {
+        simgpu_call_record *e = &log_entries[slot];
+        e->result = result;
+        e->flags |= SIMGPU_CALL_RETURNED | (injected ? SIMGPU_CALL_INJECTED : 0);
+        for (int i = 0; i < e->nargs; i++)
+            if ((tls_log_outs >> (2 * i)) & 3u) e->args[i] = outv[i];
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* Exported for tests: starts the call log from empty.  scope 0: only the calls the calling OS
+ * thread makes; 1: every thread's.  0, or -1 for another scope (or no memory for the log). */
+SG_API int simgpu_call_log_start(int scope) {
+    if (scope != 0 && scope != 1) return -1;
+    pthread_mutex_lock(&log_lock);
+    if (log_entries == NULL) log_entries = malloc(SG_CALL_LOG_CAP * sizeof *log_entries);
+    int rc = -1;
+    if (log_entries != NULL) {
+        log_gen++;
+        log_count = 0;
+        log_dropped = 0;
+        log_scope = scope;
+        log_owner = log_thread_id();
+        atomic_store_explicit(&sg_call_log_on, 1, memory_order_relaxed);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&log_lock);
+    return rc;
+}
+
+/* Exported for tests: no further call is logged (calls in flight still complete their entry);
+ * the log stays readable until the next start. */
+SG_API void simgpu_call_log_stop(void) {
+    pthread_mutex_lock(&log_lock);
+    atomic_store_explicit(&sg_call_log_on, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* Exported for tests: the calls logged (at most SG_CALL_LOG_CAP). */
+SG_API long simgpu_call_log_count(void) {
+    pthread_mutex_lock(&log_lock);
+    long n = log_count;
+    pthread_mutex_unlock(&log_lock);
+    return n;
+}
+
+/* Exported for tests: the calls made while recording, once the log was full (not logged). */
+SG_API long simgpu_call_log_dropped(void) {
+    pthread_mutex_lock(&log_lock);
+    long n = log_dropped;
+    pthread_mutex_unlock(&log_lock);
+    return n;
+}
+
+/* Exported for tests: copies entry i (0-based, in call order) into *out: 0, or -1 when there
+ * is no such entry. */
+SG_API int simgpu_call_log_get(long i, simgpu_call_record *out) {
+    int rc = -1;
+    pthread_mutex_lock(&log_lock);
+    if (out != NULL && i >= 0 && i < log_count) {
+        *out = log_entries[i];
+        rc = 0;
+    }
+    pthread_mutex_unlock(&log_lock);
+    return rc;
+}
+
 SG_API CUresult cuGetErrorName(CUresult error, const char **name);
 
 CUresult sg_api_leave(int index, CUresult result) {
     /* Every entry point returns through here holding no lock: the user-object destructors
      * the call made due run now, in the calling thread, before it returns (graph.c). */
+    if (__builtin_expect(tls_log_slot >= 0, 0)) call_log_end(result);
     sg_user_objects_run_due();
     if (sg_cfg.trace) {
         const char *name = NULL;
@@ -450,7 +618,54 @@ static void gone_crash(const char *call, uint64_t h, const char *what) {
     abort();
 }
 
+/* Handles a test had the driver report gone (simgpu_handle_report_gone): each answers its
+ * code, whatever the handle was; lock held. */
+typedef struct {
+    uint64_t h;
+    CUresult code;
+} reported_t;
+static reported_t *reported;
+static int nreported, cap_reported;
+
+int sg_handle_reported(uint64_t h, CUresult *code) {
+    for (int i = 0; i < nreported; i++) {
+        if (reported[i].h == h) {
+            *code = reported[i].code;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int sg_handle_report(uint64_t h, CUresult code) {
+    for (int i = 0; i < nreported; i++) {
+        if (reported[i].h == h) {
+            reported[i].code = code;
+            return 0;
+        }
+    }
+    if (nreported == cap_reported) {
+        int cap = cap_reported ? cap_reported * 2 : 16;
+        reported_t *grown = realloc(reported, (size_t)cap * sizeof *grown);
+        if (grown == NULL) return -1;
+        reported = grown;
+        cap_reported = cap;
+    }
+    reported[nreported].h = h;
+    reported[nreported].code = code;
+    nreported++;
+    return 0;
+}
+
+int sg_handle_was(uint64_t h) {
+    sg_obj *o = handle_find(h);
+    if (o == NULL) return 0;
+    return o->kind == K_GONE ? ((sg_gone *)o)->was : o->kind;
+}
+
 CUresult sg_handle_gone(uint64_t h, const char *call, CUresult otherwise) {
+    CUresult code;
+    if (nreported > 0 && sg_handle_reported(h, &code)) return code;
     sg_obj *o = handle_find(h);
     int was, torn_down, primary_dev;
     if (o != NULL && o->kind == K_STREAM && ((sg_stream *)o)->destroyed) {
@@ -572,7 +787,7 @@ SG_API CUresult cuGetErrorString(CUresult error, const char **text) {
 static sg_ctx **primaries;
 
 SG_API CUresult cuDriverGetVersion(int *version) {
-    API_BEGIN("cuDriverGetVersion");
+    API_BEGIN_ARGS("cuDriverGetVersion", LOG_OUT32(0), LA(version));
     if (version == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     *version = sg_cfg.driver_version;
     API_RETURN(CUDA_SUCCESS);
@@ -583,7 +798,7 @@ SG_API CUresult cuDriverGetVersion(int *version) {
  * table, as the driver answers an id it does not know.  Without the entry point at all,
  * NVRTC 13 calls through a NULL pointer at its first compile. */
 SG_API CUresult cuGetExportTable(const void **table, const sg_uuid *id) {
-    API_BEGIN("cuGetExportTable");
+    API_BEGIN_ARGS("cuGetExportTable", LOG_OUT64(0), LA(table), LA(id));
     if (table == NULL || id == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     *table = NULL;
     API_RETURN(CUDA_ERROR_NOT_FOUND);
@@ -618,7 +833,7 @@ static void ctx_activate(sg_ctx *c) {
 }
 
 SG_API CUresult cuInit(unsigned int flags) {
-    API_BEGIN("cuInit");
+    API_BEGIN_ARGS("cuInit", 0, LA(flags));
     if (sg_forked_child) API_RETURN(CUDA_ERROR_NOT_INITIALIZED);
     if (flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -642,7 +857,7 @@ int sg_device_valid(int dev) { return dev >= 0 && dev < sg_cfg.devices; }
 sg_ctx *sg_primary(int dev) { return primaries[dev]; }
 
 SG_API CUresult cuDeviceGetCount(int *count) {
-    API_BEGIN("cuDeviceGetCount");
+    API_BEGIN_ARGS("cuDeviceGetCount", LOG_OUT32(0), LA(count));
     API_NEED_INIT();
     if (count == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     *count = sg_cfg.devices;
@@ -650,7 +865,7 @@ SG_API CUresult cuDeviceGetCount(int *count) {
 }
 
 SG_API CUresult cuDeviceGet(CUdevice *device, int ordinal) {
-    API_BEGIN("cuDeviceGet");
+    API_BEGIN_ARGS("cuDeviceGet", LOG_OUT32(0), LA(device), LA(ordinal));
     API_NEED_INIT();
     if (device == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(ordinal)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -659,7 +874,7 @@ SG_API CUresult cuDeviceGet(CUdevice *device, int ordinal) {
 }
 
 SG_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
-    API_BEGIN("cuDeviceGetName");
+    API_BEGIN_ARGS("cuDeviceGetName", 0, LA(name), LA(len), LA(dev));
     API_NEED_INIT();
     if (name == NULL || len <= 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -675,7 +890,7 @@ static void device_uuid(int dev, sg_uuid *uuid) {
 }
 
 SG_API CUresult cuDeviceGetUuid(sg_uuid *uuid, CUdevice dev) {
-    API_BEGIN("cuDeviceGetUuid");
+    API_BEGIN_ARGS("cuDeviceGetUuid", 0, LA(uuid), LA(dev));
     API_NEED_INIT();
     if (uuid == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -684,7 +899,7 @@ SG_API CUresult cuDeviceGetUuid(sg_uuid *uuid, CUdevice dev) {
 }
 
 SG_API CUresult cuDeviceGetUuid_v2(sg_uuid *uuid, CUdevice dev) {
-    API_BEGIN("cuDeviceGetUuid_v2");
+    API_BEGIN_ARGS("cuDeviceGetUuid_v2", 0, LA(uuid), LA(dev));
     API_NEED_INIT();
     if (uuid == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -693,7 +908,7 @@ SG_API CUresult cuDeviceGetUuid_v2(sg_uuid *uuid, CUdevice dev) {
 }
 
 SG_API CUresult cuDeviceGetLuid(char *luid, unsigned int *mask, CUdevice dev) {
-    API_BEGIN("cuDeviceGetLuid");
+    API_BEGIN_ARGS("cuDeviceGetLuid", LOG_OUT32(1), LA(luid), LA(mask), LA(dev));
     API_NEED_INIT();
     (void)luid;
     (void)mask;
@@ -702,7 +917,7 @@ SG_API CUresult cuDeviceGetLuid(char *luid, unsigned int *mask, CUdevice dev) {
 }
 
 SG_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
-    API_BEGIN("cuDeviceTotalMem_v2");
+    API_BEGIN_ARGS("cuDeviceTotalMem_v2", LOG_OUT64(0), LA(bytes), LA(dev));
     API_NEED_INIT();
     if (bytes == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -815,7 +1030,7 @@ static int attribute_value(int attrib, int dev, int *value) {
 }
 
 SG_API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
-    API_BEGIN("cuDeviceGetAttribute");
+    API_BEGIN_ARGS("cuDeviceGetAttribute", LOG_OUT32(0), LA(value), LA(attrib), LA(dev));
     API_NEED_INIT();
     if (value == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -824,7 +1039,7 @@ SG_API CUresult cuDeviceGetAttribute(int *value, int attrib, CUdevice dev) {
 }
 
 SG_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev) {
-    API_BEGIN("cuDeviceComputeCapability");
+    API_BEGIN_ARGS("cuDeviceComputeCapability", LOG_OUT32(0) | LOG_OUT32(1), LA(major), LA(minor), LA(dev));
     API_NEED_INIT();
     if (major == NULL || minor == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -835,7 +1050,7 @@ SG_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev) 
 }
 
 SG_API CUresult cuDeviceGetPCIBusId(char *bus_id, int len, CUdevice dev) {
-    API_BEGIN("cuDeviceGetPCIBusId");
+    API_BEGIN_ARGS("cuDeviceGetPCIBusId", 0, LA(bus_id), LA(len), LA(dev));
     API_NEED_INIT();
     if (bus_id == NULL || len <= 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -844,7 +1059,7 @@ SG_API CUresult cuDeviceGetPCIBusId(char *bus_id, int len, CUdevice dev) {
 }
 
 SG_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *bus_id) {
-    API_BEGIN("cuDeviceGetByPCIBusId");
+    API_BEGIN_ARGS("cuDeviceGetByPCIBusId", LOG_OUT32(0), LA(dev), LA(bus_id));
     API_NEED_INIT();
     if (dev == NULL || bus_id == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     unsigned domain = 0, bus = 0, device = 0, function = 0;
@@ -860,7 +1075,7 @@ SG_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *bus_id) {
 }
 
 SG_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
-    API_BEGIN("cuDeviceCanAccessPeer");
+    API_BEGIN_ARGS("cuDeviceCanAccessPeer", LOG_OUT32(0), LA(can), LA(dev), LA(peer));
     API_NEED_INIT();
     if (can == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev) || !sg_device_valid(peer)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -869,7 +1084,7 @@ SG_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
 }
 
 SG_API CUresult cuDeviceGetP2PAttribute(int *value, int attrib, CUdevice src, CUdevice dst) {
-    API_BEGIN("cuDeviceGetP2PAttribute");
+    API_BEGIN_ARGS("cuDeviceGetP2PAttribute", LOG_OUT32(0), LA(value), LA(attrib), LA(src), LA(dst));
     API_NEED_INIT();
     if (value == NULL || attrib < 1 || attrib > 5) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(src) || !sg_device_valid(dst) || src == dst)
@@ -923,7 +1138,7 @@ sg_ctx *sg_current_ctx(CUresult *err) {
 /* ---- primary contexts ---------------------------------------------------------------- */
 
 SG_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
-    API_BEGIN("cuDevicePrimaryCtxRetain");
+    API_BEGIN_ARGS("cuDevicePrimaryCtxRetain", LOG_OUT64(0), LA(pctx), LA(dev));
     API_NEED_INIT();
     if (pctx == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -961,13 +1176,13 @@ static CUresult primary_release(CUdevice dev) {
 }
 
 SG_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
-    API_BEGIN("cuDevicePrimaryCtxRelease");
+    API_BEGIN_ARGS("cuDevicePrimaryCtxRelease", 0, LA(dev));
     API_NEED_INIT();
     API_RETURN(primary_release(dev));
 }
 
 SG_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-    API_BEGIN("cuDevicePrimaryCtxRelease_v2");
+    API_BEGIN_ARGS("cuDevicePrimaryCtxRelease_v2", 0, LA(dev));
     API_NEED_INIT();
     API_RETURN(primary_release(dev));
 }
@@ -988,13 +1203,13 @@ static CUresult primary_reset(CUdevice dev) {
 }
 
 SG_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
-    API_BEGIN("cuDevicePrimaryCtxReset");
+    API_BEGIN_ARGS("cuDevicePrimaryCtxReset", 0, LA(dev));
     API_NEED_INIT();
     API_RETURN(primary_reset(dev));
 }
 
 SG_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-    API_BEGIN("cuDevicePrimaryCtxReset_v2");
+    API_BEGIN_ARGS("cuDevicePrimaryCtxReset_v2", 0, LA(dev));
     API_NEED_INIT();
     API_RETURN(primary_reset(dev));
 }
@@ -1009,19 +1224,19 @@ static CUresult primary_set_flags(CUdevice dev, unsigned flags) {
 }
 
 SG_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
-    API_BEGIN("cuDevicePrimaryCtxSetFlags");
+    API_BEGIN_ARGS("cuDevicePrimaryCtxSetFlags", 0, LA(dev), LA(flags));
     API_NEED_INIT();
     API_RETURN(primary_set_flags(dev, flags));
 }
 
 SG_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
-    API_BEGIN("cuDevicePrimaryCtxSetFlags_v2");
+    API_BEGIN_ARGS("cuDevicePrimaryCtxSetFlags_v2", 0, LA(dev), LA(flags));
     API_NEED_INIT();
     API_RETURN(primary_set_flags(dev, flags));
 }
 
 SG_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
-    API_BEGIN("cuDevicePrimaryCtxGetState");
+    API_BEGIN_ARGS("cuDevicePrimaryCtxGetState", LOG_OUT32(1) | LOG_OUT32(2), LA(dev), LA(flags), LA(active));
     API_NEED_INIT();
     if (flags == NULL || active == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -1054,14 +1269,14 @@ static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev) {
 }
 
 SG_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
-    API_BEGIN("cuCtxCreate_v2");
+    API_BEGIN_ARGS("cuCtxCreate_v2", LOG_OUT64(0), LA(pctx), LA(flags), LA(dev));
     API_NEED_INIT();
     API_RETURN(ctx_create(pctx, flags, dev));
 }
 
 SG_API CUresult cuCtxCreate_v3(CUcontext *pctx, void *params, int nparams, unsigned int flags,
                                CUdevice dev) {
-    API_BEGIN("cuCtxCreate_v3");
+    API_BEGIN_ARGS("cuCtxCreate_v3", LOG_OUT64(0), LA(pctx), LA(params), LA(nparams), LA(flags), LA(dev));
     API_NEED_INIT();
     if (nparams < 0 || (nparams > 0 && params == NULL)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (nparams > 0) API_RETURN(CUDA_ERROR_NOT_SUPPORTED); /* execution affinity */
@@ -1076,7 +1291,7 @@ typedef struct {
 
 SG_API CUresult cuCtxCreate_v4(CUcontext *pctx, sg_ctx_create_params *params, unsigned int flags,
                                CUdevice dev) {
-    API_BEGIN("cuCtxCreate_v4");
+    API_BEGIN_ARGS("cuCtxCreate_v4", LOG_OUT64(0), LA(pctx), LA(params), LA(flags), LA(dev));
     API_NEED_INIT();
     if (params != NULL && (params->naffinity != 0 || params->cig != NULL))
         API_RETURN(CUDA_ERROR_NOT_SUPPORTED);
@@ -1084,7 +1299,7 @@ SG_API CUresult cuCtxCreate_v4(CUcontext *pctx, sg_ctx_create_params *params, un
 }
 
 SG_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
-    API_BEGIN("cuCtxDestroy_v2");
+    API_BEGIN_ARGS("cuCtxDestroy_v2", 0, LA(ctx));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_ctx *c = sg_handle_get(H(ctx), K_CTX);
@@ -1110,7 +1325,7 @@ SG_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
 }
 
 SG_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
-    API_BEGIN("cuCtxPushCurrent_v2");
+    API_BEGIN_ARGS("cuCtxPushCurrent_v2", 0, LA(ctx));
     API_NEED_INIT();
     if (ctx == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -1122,7 +1337,7 @@ SG_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
 }
 
 SG_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
-    API_BEGIN("cuCtxPopCurrent_v2");
+    API_BEGIN_ARGS("cuCtxPopCurrent_v2", LOG_OUT64(0), LA(pctx));
     API_NEED_INIT();
     if (tls_depth == 0) API_RETURN(CUDA_ERROR_INVALID_CONTEXT);
     uint64_t h = tls_stack[--tls_depth];
@@ -1131,7 +1346,7 @@ SG_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx) {
 }
 
 SG_API CUresult cuCtxSetCurrent(CUcontext ctx) {
-    API_BEGIN("cuCtxSetCurrent");
+    API_BEGIN_ARGS("cuCtxSetCurrent", 0, LA(ctx));
     API_NEED_INIT();
     if (ctx == NULL) {
         if (tls_depth > 0) tls_depth--;
@@ -1149,7 +1364,7 @@ SG_API CUresult cuCtxSetCurrent(CUcontext ctx) {
 }
 
 SG_API CUresult cuCtxGetCurrent(CUcontext *pctx) {
-    API_BEGIN("cuCtxGetCurrent");
+    API_BEGIN_ARGS("cuCtxGetCurrent", LOG_OUT64(0), LA(pctx));
     API_NEED_INIT();
     if (pctx == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     *pctx = P(sg_current_handle());
@@ -1167,19 +1382,19 @@ static CUresult ctx_device(CUdevice *device, uint64_t h) {
 }
 
 SG_API CUresult cuCtxGetDevice(CUdevice *device) {
-    API_BEGIN("cuCtxGetDevice");
+    API_BEGIN_ARGS("cuCtxGetDevice", LOG_OUT32(0), LA(device));
     API_NEED_INIT();
     API_RETURN(ctx_device(device, 0));
 }
 
 SG_API CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) {
-    API_BEGIN("cuCtxGetDevice_v2");
+    API_BEGIN_ARGS("cuCtxGetDevice_v2", LOG_OUT32(0), LA(device), LA(ctx));
     API_NEED_INIT();
     API_RETURN(ctx_device(device, H(ctx)));
 }
 
 SG_API CUresult cuCtxGetFlags(unsigned int *flags) {
-    API_BEGIN("cuCtxGetFlags");
+    API_BEGIN_ARGS("cuCtxGetFlags", LOG_OUT32(0), LA(flags));
     API_NEED_INIT();
     if (flags == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -1191,7 +1406,7 @@ SG_API CUresult cuCtxGetFlags(unsigned int *flags) {
 }
 
 SG_API CUresult cuCtxSetFlags(unsigned int flags) {
-    API_BEGIN("cuCtxSetFlags");
+    API_BEGIN_ARGS("cuCtxSetFlags", 0, LA(flags));
     API_NEED_INIT();
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&sg_lock);
@@ -1202,7 +1417,7 @@ SG_API CUresult cuCtxSetFlags(unsigned int flags) {
 }
 
 SG_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id) {
-    API_BEGIN("cuCtxGetId");
+    API_BEGIN_ARGS("cuCtxGetId", LOG_OUT64(1), LA(ctx), LA(id));
     API_NEED_INIT();
     if (id == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -1214,7 +1429,7 @@ SG_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id) {
 }
 
 SG_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) {
-    API_BEGIN("cuCtxGetApiVersion");
+    API_BEGIN_ARGS("cuCtxGetApiVersion", LOG_OUT32(1), LA(ctx), LA(version));
     API_NEED_INIT();
     if (version == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -1227,7 +1442,7 @@ SG_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) {
 }
 
 SG_API CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
-    API_BEGIN("cuCtxGetStreamPriorityRange");
+    API_BEGIN_ARGS("cuCtxGetStreamPriorityRange", LOG_OUT32(0) | LOG_OUT32(1), LA(least), LA(greatest));
     API_NEED_INIT();
     if (least) *least = 0;
     if (greatest) *greatest = -5;
@@ -1235,7 +1450,7 @@ SG_API CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) {
 }
 
 SG_API CUresult cuCtxGetLimit(size_t *value, int limit) {
-    API_BEGIN("cuCtxGetLimit");
+    API_BEGIN_ARGS("cuCtxGetLimit", LOG_OUT64(0), LA(value), LA(limit));
     API_NEED_INIT();
     if (value == NULL || limit < 0 || limit > 9) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -1247,7 +1462,7 @@ SG_API CUresult cuCtxGetLimit(size_t *value, int limit) {
 }
 
 SG_API CUresult cuCtxSetLimit(int limit, size_t value) {
-    API_BEGIN("cuCtxSetLimit");
+    API_BEGIN_ARGS("cuCtxSetLimit", 0, LA(limit), LA(value));
     API_NEED_INIT();
     if (limit < 0 || limit > 9) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -1259,7 +1474,7 @@ SG_API CUresult cuCtxSetLimit(int limit, size_t value) {
 }
 
 SG_API CUresult cuCtxGetCacheConfig(int *config) {
-    API_BEGIN("cuCtxGetCacheConfig");
+    API_BEGIN_ARGS("cuCtxGetCacheConfig", LOG_OUT32(0), LA(config));
     API_NEED_INIT();
     if (config == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     *config = 0;
@@ -1267,13 +1482,13 @@ SG_API CUresult cuCtxGetCacheConfig(int *config) {
 }
 
 SG_API CUresult cuCtxSetCacheConfig(int config) {
-    API_BEGIN("cuCtxSetCacheConfig");
+    API_BEGIN_ARGS("cuCtxSetCacheConfig", 0, LA(config));
     API_NEED_INIT();
     API_RETURN(config < 0 || config > 3 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
 }
 
 SG_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
-    API_BEGIN("cuCtxEnablePeerAccess");
+    API_BEGIN_ARGS("cuCtxEnablePeerAccess", 0, LA(peer), LA(flags));
     API_NEED_INIT();
     if (flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -1294,7 +1509,7 @@ SG_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
 }
 
 SG_API CUresult cuCtxDisablePeerAccess(CUcontext peer) {
-    API_BEGIN("cuCtxDisablePeerAccess");
+    API_BEGIN_ARGS("cuCtxDisablePeerAccess", 0, LA(peer));
     API_NEED_INIT();
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&sg_lock);

@@ -207,7 +207,7 @@ void sg_urefs_release(sg_urefs *l, const sg_dep *after, int nafter) {
 
 SG_API CUresult cuUserObjectCreate(void **object_out, void *ptr, CUhostFn destroy,
                                    unsigned int initial_refcount, unsigned int flags) {
-    API_BEGIN("cuUserObjectCreate");
+    API_BEGIN_ARGS("cuUserObjectCreate", LOG_OUT64(0), LA(object_out), LA(ptr), LA(destroy), LA(initial_refcount), LA(flags));
     API_NEED_INIT();
     if (object_out == NULL || destroy == NULL || initial_refcount == 0 ||
         flags != SG_USER_OBJECT_NO_DESTRUCTOR_SYNC)
@@ -226,7 +226,7 @@ SG_API CUresult cuUserObjectCreate(void **object_out, void *ptr, CUhostFn destro
 }
 
 SG_API CUresult cuUserObjectRetain(void *object, unsigned int count) {
-    API_BEGIN("cuUserObjectRetain");
+    API_BEGIN_ARGS("cuUserObjectRetain", 0, LA(object), LA(count));
     API_NEED_INIT();
     if (count == 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -237,7 +237,7 @@ SG_API CUresult cuUserObjectRetain(void *object, unsigned int count) {
 }
 
 SG_API CUresult cuUserObjectRelease(void *object, unsigned int count) {
-    API_BEGIN("cuUserObjectRelease");
+    API_BEGIN_ARGS("cuUserObjectRelease", 0, LA(object), LA(count));
     API_NEED_INIT();
     if (count == 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -249,7 +249,7 @@ SG_API CUresult cuUserObjectRelease(void *object, unsigned int count) {
 
 SG_API CUresult cuGraphRetainUserObject(CUgraph graph, void *object, unsigned int count,
                                         unsigned int flags) {
-    API_BEGIN("cuGraphRetainUserObject");
+    API_BEGIN_ARGS("cuGraphRetainUserObject", 0, LA(graph), LA(object), LA(count), LA(flags));
     API_NEED_INIT();
     if (count == 0 || (flags & ~(unsigned)SG_GRAPH_USER_OBJECT_MOVE))
         API_RETURN(CUDA_ERROR_INVALID_VALUE);
@@ -269,7 +269,7 @@ SG_API CUresult cuGraphRetainUserObject(CUgraph graph, void *object, unsigned in
 }
 
 SG_API CUresult cuGraphReleaseUserObject(CUgraph graph, void *object, unsigned int count) {
-    API_BEGIN("cuGraphReleaseUserObject");
+    API_BEGIN_ARGS("cuGraphReleaseUserObject", 0, LA(graph), LA(object), LA(count));
     API_NEED_INIT();
     if (count == 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult r = CUDA_SUCCESS;

@@ -234,7 +234,7 @@ unsigned char *sg_worker_addr(CUdeviceptr p, size_t n, int must_be_known, CUresu
 /* ---- device allocation ------------------------------------------------------------------- */
 
 SG_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
-    API_BEGIN("cuMemGetInfo_v2");
+    API_BEGIN_ARGS("cuMemGetInfo_v2", LOG_OUT64(0) | LOG_OUT64(1), LA(free_bytes), LA(total));
     API_NEED_INIT();
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&sg_lock);
@@ -272,14 +272,14 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t size) {
 }
 
 SG_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
-    API_BEGIN("cuMemAlloc_v2");
+    API_BEGIN_ARGS("cuMemAlloc_v2", LOG_OUT64(0), LA(dptr), LA(size));
     API_NEED_INIT();
     API_RETURN(device_alloc(dptr, size));
 }
 
 SG_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                    unsigned int elem) {
-    API_BEGIN("cuMemAllocPitch_v2");
+    API_BEGIN_ARGS("cuMemAllocPitch_v2", LOG_OUT64(0) | LOG_OUT64(1), LA(dptr), LA(pitch), LA(width), LA(height), LA(elem));
     API_NEED_INIT();
     if (dptr == NULL || pitch == NULL || width == 0 || height == 0 ||
         (elem != 4 && elem != 8 && elem != 16))
@@ -302,7 +302,7 @@ static void free_allocation(sg_alloc *a) {
 void sg_pool_release_block(sg_alloc *a);
 
 SG_API CUresult cuMemFree_v2(CUdeviceptr p) {
-    API_BEGIN("cuMemFree_v2");
+    API_BEGIN_ARGS("cuMemFree_v2", 0, LA(p));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_alloc *a = sg_alloc_find(p);
@@ -337,7 +337,7 @@ void sg_alloc_free_reached(int kind, int dev, CUdeviceptr base, size_t size, voi
 }
 
 SG_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
-    API_BEGIN("cuMemGetAddressRange_v2");
+    API_BEGIN_ARGS("cuMemGetAddressRange_v2", LOG_OUT64(0) | LOG_OUT64(1), LA(base), LA(size), LA(p));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_alloc *a = sg_alloc_find(p);
@@ -397,7 +397,7 @@ static sg_alloc *host_backed_alloc(size_t size, int kind, unsigned int flags, CU
 }
 
 SG_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
-    API_BEGIN("cuMemAllocManaged");
+    API_BEGIN_ARGS("cuMemAllocManaged", LOG_OUT64(0), LA(dptr), LA(size), LA(flags));
     API_NEED_INIT();
     if (dptr == NULL || size == 0 || (flags != 1 && flags != 2)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err;
@@ -419,19 +419,19 @@ static CUresult host_alloc(void **pp, size_t size, unsigned int flags) {
 }
 
 SG_API CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
-    API_BEGIN("cuMemHostAlloc");
+    API_BEGIN_ARGS("cuMemHostAlloc", LOG_OUT64(0), LA(pp), LA(size), LA(flags));
     API_NEED_INIT();
     API_RETURN(host_alloc(pp, size, flags));
 }
 
 SG_API CUresult cuMemAllocHost_v2(void **pp, size_t size) {
-    API_BEGIN("cuMemAllocHost_v2");
+    API_BEGIN_ARGS("cuMemAllocHost_v2", LOG_OUT64(0), LA(pp), LA(size));
     API_NEED_INIT();
     API_RETURN(host_alloc(pp, size, 0));
 }
 
 SG_API CUresult cuMemFreeHost(void *p) {
-    API_BEGIN("cuMemFreeHost");
+    API_BEGIN_ARGS("cuMemFreeHost", 0, LA(p));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_alloc *a = sg_alloc_find((CUdeviceptr)(uintptr_t)p);
@@ -451,7 +451,7 @@ SG_API CUresult cuMemFreeHost(void *p) {
 }
 
 SG_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigned int flags) {
-    API_BEGIN("cuMemHostGetDevicePointer_v2");
+    API_BEGIN_ARGS("cuMemHostGetDevicePointer_v2", LOG_OUT64(0), LA(dptr), LA(p), LA(flags));
     API_NEED_INIT();
     if (dptr == NULL || flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -466,7 +466,7 @@ SG_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dptr, void *p, unsigne
 }
 
 SG_API CUresult cuMemHostGetFlags(unsigned int *flags, void *p) {
-    API_BEGIN("cuMemHostGetFlags");
+    API_BEGIN_ARGS("cuMemHostGetFlags", LOG_OUT32(0), LA(flags), LA(p));
     API_NEED_INIT();
     if (flags == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -481,7 +481,7 @@ SG_API CUresult cuMemHostGetFlags(unsigned int *flags, void *p) {
 }
 
 SG_API CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags) {
-    API_BEGIN("cuMemHostRegister_v2");
+    API_BEGIN_ARGS("cuMemHostRegister_v2", 0, LA(p), LA(size), LA(flags));
     API_NEED_INIT();
     if (p == NULL || size == 0 || (flags & ~0xFu)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -507,7 +507,7 @@ SG_API CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags) {
 }
 
 SG_API CUresult cuMemHostUnregister(void *p) {
-    API_BEGIN("cuMemHostUnregister");
+    API_BEGIN_ARGS("cuMemHostUnregister", 0, LA(p));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_alloc *a = sg_alloc_find((CUdeviceptr)(uintptr_t)p);
@@ -709,14 +709,14 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, sg_pool *given, uint
 }
 
 SG_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream) {
-    API_BEGIN("cuMemAllocAsync");
+    API_BEGIN_ARGS("cuMemAllocAsync", LOG_OUT64(0), LA(dptr), LA(size), LA(stream));
     API_NEED_INIT();
     API_RETURN(alloc_async(dptr, size, NULL, H(stream)));
 }
 
 SG_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
                                         CUstream stream) {
-    API_BEGIN("cuMemAllocFromPoolAsync");
+    API_BEGIN_ARGS("cuMemAllocFromPoolAsync", LOG_OUT64(0), LA(dptr), LA(size), LA(pool), LA(stream));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_pool *p = sg_handle_get(H(pool), K_POOL);
@@ -726,7 +726,7 @@ SG_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemory
 }
 
 SG_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
-    API_BEGIN("cuMemFreeAsync");
+    API_BEGIN_ARGS("cuMemFreeAsync", 0, LA(dptr), LA(stream));
     API_NEED_INIT();
     CUresult err = CUDA_SUCCESS;
     pthread_mutex_lock(&sg_lock);
@@ -788,7 +788,7 @@ SG_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
 static sg_pool *pool_get(CUmemoryPool h) { return sg_handle_get(H(h), K_POOL); }
 
 SG_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *out, CUdevice dev) {
-    API_BEGIN("cuDeviceGetDefaultMemPool");
+    API_BEGIN_ARGS("cuDeviceGetDefaultMemPool", LOG_OUT64(0), LA(out), LA(dev));
     API_NEED_INIT();
     if (out == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -799,7 +799,7 @@ SG_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *out, CUdevice dev) {
 }
 
 SG_API CUresult cuDeviceGetMemPool(CUmemoryPool *out, CUdevice dev) {
-    API_BEGIN("cuDeviceGetMemPool");
+    API_BEGIN_ARGS("cuDeviceGetMemPool", LOG_OUT64(0), LA(out), LA(dev));
     API_NEED_INIT();
     if (out == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
@@ -810,7 +810,7 @@ SG_API CUresult cuDeviceGetMemPool(CUmemoryPool *out, CUdevice dev) {
 }
 
 SG_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
-    API_BEGIN("cuDeviceSetMemPool");
+    API_BEGIN_ARGS("cuDeviceSetMemPool", 0, LA(dev), LA(pool));
     API_NEED_INIT();
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
     pthread_mutex_lock(&sg_lock);
@@ -846,7 +846,7 @@ static CUresult location_device(const sg_mem_location *loc, int type, int *dev) 
 }
 
 SG_API CUresult cuMemGetDefaultMemPool(CUmemoryPool *out, sg_mem_location *loc, int type) {
-    API_BEGIN("cuMemGetDefaultMemPool");
+    API_BEGIN_ARGS("cuMemGetDefaultMemPool", LOG_OUT64(0), LA(out), LA(loc), LA(type));
     API_NEED_INIT();
     int dev;
     CUresult r = out ? location_device(loc, type, &dev) : CUDA_ERROR_INVALID_VALUE;
@@ -859,7 +859,7 @@ SG_API CUresult cuMemGetDefaultMemPool(CUmemoryPool *out, sg_mem_location *loc, 
 }
 
 SG_API CUresult cuMemGetMemPool(CUmemoryPool *out, sg_mem_location *loc, int type) {
-    API_BEGIN("cuMemGetMemPool");
+    API_BEGIN_ARGS("cuMemGetMemPool", LOG_OUT64(0), LA(out), LA(loc), LA(type));
     API_NEED_INIT();
     int dev;
     CUresult r = out ? location_device(loc, type, &dev) : CUDA_ERROR_INVALID_VALUE;
@@ -872,7 +872,7 @@ SG_API CUresult cuMemGetMemPool(CUmemoryPool *out, sg_mem_location *loc, int typ
 }
 
 SG_API CUresult cuMemSetMemPool(sg_mem_location *loc, int type, CUmemoryPool pool) {
-    API_BEGIN("cuMemSetMemPool");
+    API_BEGIN_ARGS("cuMemSetMemPool", 0, LA(loc), LA(type), LA(pool));
     API_NEED_INIT();
     int dev;
     CUresult r = location_device(loc, type, &dev);
@@ -891,7 +891,7 @@ SG_API CUresult cuMemSetMemPool(sg_mem_location *loc, int type, CUmemoryPool poo
 }
 
 SG_API CUresult cuMemPoolCreate(CUmemoryPool *out, const sg_pool_props *props) {
-    API_BEGIN("cuMemPoolCreate");
+    API_BEGIN_ARGS("cuMemPoolCreate", LOG_OUT64(0), LA(out), LA(props));
     API_NEED_INIT();
     if (out == NULL || props == NULL || (props->alloc_type != 1 && props->alloc_type != 2))
         API_RETURN(CUDA_ERROR_INVALID_VALUE);
@@ -910,7 +910,7 @@ SG_API CUresult cuMemPoolCreate(CUmemoryPool *out, const sg_pool_props *props) {
 }
 
 SG_API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
-    API_BEGIN("cuMemPoolDestroy");
+    API_BEGIN_ARGS("cuMemPoolDestroy", 0, LA(pool));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_pool *p = pool_get(pool);
@@ -930,7 +930,7 @@ SG_API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
 }
 
 SG_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
-    API_BEGIN("cuMemPoolTrimTo");
+    API_BEGIN_ARGS("cuMemPoolTrimTo", 0, LA(pool), LA(keep));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_pool *p = pool_get(pool);
@@ -946,7 +946,7 @@ enum {
 };
 
 SG_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value) {
-    API_BEGIN("cuMemPoolSetAttribute");
+    API_BEGIN_ARGS("cuMemPoolSetAttribute", 0, LA(pool), LA(attr), LA(value));
     API_NEED_INIT();
     if (value == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -974,7 +974,7 @@ SG_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void *value) 
 }
 
 SG_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
-    API_BEGIN("cuMemPoolGetAttribute");
+    API_BEGIN_ARGS("cuMemPoolGetAttribute", 0, LA(pool), LA(attr), LA(value));
     API_NEED_INIT();
     if (value == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -998,7 +998,7 @@ SG_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) 
 }
 
 SG_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const sg_access_desc *map, size_t count) {
-    API_BEGIN("cuMemPoolSetAccess");
+    API_BEGIN_ARGS("cuMemPoolSetAccess", 0, LA(pool), LA(map), LA(count));
     API_NEED_INIT();
     if (map == NULL && count > 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -1019,7 +1019,7 @@ SG_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const sg_access_desc *map,
 }
 
 SG_API CUresult cuMemPoolGetAccess(int *flags, CUmemoryPool pool, sg_mem_location *loc) {
-    API_BEGIN("cuMemPoolGetAccess");
+    API_BEGIN_ARGS("cuMemPoolGetAccess", LOG_OUT32(0), LA(flags), LA(pool), LA(loc));
     API_NEED_INIT();
     if (flags == NULL || loc == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -1134,7 +1134,7 @@ static CUresult pointer_attribute(void *data, int attr, CUdeviceptr p, sg_alloc 
 }
 
 SG_API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
-    API_BEGIN("cuPointerGetAttribute");
+    API_BEGIN_ARGS("cuPointerGetAttribute", 0, LA(data), LA(attr), LA(p));
     API_NEED_INIT();
     if (data == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -1144,7 +1144,7 @@ SG_API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
 }
 
 SG_API CUresult cuPointerGetAttributes(unsigned int n, int *attrs, void **data, CUdeviceptr p) {
-    API_BEGIN("cuPointerGetAttributes");
+    API_BEGIN_ARGS("cuPointerGetAttributes", 0, LA(n), LA(attrs), LA(data), LA(p));
     API_NEED_INIT();
     if (n == 0 || attrs == NULL || data == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -1173,7 +1173,7 @@ SG_API CUresult cuPointerGetAttributes(unsigned int n, int *attrs, void **data, 
 }
 
 SG_API CUresult cuPointerSetAttribute(const void *value, int attr, CUdeviceptr p) {
-    API_BEGIN("cuPointerSetAttribute");
+    API_BEGIN_ARGS("cuPointerSetAttribute", 0, LA(value), LA(attr), LA(p));
     API_NEED_INIT();
     if (value == NULL || attr != PA_SYNC_MEMOPS) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -1185,7 +1185,7 @@ SG_API CUresult cuPointerSetAttribute(const void *value, int attr, CUdeviceptr p
 
 SG_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t count, sg_mem_location loc,
                                       unsigned int flags, CUstream stream) {
-    API_BEGIN("cuMemPrefetchAsync_v2");
+    API_BEGIN_ARGS("cuMemPrefetchAsync_v2", 0, LA(p), LA(count), LA_LOC(loc), LA(flags), LA(stream));
     API_NEED_INIT();
     (void)loc;
     (void)stream;
@@ -1200,7 +1200,7 @@ SG_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t count, sg_mem_locati
 }
 
 SG_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, int advice, sg_mem_location loc) {
-    API_BEGIN("cuMemAdvise_v2");
+    API_BEGIN_ARGS("cuMemAdvise_v2", 0, LA(p), LA(count), LA(advice), LA_LOC(loc));
     API_NEED_INIT();
     (void)loc;
     if (advice < 1 || advice > 6) API_RETURN(CUDA_ERROR_INVALID_VALUE);

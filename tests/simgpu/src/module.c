@@ -333,27 +333,27 @@ static void *read_file(const char *path, size_t *size) {
 }
 
 SG_API CUresult cuModuleLoadData(CUmodule *out, const void *image_data) {
-    API_BEGIN("cuModuleLoadData");
+    API_BEGIN_ARGS("cuModuleLoadData", LOG_OUT64(0), LA(out), LA(image_data));
     API_NEED_INIT();
     API_RETURN(load_module(out, image_data, 0));
 }
 
 SG_API CUresult cuModuleLoadDataEx(CUmodule *out, const void *image_data, unsigned int n,
                                    int *options, void **values) {
-    API_BEGIN("cuModuleLoadDataEx");
+    API_BEGIN_ARGS("cuModuleLoadDataEx", LOG_OUT64(0), LA(out), LA(image_data), LA(n), LA(options), LA(values));
     API_NEED_INIT();
     fill_jit_logs(n, options, values);
     API_RETURN(load_module(out, image_data, 0));
 }
 
 SG_API CUresult cuModuleLoadFatBinary(CUmodule *out, const void *fatbin) {
-    API_BEGIN("cuModuleLoadFatBinary");
+    API_BEGIN_ARGS("cuModuleLoadFatBinary", LOG_OUT64(0), LA(out), LA(fatbin));
     API_NEED_INIT();
     API_RETURN(load_module(out, fatbin, 0));
 }
 
 SG_API CUresult cuModuleLoad(CUmodule *out, const char *path) {
-    API_BEGIN("cuModuleLoad");
+    API_BEGIN_ARGS("cuModuleLoad", LOG_OUT64(0), LA(out), LA(path));
     API_NEED_INIT();
     if (out == NULL || path == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     size_t size;
@@ -371,7 +371,7 @@ static void module_free(sg_module *m) {
 }
 
 SG_API CUresult cuModuleUnload(CUmodule h) {
-    API_BEGIN("cuModuleUnload");
+    API_BEGIN_ARGS("cuModuleUnload", 0, LA(h));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_module *m = sg_handle_get(H(h), K_MODULE);
@@ -428,7 +428,7 @@ static sg_func *func_for(sg_module *m, kernel_info *k, uint64_t kernel) {
 }
 
 SG_API CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *name) {
-    API_BEGIN("cuModuleGetFunction");
+    API_BEGIN_ARGS("cuModuleGetFunction", LOG_OUT64(0), LA(out), LA(h), LA(name));
     API_NEED_INIT();
     if (out == NULL || name == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -449,7 +449,7 @@ SG_API CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *nam
 }
 
 SG_API CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule h) {
-    API_BEGIN("cuModuleGetFunctionCount");
+    API_BEGIN_ARGS("cuModuleGetFunctionCount", LOG_OUT32(0), LA(count), LA(h));
     API_NEED_INIT();
     if (count == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -460,7 +460,7 @@ SG_API CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule h) {
 }
 
 SG_API CUresult cuModuleEnumerateFunctions(CUfunction *funcs, unsigned int n, CUmodule h) {
-    API_BEGIN("cuModuleEnumerateFunctions");
+    API_BEGIN_ARGS("cuModuleEnumerateFunctions", 0, LA(funcs), LA(n), LA(h));
     API_NEED_INIT();
     if (funcs == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -475,7 +475,7 @@ SG_API CUresult cuModuleEnumerateFunctions(CUfunction *funcs, unsigned int n, CU
 }
 
 SG_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *size, CUmodule h, const char *name) {
-    API_BEGIN("cuModuleGetGlobal_v2");
+    API_BEGIN_ARGS("cuModuleGetGlobal_v2", LOG_OUT64(0) | LOG_OUT64(1), LA(dptr), LA(size), LA(h), LA(name));
     API_NEED_INIT();
     (void)dptr;
     (void)size;
@@ -488,7 +488,7 @@ SG_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *size, CUmodule h
 }
 
 SG_API CUresult cuModuleGetLoadingMode(int *mode) {
-    API_BEGIN("cuModuleGetLoadingMode");
+    API_BEGIN_ARGS("cuModuleGetLoadingMode", LOG_OUT32(0), LA(mode));
     API_NEED_INIT();
     if (mode == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     *mode = 1; /* eager */
@@ -518,7 +518,7 @@ static CUresult load_library(CUlibrary *out, const void *data, size_t size) {
 SG_API CUresult cuLibraryLoadData(CUlibrary *out, const void *code, int *jit_options,
                                   void **jit_values, unsigned int njit, int *lib_options,
                                   void **lib_values, unsigned int nlib) {
-    API_BEGIN("cuLibraryLoadData");
+    API_BEGIN_ARGS("cuLibraryLoadData", LOG_OUT64(0), LA(out), LA(code), LA(jit_options), LA(jit_values), LA(njit), LA(lib_options));
     API_NEED_INIT();
     (void)lib_options;
     (void)lib_values;
@@ -530,7 +530,7 @@ SG_API CUresult cuLibraryLoadData(CUlibrary *out, const void *code, int *jit_opt
 SG_API CUresult cuLibraryLoadFromFile(CUlibrary *out, const char *path, int *jit_options,
                                       void **jit_values, unsigned int njit, int *lib_options,
                                       void **lib_values, unsigned int nlib) {
-    API_BEGIN("cuLibraryLoadFromFile");
+    API_BEGIN_ARGS("cuLibraryLoadFromFile", LOG_OUT64(0), LA(out), LA(path), LA(jit_options), LA(jit_values), LA(njit), LA(lib_options));
     API_NEED_INIT();
     (void)lib_options;
     (void)lib_values;
@@ -563,7 +563,7 @@ static void drop_module_of_lib(void *obj, void *arg) {
 }
 
 SG_API CUresult cuLibraryUnload(CUlibrary h) {
-    API_BEGIN("cuLibraryUnload");
+    API_BEGIN_ARGS("cuLibraryUnload", 0, LA(h));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_library *l = sg_handle_get(H(h), K_LIB);
@@ -605,7 +605,7 @@ static sg_kernel *kernel_for(sg_library *l, kernel_info *info) {
 }
 
 SG_API CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary h, const char *name) {
-    API_BEGIN("cuLibraryGetKernel");
+    API_BEGIN_ARGS("cuLibraryGetKernel", LOG_OUT64(0), LA(out), LA(h), LA(name));
     API_NEED_INIT();
     if (out == NULL || name == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -626,7 +626,7 @@ SG_API CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary h, const char *name)
 }
 
 SG_API CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary h) {
-    API_BEGIN("cuLibraryGetKernelCount");
+    API_BEGIN_ARGS("cuLibraryGetKernelCount", LOG_OUT32(0), LA(count), LA(h));
     API_NEED_INIT();
     if (count == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -637,7 +637,7 @@ SG_API CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary h) {
 }
 
 SG_API CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int n, CUlibrary h) {
-    API_BEGIN("cuLibraryEnumerateKernels");
+    API_BEGIN_ARGS("cuLibraryEnumerateKernels", 0, LA(kernels), LA(n), LA(h));
     API_NEED_INIT();
     if (kernels == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -674,7 +674,7 @@ static sg_module *library_module(sg_library *l, CUresult *err) {
 }
 
 SG_API CUresult cuLibraryGetModule(CUmodule *out, CUlibrary h) {
-    API_BEGIN("cuLibraryGetModule");
+    API_BEGIN_ARGS("cuLibraryGetModule", LOG_OUT64(0), LA(out), LA(h));
     API_NEED_INIT();
     if (out == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -688,7 +688,7 @@ SG_API CUresult cuLibraryGetModule(CUmodule *out, CUlibrary h) {
 }
 
 SG_API CUresult cuKernelGetFunction(CUfunction *out, CUkernel h) {
-    API_BEGIN("cuKernelGetFunction");
+    API_BEGIN_ARGS("cuKernelGetFunction", LOG_OUT64(0), LA(out), LA(h));
     API_NEED_INIT();
     if (out == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     CUresult err = CUDA_SUCCESS;
@@ -704,7 +704,7 @@ SG_API CUresult cuKernelGetFunction(CUfunction *out, CUkernel h) {
 }
 
 SG_API CUresult cuKernelGetLibrary(CUlibrary *out, CUkernel h) {
-    API_BEGIN("cuKernelGetLibrary");
+    API_BEGIN_ARGS("cuKernelGetLibrary", LOG_OUT64(0), LA(out), LA(h));
     API_NEED_INIT();
     if (out == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -745,7 +745,7 @@ static int callable_get(uint64_t h, callable *c) {
 }
 
 SG_API CUresult cuKernelGetName(const char **name, CUkernel h) {
-    API_BEGIN("cuKernelGetName");
+    API_BEGIN_ARGS("cuKernelGetName", LOG_OUT64(0), LA(name), LA(h));
     API_NEED_INIT();
     if (name == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -756,7 +756,7 @@ SG_API CUresult cuKernelGetName(const char **name, CUkernel h) {
 }
 
 SG_API CUresult cuFuncGetName(const char **name, CUfunction h) {
-    API_BEGIN("cuFuncGetName");
+    API_BEGIN_ARGS("cuFuncGetName", LOG_OUT64(0), LA(name), LA(h));
     API_NEED_INIT();
     if (name == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -786,13 +786,13 @@ static CUresult param_info(uint64_t h, size_t index, size_t *offset, size_t *siz
 }
 
 SG_API CUresult cuKernelGetParamInfo(CUkernel h, size_t index, size_t *offset, size_t *size) {
-    API_BEGIN("cuKernelGetParamInfo");
+    API_BEGIN_ARGS("cuKernelGetParamInfo", LOG_OUT64(2) | LOG_OUT64(3), LA(h), LA(index), LA(offset), LA(size));
     API_NEED_INIT();
     API_RETURN(param_info(H(h), index, offset, size));
 }
 
 SG_API CUresult cuFuncGetParamInfo(CUfunction h, size_t index, size_t *offset, size_t *size) {
-    API_BEGIN("cuFuncGetParamInfo");
+    API_BEGIN_ARGS("cuFuncGetParamInfo", LOG_OUT64(2) | LOG_OUT64(3), LA(h), LA(index), LA(offset), LA(size));
     API_NEED_INIT();
     API_RETURN(param_info(H(h), index, offset, size));
 }
@@ -813,13 +813,13 @@ static CUresult param_count(uint64_t h, size_t *count) {
 }
 
 SG_API CUresult cuKernelGetParamCount(CUkernel h, size_t *count) {
-    API_BEGIN("cuKernelGetParamCount");
+    API_BEGIN_ARGS("cuKernelGetParamCount", LOG_OUT64(1), LA(h), LA(count));
     API_NEED_INIT();
     API_RETURN(param_count(H(h), count));
 }
 
 SG_API CUresult cuFuncGetParamCount(CUfunction h, size_t *count) {
-    API_BEGIN("cuFuncGetParamCount");
+    API_BEGIN_ARGS("cuFuncGetParamCount", LOG_OUT64(1), LA(h), LA(count));
     API_NEED_INIT();
     API_RETURN(param_count(H(h), count));
 }
@@ -867,33 +867,33 @@ static CUresult func_set_attribute(uint64_t h, int attr, int value) {
 }
 
 SG_API CUresult cuFuncGetAttribute(int *value, int attr, CUfunction h) {
-    API_BEGIN("cuFuncGetAttribute");
+    API_BEGIN_ARGS("cuFuncGetAttribute", LOG_OUT32(0), LA(value), LA(attr), LA(h));
     API_NEED_INIT();
     API_RETURN(func_attribute(value, attr, H(h)));
 }
 
 SG_API CUresult cuFuncSetAttribute(CUfunction h, int attr, int value) {
-    API_BEGIN("cuFuncSetAttribute");
+    API_BEGIN_ARGS("cuFuncSetAttribute", 0, LA(h), LA(attr), LA(value));
     API_NEED_INIT();
     API_RETURN(func_set_attribute(H(h), attr, value));
 }
 
 SG_API CUresult cuKernelGetAttribute(int *value, int attr, CUkernel h, CUdevice dev) {
-    API_BEGIN("cuKernelGetAttribute");
+    API_BEGIN_ARGS("cuKernelGetAttribute", LOG_OUT32(0), LA(value), LA(attr), LA(h), LA(dev));
     API_NEED_INIT();
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
     API_RETURN(func_attribute(value, attr, H(h)));
 }
 
 SG_API CUresult cuKernelSetAttribute(int attr, int value, CUkernel h, CUdevice dev) {
-    API_BEGIN("cuKernelSetAttribute");
+    API_BEGIN_ARGS("cuKernelSetAttribute", 0, LA(attr), LA(value), LA(h), LA(dev));
     API_NEED_INIT();
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
     API_RETURN(func_set_attribute(H(h), attr, value));
 }
 
 SG_API CUresult cuFuncSetCacheConfig(CUfunction h, int config) {
-    API_BEGIN("cuFuncSetCacheConfig");
+    API_BEGIN_ARGS("cuFuncSetCacheConfig", 0, LA(h), LA(config));
     API_NEED_INIT();
     callable c;
     pthread_mutex_lock(&sg_lock);
@@ -903,7 +903,7 @@ SG_API CUresult cuFuncSetCacheConfig(CUfunction h, int config) {
 }
 
 SG_API CUresult cuKernelSetCacheConfig(CUkernel h, int config, CUdevice dev) {
-    API_BEGIN("cuKernelSetCacheConfig");
+    API_BEGIN_ARGS("cuKernelSetCacheConfig", 0, LA(h), LA(config), LA(dev));
     API_NEED_INIT();
     if (!sg_device_valid(dev)) API_RETURN(CUDA_ERROR_INVALID_DEVICE);
     callable c;
@@ -914,7 +914,7 @@ SG_API CUresult cuKernelSetCacheConfig(CUkernel h, int config, CUdevice dev) {
 }
 
 SG_API CUresult cuFuncGetModule(CUmodule *out, CUfunction h) {
-    API_BEGIN("cuFuncGetModule");
+    API_BEGIN_ARGS("cuFuncGetModule", LOG_OUT64(0), LA(out), LA(h));
     API_NEED_INIT();
     if (out == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -925,7 +925,7 @@ SG_API CUresult cuFuncGetModule(CUmodule *out, CUfunction h) {
 }
 
 SG_API CUresult cuFuncIsLoaded(int *state, CUfunction h) {
-    API_BEGIN("cuFuncIsLoaded");
+    API_BEGIN_ARGS("cuFuncIsLoaded", LOG_OUT32(0), LA(state), LA(h));
     API_NEED_INIT();
     if (state == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     callable c;
@@ -937,7 +937,7 @@ SG_API CUresult cuFuncIsLoaded(int *state, CUfunction h) {
 }
 
 SG_API CUresult cuFuncLoad(CUfunction h) {
-    API_BEGIN("cuFuncLoad");
+    API_BEGIN_ARGS("cuFuncLoad", 0, LA(h));
     API_NEED_INIT();
     callable c;
     pthread_mutex_lock(&sg_lock);
@@ -982,14 +982,14 @@ static CUresult max_active_blocks(int *n, CUfunction h, int block, size_t smem, 
 
 SG_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction h, int block,
                                                             size_t smem) {
-    API_BEGIN("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    API_BEGIN_ARGS("cuOccupancyMaxActiveBlocksPerMultiprocessor", LOG_OUT32(0), LA(n), LA(h), LA(block), LA(smem));
     API_NEED_INIT();
     API_RETURN(max_active_blocks(n, h, block, smem, 0));
 }
 
 SG_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction h, int block,
                                                                      size_t smem, unsigned flags) {
-    API_BEGIN("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags");
+    API_BEGIN_ARGS("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", LOG_OUT32(0), LA(n), LA(h), LA(block), LA(smem), LA(flags));
     API_NEED_INIT();
     API_RETURN(max_active_blocks(n, h, block, smem, flags));
 }
@@ -1019,7 +1019,7 @@ static CUresult potential_block_size(int *min_grid, int *block, CUfunction h, si
 
 SG_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction h,
                                                  size_t (*to_smem)(int), size_t smem, int limit) {
-    API_BEGIN("cuOccupancyMaxPotentialBlockSize");
+    API_BEGIN_ARGS("cuOccupancyMaxPotentialBlockSize", LOG_OUT32(0) | LOG_OUT32(1), LA(min_grid), LA(block), LA(h), LA(to_smem), LA(smem), LA(limit));
     API_NEED_INIT();
     API_RETURN(potential_block_size(min_grid, block, h, to_smem, smem, limit, 0));
 }
@@ -1027,7 +1027,7 @@ SG_API CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfu
 SG_API CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *block, CUfunction h,
                                                           size_t (*to_smem)(int), size_t smem,
                                                           int limit, unsigned flags) {
-    API_BEGIN("cuOccupancyMaxPotentialBlockSizeWithFlags");
+    API_BEGIN_ARGS("cuOccupancyMaxPotentialBlockSizeWithFlags", LOG_OUT32(0) | LOG_OUT32(1), LA(min_grid), LA(block), LA(h), LA(to_smem), LA(smem), LA(limit));
     API_NEED_INIT();
     API_RETURN(potential_block_size(min_grid, block, h, to_smem, smem, limit, flags));
 }
@@ -1037,7 +1037,7 @@ SG_API CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *bl
  * may use. */
 SG_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction h, int blocks,
                                                         int block) {
-    API_BEGIN("cuOccupancyAvailableDynamicSMemPerBlock");
+    API_BEGIN_ARGS("cuOccupancyAvailableDynamicSMemPerBlock", LOG_OUT64(0), LA(bytes), LA(h), LA(blocks), LA(block));
     API_NEED_INIT();
     if (bytes == NULL || blocks <= 0 || block <= 0 || block > 1024) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     size_t limit = BLOCK_SHARED_MAX;
@@ -1074,7 +1074,7 @@ static CUresult config_cluster(const sg_launch_config *cfg, unsigned cluster[3],
 /* The largest portable cluster (8 blocks on compute capability 9.0); the configuration's own
  * cluster dimensions are ignored, as the driver documents. */
 SG_API CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction h, const sg_launch_config *cfg) {
-    API_BEGIN("cuOccupancyMaxPotentialClusterSize");
+    API_BEGIN_ARGS("cuOccupancyMaxPotentialClusterSize", LOG_OUT32(0), LA(size), LA(h), LA(cfg));
     API_NEED_INIT();
     unsigned cluster[3];
     int given;
@@ -1094,7 +1094,7 @@ SG_API CUresult cuOccupancyMaxPotentialClusterSize(int *size, CUfunction h, cons
  * launches no clusters: 0 (driver 580 on an H200 answered CUDA_SUCCESS and 0 for one with no
  * attributes, grid 128, block 64). */
 SG_API CUresult cuOccupancyMaxActiveClusters(int *count, CUfunction h, const sg_launch_config *cfg) {
-    API_BEGIN("cuOccupancyMaxActiveClusters");
+    API_BEGIN_ARGS("cuOccupancyMaxActiveClusters", LOG_OUT32(0), LA(count), LA(h), LA(cfg));
     API_NEED_INIT();
     unsigned cluster[3];
     int given;
@@ -1345,7 +1345,7 @@ static CUresult launch(uint64_t fh, const unsigned grid[3], const unsigned block
 SG_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                                unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                                CUstream stream, void **params, void **extra) {
-    API_BEGIN("cuLaunchKernel");
+    API_BEGIN_ARGS("cuLaunchKernel", 0, LA(f), LA(gx), LA(bx), LA(shmem), LA(stream), LA(params));
     API_NEED_INIT();
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     API_RETURN(launch(H(f), grid, block, shmem, H(stream), params, extra, NULL, 0));
@@ -1364,7 +1364,7 @@ SG_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigne
                                           unsigned int gz, unsigned int bx, unsigned int by,
                                           unsigned int bz, unsigned int shmem, CUstream stream,
                                           void **params) {
-    API_BEGIN("cuLaunchCooperativeKernel");
+    API_BEGIN_ARGS("cuLaunchCooperativeKernel", 0, LA(f), LA(gx), LA(bx), LA(shmem), LA(stream), LA(params));
     API_NEED_INIT();
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     API_RETURN(launch(H(f), grid, block, shmem, H(stream), params, NULL, NULL, 0));
@@ -1372,7 +1372,8 @@ SG_API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigne
 
 SG_API CUresult cuLaunchKernelEx(const sg_launch_config *config, CUfunction f, void **params,
                                  void **extra) {
-    API_BEGIN("cuLaunchKernelEx");
+    API_BEGIN_ARGS("cuLaunchKernelEx", 0, LA(config), LA(f), LA(params), LA(extra),
+                   LA(config != NULL ? config->stream : NULL));
     API_NEED_INIT();
     if (config == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     API_RETURN(launch(H(f), config->grid, config->block, config->shared_bytes, H(config->stream), params,
@@ -1396,7 +1397,7 @@ typedef struct {
 } sg_link;
 
 SG_API CUresult cuLinkCreate_v2(unsigned int n, int *options, void **values, CUlinkState *out) {
-    API_BEGIN("cuLinkCreate_v2");
+    API_BEGIN_ARGS("cuLinkCreate_v2", LOG_OUT64(3), LA(n), LA(options), LA(values), LA(out));
     API_NEED_INIT();
     if (out == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     fill_jit_logs(n, options, values);
@@ -1443,7 +1444,7 @@ static CUresult link_append(uint64_t h, int type, const void *data, size_t size)
 
 SG_API CUresult cuLinkAddData_v2(CUlinkState h, int type, void *data, size_t size, const char *name,
                                  unsigned int n, int *options, void **values) {
-    API_BEGIN("cuLinkAddData_v2");
+    API_BEGIN_ARGS("cuLinkAddData_v2", 0, LA(h), LA(type), LA(data), LA(size), LA(name), LA(n));
     API_NEED_INIT();
     (void)name;
     if (data == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
@@ -1453,7 +1454,7 @@ SG_API CUresult cuLinkAddData_v2(CUlinkState h, int type, void *data, size_t siz
 
 SG_API CUresult cuLinkAddFile_v2(CUlinkState h, int type, const char *path, unsigned int n,
                                  int *options, void **values) {
-    API_BEGIN("cuLinkAddFile_v2");
+    API_BEGIN_ARGS("cuLinkAddFile_v2", 0, LA(h), LA(type), LA(path), LA(n), LA(options), LA(values));
     API_NEED_INIT();
     if (path == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     fill_jit_logs(n, options, values);
@@ -1466,7 +1467,7 @@ SG_API CUresult cuLinkAddFile_v2(CUlinkState h, int type, const char *path, unsi
 }
 
 SG_API CUresult cuLinkComplete(CUlinkState h, void **cubin, size_t *size) {
-    API_BEGIN("cuLinkComplete");
+    API_BEGIN_ARGS("cuLinkComplete", LOG_OUT64(1) | LOG_OUT64(2), LA(h), LA(cubin), LA(size));
     API_NEED_INIT();
     if (cubin == NULL || size == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -1480,7 +1481,7 @@ SG_API CUresult cuLinkComplete(CUlinkState h, void **cubin, size_t *size) {
 }
 
 SG_API CUresult cuLinkDestroy(CUlinkState h) {
-    API_BEGIN("cuLinkDestroy");
+    API_BEGIN_ARGS("cuLinkDestroy", 0, LA(h));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_link *l = sg_handle_get(H(h), K_LINK);

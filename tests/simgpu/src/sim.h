@@ -225,21 +225,48 @@ int sg_api_enter(int index, CUresult *fault);
 /* Runs the user-object destructors the calling thread made due (graph.c), then traces. */
 CUresult sg_api_leave(int index, CUresult result);
 void sg_user_objects_run_due(void); /* no lock held */
+/* The call log (simgpu_call_log_start): while it records, each entry point's call is logged
+ * with its arguments.  Not recording, an entry point pays one relaxed load of sg_call_log_on.
+ * API_BEGIN_ARGS(name, outs, a0, ...) lists the entry point's arguments (up to 6, each
+ * converted with LA); `outs` marks those that are out-parameters (LOG_OUT32(i), LOG_OUT64(i):
+ * argument i is a pointer the call writes a 4- or 8-byte value through): the log holds the
+ * value written, read when the call returns CUDA_SUCCESS (0 otherwise, or for a NULL pointer). */
+extern atomic_int sg_call_log_on;
+void sg_call_log_begin(int index, unsigned outs, const uint64_t *args, int nargs);
+#define LA(x) ((uint64_t)(uintptr_t)(x))
+/* A location passed by value (sg_mem_location): its type in the high 32 bits, its id low. */
+#define LA_LOC(l) (((uint64_t)(uint32_t)(l).type << 32) | (uint32_t)(l).id)
+#define LOG_OUT32(i) (1u << (2 * (i)))
+#define LOG_OUT64(i) (2u << (2 * (i)))
+#define SG_NARGS_(...) ((int)(sizeof((const uint64_t[]){__VA_ARGS__}) / sizeof(uint64_t)))
 /* Each entry point caches its counter index in an atomic of its own: several threads may
  * make their first call at once (each then asks sg_api_index, which answers them all the
  * same index under its lock); later calls take no lock. */
-#define API_BEGIN(name)                                                            \
+#define API_INDEX_(name)                                                           \
     static atomic_int api_slot_ = -1;                                              \
     int api_index_ = atomic_load_explicit(&api_slot_, memory_order_acquire);       \
     if (api_index_ < 0) {                                                          \
         api_index_ = sg_api_index(name);                                           \
         atomic_store_explicit(&api_slot_, api_index_, memory_order_release);       \
-    }                                                                              \
+    }
+#define API_ENTER_()                                                               \
     do {                                                                           \
         CUresult fault_;                                                           \
         if (sg_api_enter(api_index_, &fault_))                                     \
             return sg_api_leave(api_index_, fault_);                               \
     } while (0)
+#define API_LOG_(outs, args, n)                                                    \
+    if (__builtin_expect(atomic_load_explicit(&sg_call_log_on, memory_order_relaxed) != 0, 0)) \
+        sg_call_log_begin(api_index_, (outs), (args), (n))
+/* An entry point without arguments (or whose arguments are not logged). */
+#define API_BEGIN(name)                                                            \
+    API_INDEX_(name)                                                               \
+    API_LOG_(0u, NULL, 0);                                                         \
+    API_ENTER_()
+#define API_BEGIN_ARGS(name, outs, ...)                                            \
+    API_INDEX_(name)                                                               \
+    API_LOG_(outs, ((const uint64_t[]){__VA_ARGS__}), SG_NARGS_(__VA_ARGS__));     \
+    API_ENTER_()
 #define API_RETURN(expr) return sg_api_leave(api_index_, (expr))
 /* The thread is a stream worker running a host function (which may make no CUDA call). */
 extern __thread int sg_in_host_fn;
@@ -285,6 +312,15 @@ void sg_handle_drop(uint64_t h);
  * `otherwise` for a handle that never was one (or one whose context was destroyed). */
 CUresult sg_handle_gone(uint64_t h, const char *call, CUresult otherwise);
 const char *sg_api_name(void); /* the entry point the calling thread is in */
+/* Handles made stale by a test (lock held).  sg_handle_report: calls naming h answer `code`
+ * from now on (sg_handle_gone answers it first); sg_handle_reported: whether h is such a
+ * handle, and its code; sg_handle_was: the kind h had (K_STREAM, K_EVENT, ...), gone or not,
+ * 0 for a handle never issued.  sg_stream_alias: the stream a user's stream handle names (h
+ * itself, or the stream simgpu_stream_move gave it). */
+int sg_handle_report(uint64_t h, CUresult code);
+int sg_handle_reported(uint64_t h, CUresult *code);
+int sg_handle_was(uint64_t h);
+uint64_t sg_stream_alias(uint64_t h);
 /* Set (lock held) while a context's streams and events are torn down: what is dropped
  * meanwhile is recorded as gone with its context. */
 extern struct sg_ctx *sg_tearing_down;

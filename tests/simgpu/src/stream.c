@@ -308,6 +308,7 @@ static sg_stream *per_thread_stream(sg_ctx *c) {
 }
 
 void sg_set_ptds(int on) { tls_ptds = on; }
+int sg_ptds_active(void) { return tls_ptds; }
 
 sg_stream *sg_stream_resolve(uint64_t h, CUresult *err) {
     if (h == 0) h = tls_ptds ? SG_STREAM_PER_THREAD : SG_STREAM_LEGACY;
@@ -318,12 +319,67 @@ sg_stream *sg_stream_resolve(uint64_t h, CUresult *err) {
         if (s == NULL) *err = CUDA_ERROR_OUT_OF_MEMORY;
         return s;
     }
+    h = sg_stream_alias(h);
     sg_stream *s = sg_handle_get(h, K_STREAM);
     if (s == NULL || s->destroyed) {
         *err = sg_handle_gone(h, sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
         return NULL;
     }
     return s;
+}
+
+/* ---- handles a test makes stale ---------------------------------------------------------------
+ * simgpu_stream_move(h, ctx): h names a new, empty stream of ctx from now on (what a driver that
+ * reused a destroyed stream's handle for another context's stream would show: a stream->context
+ * mapping remembered by the caller goes stale).  The stream h named is destroyed as by
+ * cuStreamDestroy (its queued work drains) and can no longer be named.  The new stream keeps a
+ * handle of its own inside the simulator (what the launch log's `stream used` and the checker's
+ * reports show); h is an alias of it, resolved wherever a call names a stream. */
+typedef struct {
+    uint64_t user, stream;
+} stream_alias;
+static stream_alias *aliases;
+static int naliases, cap_aliases;
+
+uint64_t sg_stream_alias(uint64_t h) {
+    for (int i = 0; i < naliases; i++)
+        if (aliases[i].user == h) return aliases[i].stream;
+    return h;
+}
+
+/* Exported for tests: 0, or -1 when h is not a live stream made by cuStreamCreate* (the
+ * default streams cannot move) or ctx is not a live, active context. */
+SG_API int simgpu_stream_move(CUstream h, CUcontext ctx) {
+    int rc = -1;
+    pthread_mutex_lock(&sg_lock);
+    uint64_t inner = sg_stream_alias(H(h));
+    sg_stream *s = H(h) > SG_STREAM_PER_THREAD ? sg_handle_get(inner, K_STREAM) : NULL;
+    CUresult err;
+    sg_ctx *c = sg_ctx_get(H(ctx), &err);
+    if (s != NULL && !s->destroyed && s->kind == SK_USER && c != NULL) {
+        int i = 0;
+        while (i < naliases && aliases[i].user != H(h)) i++;
+        if (i == naliases && naliases == cap_aliases) {
+            int cap = cap_aliases ? cap_aliases * 2 : 8;
+            stream_alias *grown = realloc(aliases, (size_t)cap * sizeof *grown);
+            if (grown != NULL) {
+                aliases = grown;
+                cap_aliases = cap;
+            }
+        }
+        sg_stream *n = i < cap_aliases ? sg_stream_create(c, SK_USER, s->flags, s->priority) : NULL;
+        if (n != NULL) {
+            sg_count("streams_created", 1);
+            sg_count("streams_live", 1);
+            sg_stream_destroy(s);
+            aliases[i].user = H(h);
+            aliases[i].stream = n->o.h;
+            if (i == naliases) naliases++;
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return rc;
 }
 
 /* ---- capture ---------------------------------------------------------------------------- */
@@ -603,26 +659,27 @@ static CUresult stream_create(CUstream *ph, unsigned flags, int priority) {
 }
 
 SG_API CUresult cuStreamCreate(CUstream *ph, unsigned int flags) {
-    API_BEGIN("cuStreamCreate");
+    API_BEGIN_ARGS("cuStreamCreate", LOG_OUT64(0), LA(ph), LA(flags));
     API_NEED_INIT();
     API_RETURN(stream_create(ph, flags, 0));
 }
 
 SG_API CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority) {
-    API_BEGIN("cuStreamCreateWithPriority");
+    API_BEGIN_ARGS("cuStreamCreateWithPriority", LOG_OUT64(0), LA(ph), LA(flags), LA(priority));
     API_NEED_INIT();
     API_RETURN(stream_create(ph, flags, priority));
 }
 
 SG_API CUresult cuStreamDestroy_v2(CUstream h) {
-    API_BEGIN("cuStreamDestroy_v2");
+    API_BEGIN_ARGS("cuStreamDestroy_v2", 0, LA(h));
     API_NEED_INIT();
     if (H(h) <= SG_STREAM_PER_THREAD) API_RETURN(CUDA_ERROR_INVALID_HANDLE);
     pthread_mutex_lock(&sg_lock);
-    sg_stream *s = sg_handle_get(H(h), K_STREAM);
+    uint64_t inner = sg_stream_alias(H(h));
+    sg_stream *s = sg_handle_get(inner, K_STREAM);
     if (s == NULL || s->destroyed || s->kind != SK_USER) {
         CUresult r = s != NULL && !s->destroyed ? CUDA_ERROR_INVALID_HANDLE
-                                                : sg_handle_gone(H(h), sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
+                                                : sg_handle_gone(inner, sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
         pthread_mutex_unlock(&sg_lock);
         API_RETURN(r);
     }
@@ -647,14 +704,14 @@ SG_API CUresult cuStreamDestroy(CUstream h) { return cuStreamDestroy_v2(h); }
  * holds the lock the fork handler made anew. */
 static uint64_t forked_child_stream_ctx(uint64_t h) {
     pthread_mutex_lock(&sg_lock);
-    sg_stream *s = h > SG_STREAM_PER_THREAD ? sg_handle_get(h, K_STREAM) : NULL;
+    sg_stream *s = h > SG_STREAM_PER_THREAD ? sg_handle_get(sg_stream_alias(h), K_STREAM) : NULL;
     uint64_t ctx = s != NULL && !s->destroyed ? s->ctx->o.h : 0;
     pthread_mutex_unlock(&sg_lock);
     return ctx;
 }
 
 SG_API CUresult cuStreamQuery(CUstream h) {
-    API_BEGIN("cuStreamQuery");
+    API_BEGIN_ARGS("cuStreamQuery", 0, LA(h));
     API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     RESOLVE_OR_RETURN(s, h);
@@ -671,7 +728,7 @@ SG_API CUresult cuStreamQuery(CUstream h) {
 }
 
 SG_API CUresult cuStreamSynchronize(CUstream h) {
-    API_BEGIN("cuStreamSynchronize");
+    API_BEGIN_ARGS("cuStreamSynchronize", 0, LA(h));
     API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     RESOLVE_OR_RETURN(s, h);
@@ -717,13 +774,13 @@ SG_API CUresult cuCtxSynchronize(void) {
 }
 
 SG_API CUresult cuCtxSynchronize_v2(CUcontext ctx) {
-    API_BEGIN("cuCtxSynchronize_v2");
+    API_BEGIN_ARGS("cuCtxSynchronize_v2", 0, LA(ctx));
     API_NEED_INIT();
     API_RETURN(ctx_synchronize(H(ctx)));
 }
 
 SG_API CUresult cuStreamGetCtx(CUstream h, CUcontext *pctx) {
-    API_BEGIN("cuStreamGetCtx");
+    API_BEGIN_ARGS("cuStreamGetCtx", LOG_OUT64(1), LA(h), LA(pctx));
     if (sg_forked_child && pctx != NULL) *pctx = P(forked_child_stream_ctx(H(h)));
     API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
@@ -735,7 +792,7 @@ SG_API CUresult cuStreamGetCtx(CUstream h, CUcontext *pctx) {
 }
 
 SG_API CUresult cuStreamGetCtx_v2(CUstream h, CUcontext *pctx, CUgreenCtx *pgreen) {
-    API_BEGIN("cuStreamGetCtx_v2");
+    API_BEGIN_ARGS("cuStreamGetCtx_v2", LOG_OUT64(1) | LOG_OUT64(2), LA(h), LA(pctx), LA(pgreen));
     if (sg_forked_child && pctx != NULL) *pctx = P(forked_child_stream_ctx(H(h)));
     if (sg_forked_child && pgreen != NULL) *pgreen = NULL;
     API_FORKED_CHILD_SUCCEEDS();
@@ -749,7 +806,7 @@ SG_API CUresult cuStreamGetCtx_v2(CUstream h, CUcontext *pctx, CUgreenCtx *pgree
 }
 
 SG_API CUresult cuStreamGetDevice(CUstream h, CUdevice *dev) {
-    API_BEGIN("cuStreamGetDevice");
+    API_BEGIN_ARGS("cuStreamGetDevice", LOG_OUT32(1), LA(h), LA(dev));
     API_NEED_INIT();
     if (dev == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     RESOLVE_OR_RETURN(s, h);
@@ -759,7 +816,7 @@ SG_API CUresult cuStreamGetDevice(CUstream h, CUdevice *dev) {
 }
 
 SG_API CUresult cuStreamGetFlags(CUstream h, unsigned int *flags) {
-    API_BEGIN("cuStreamGetFlags");
+    API_BEGIN_ARGS("cuStreamGetFlags", LOG_OUT32(1), LA(h), LA(flags));
     API_NEED_INIT();
     if (flags == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     RESOLVE_OR_RETURN(s, h);
@@ -769,7 +826,7 @@ SG_API CUresult cuStreamGetFlags(CUstream h, unsigned int *flags) {
 }
 
 SG_API CUresult cuStreamGetPriority(CUstream h, int *priority) {
-    API_BEGIN("cuStreamGetPriority");
+    API_BEGIN_ARGS("cuStreamGetPriority", LOG_OUT32(1), LA(h), LA(priority));
     API_NEED_INIT();
     if (priority == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     RESOLVE_OR_RETURN(s, h);
@@ -779,7 +836,7 @@ SG_API CUresult cuStreamGetPriority(CUstream h, int *priority) {
 }
 
 SG_API CUresult cuStreamGetId(CUstream h, unsigned long long *id) {
-    API_BEGIN("cuStreamGetId");
+    API_BEGIN_ARGS("cuStreamGetId", LOG_OUT64(1), LA(h), LA(id));
     API_NEED_INIT();
     if (id == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     RESOLVE_OR_RETURN(s, h);
@@ -806,13 +863,13 @@ static CUresult host_fn(CUstream h, CUhostFn fn, void *data) {
 }
 
 SG_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *data) {
-    API_BEGIN("cuLaunchHostFunc");
+    API_BEGIN_ARGS("cuLaunchHostFunc", 0, LA(h), LA(fn), LA(data));
     API_NEED_INIT();
     API_RETURN(host_fn(h, fn, data));
 }
 
 SG_API CUresult cuLaunchHostFunc_v2(CUstream h, CUhostFn fn, void *data, unsigned int sync_mode) {
-    API_BEGIN("cuLaunchHostFunc_v2");
+    API_BEGIN_ARGS("cuLaunchHostFunc_v2", 0, LA(h), LA(fn), LA(data), LA(sync_mode));
     API_NEED_INIT();
     (void)sync_mode;
     API_RETURN(host_fn(h, fn, data));
@@ -820,7 +877,7 @@ SG_API CUresult cuLaunchHostFunc_v2(CUstream h, CUhostFn fn, void *data, unsigne
 
 SG_API CUresult cuStreamAddCallback(CUstream h, CUstreamCallback fn, void *data,
                                     unsigned int flags) {
-    API_BEGIN("cuStreamAddCallback");
+    API_BEGIN_ARGS("cuStreamAddCallback", 0, LA(h), LA(fn), LA(data), LA(flags));
     API_NEED_INIT();
     if (fn == NULL || flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     RESOLVE_OR_RETURN(s, h);
@@ -838,7 +895,7 @@ SG_API CUresult cuStreamAddCallback(CUstream h, CUstreamCallback fn, void *data,
 /* ---- events -------------------------------------------------------------------------------- */
 
 SG_API CUresult cuEventCreate(CUevent *ph, unsigned int flags) {
-    API_BEGIN("cuEventCreate");
+    API_BEGIN_ARGS("cuEventCreate", LOG_OUT64(0), LA(ph), LA(flags));
     API_NEED_INIT();
     if (ph == NULL || (flags & ~7u)) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     if ((flags & SG_EVENT_INTERPROCESS) && !(flags & SG_EVENT_DISABLE_TIMING))
@@ -870,7 +927,7 @@ static void event_free(sg_event *e) {
 }
 
 SG_API CUresult cuEventDestroy_v2(CUevent h) {
-    API_BEGIN("cuEventDestroy_v2");
+    API_BEGIN_ARGS("cuEventDestroy_v2", 0, LA(h));
     API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
@@ -885,6 +942,35 @@ SG_API CUresult cuEventDestroy_v2(CUevent h) {
 }
 
 SG_API CUresult cuEventDestroy(CUevent h) { return cuEventDestroy_v2(h); }
+
+/* Exported for tests: the driver reports stream or event handle h gone.  A live event is
+ * destroyed as by cuEventDestroy, a live stream made by cuStreamCreate* as by cuStreamDestroy
+ * (its queued work drains); from then on every call naming h answers `code` (a nonzero
+ * CUresult: CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_CONTEXT_IS_DESTROYED, ...) instead of what a
+ * destroyed handle gets (SIGSEGV for a stream, CONTEXT_IS_DESTROYED for an event).  h may
+ * already be destroyed; a stream handle moved by simgpu_stream_move applies to the stream it
+ * names now.  Returns 0, or -1 for code 0, a default stream (0, 1, 2, per-thread) or a handle
+ * that never named a stream or an event. */
+SG_API int simgpu_handle_report_gone(uint64_t h, int code) {
+    if (code == CUDA_SUCCESS || h <= SG_STREAM_PER_THREAD) return -1;
+    int rc = -1;
+    pthread_mutex_lock(&sg_lock);
+    uint64_t inner = sg_stream_alias(h);
+    int was = sg_handle_was(inner);
+    if (was == K_STREAM) {
+        sg_stream *s = sg_handle_get(inner, K_STREAM);
+        if (s == NULL || s->destroyed || s->kind == SK_USER) {
+            if (s != NULL && !s->destroyed) sg_stream_destroy(s);
+            rc = sg_handle_report(inner, code);
+        }
+    } else if (was == K_EVENT) {
+        sg_event *e = sg_handle_get(inner, K_EVENT);
+        if (e != NULL) event_free(e);
+        rc = sg_handle_report(inner, code);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return rc;
+}
 
 static void destroy_event_of_ctx(void *obj, void *arg) {
     sg_event *e = obj;
@@ -972,20 +1058,20 @@ static CUresult event_record(uint64_t event, uint64_t stream, unsigned flags) {
 }
 
 SG_API CUresult cuEventRecord(CUevent h, CUstream stream) {
-    API_BEGIN("cuEventRecord");
+    API_BEGIN_ARGS("cuEventRecord", 0, LA(h), LA(stream));
     API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     API_RETURN(event_record(H(h), H(stream), 0));
 }
 
 SG_API CUresult cuEventRecordWithFlags(CUevent h, CUstream stream, unsigned int flags) {
-    API_BEGIN("cuEventRecordWithFlags");
+    API_BEGIN_ARGS("cuEventRecordWithFlags", 0, LA(h), LA(stream), LA(flags));
     API_NEED_INIT();
     API_RETURN(event_record(H(h), H(stream), flags));
 }
 
 SG_API CUresult cuEventQuery(CUevent h) {
-    API_BEGIN("cuEventQuery");
+    API_BEGIN_ARGS("cuEventQuery", 0, LA(h));
     API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
@@ -1007,7 +1093,7 @@ SG_API CUresult cuEventQuery(CUevent h) {
 }
 
 SG_API CUresult cuEventSynchronize(CUevent h) {
-    API_BEGIN("cuEventSynchronize");
+    API_BEGIN_ARGS("cuEventSynchronize", 0, LA(h));
     API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
@@ -1034,7 +1120,9 @@ static CUresult elapsed(float *ms, uint64_t start, uint64_t end) {
     pthread_mutex_lock(&sg_lock);
     sg_event *a = sg_handle_get(start, K_EVENT), *b = sg_handle_get(end, K_EVENT);
     CUresult r = CUDA_SUCCESS;
-    if (a == NULL || b == NULL || !a->recorded || !b->recorded ||
+    if ((a == NULL && sg_handle_reported(start, &r)) || (b == NULL && sg_handle_reported(end, &r)))
+        ; /* a handle reported gone (simgpu_handle_report_gone) answers its code */
+    else if (a == NULL || b == NULL || !a->recorded || !b->recorded ||
         ((a->flags | b->flags) & SG_EVENT_DISABLE_TIMING) || a->capture || b->capture)
         r = CUDA_ERROR_INVALID_HANDLE;
     else if (!sg_point_done(a->stream, a->seq) || !sg_point_done(b->stream, b->seq) ||
@@ -1047,19 +1135,19 @@ static CUresult elapsed(float *ms, uint64_t start, uint64_t end) {
 }
 
 SG_API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
-    API_BEGIN("cuEventElapsedTime");
+    API_BEGIN_ARGS("cuEventElapsedTime", LOG_OUT32(0), LA(ms), LA(start), LA(end));
     API_NEED_INIT();
     API_RETURN(elapsed(ms, H(start), H(end)));
 }
 
 SG_API CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end) {
-    API_BEGIN("cuEventElapsedTime_v2");
+    API_BEGIN_ARGS("cuEventElapsedTime_v2", LOG_OUT32(0), LA(ms), LA(start), LA(end));
     API_NEED_INIT();
     API_RETURN(elapsed(ms, H(start), H(end)));
 }
 
 SG_API CUresult cuStreamWaitEvent(CUstream h, CUevent event, unsigned int flags) {
-    API_BEGIN("cuStreamWaitEvent");
+    API_BEGIN_ARGS("cuStreamWaitEvent", 0, LA(h), LA(event), LA(flags));
     API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
     if (flags & ~1u) API_RETURN(CUDA_ERROR_INVALID_VALUE);
@@ -1144,19 +1232,21 @@ static CUresult begin_capture(uint64_t h, int mode) {
     } else {
         sg_capture *cap = calloc(1, sizeof *cap);
         sg_graph *g = calloc(1, sizeof *g);
-        sg_capture **grown = ncaptures == cap_captures
-                                 ? realloc(captures, (size_t)(cap_captures ? cap_captures * 2 : 4) *
-                                                         sizeof *captures)
-                                 : captures;
+        /* Grown when full; the new capacity is kept whether realloc moved the array or
+         * grew it in place (a capacity updated only on a move let later captures write past
+         * the array's end: heap corruption seen in cuda.core's suite). */
+        int grow = ncaptures == cap_captures;
+        int new_cap = grow ? (cap_captures ? cap_captures * 2 : 4) : cap_captures;
+        sg_capture **grown = grow ? realloc(captures, (size_t)new_cap * sizeof *captures) : captures;
+        if (grown != NULL) {
+            captures = grown;
+            cap_captures = new_cap;
+        }
         if (cap == NULL || g == NULL || grown == NULL) {
             free(cap);
             free(g);
             r = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
-            if (grown != captures) {
-                captures = grown;
-                cap_captures = cap_captures ? cap_captures * 2 : 4;
-            }
             sg_handle_new(g, K_GRAPH);
             cap->graph = g;
             cap->id = next_capture_id++;
@@ -1172,19 +1262,19 @@ static CUresult begin_capture(uint64_t h, int mode) {
 }
 
 SG_API CUresult cuStreamBeginCapture(CUstream h) {
-    API_BEGIN("cuStreamBeginCapture");
+    API_BEGIN_ARGS("cuStreamBeginCapture", 0, LA(h));
     API_NEED_INIT();
     API_RETURN(begin_capture(H(h), SG_CAPTURE_MODE_GLOBAL));
 }
 
 SG_API CUresult cuStreamBeginCapture_v2(CUstream h, int mode) {
-    API_BEGIN("cuStreamBeginCapture_v2");
+    API_BEGIN_ARGS("cuStreamBeginCapture_v2", 0, LA(h), LA(mode));
     API_NEED_INIT();
     API_RETURN(begin_capture(H(h), mode));
 }
 
 SG_API CUresult cuStreamEndCapture(CUstream h, CUgraph *graph) {
-    API_BEGIN("cuStreamEndCapture");
+    API_BEGIN_ARGS("cuStreamEndCapture", LOG_OUT64(1), LA(h), LA(graph));
     API_NEED_INIT();
     if (graph == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     RESOLVE_OR_RETURN(s, h);
@@ -1233,7 +1323,7 @@ static CUresult capture_status(sg_stream *s, int *status) {
 }
 
 SG_API CUresult cuStreamIsCapturing(CUstream h, int *status) {
-    API_BEGIN("cuStreamIsCapturing");
+    API_BEGIN_ARGS("cuStreamIsCapturing", LOG_OUT32(1), LA(h), LA(status));
     if (sg_forked_child && status != NULL) *status = SG_CAPTURE_NONE;
     API_FORKED_CHILD_SUCCEEDS();
     API_NEED_INIT();
@@ -1273,7 +1363,7 @@ static CUresult capture_info(uint64_t h, int *status, cuuint64_t *id, CUgraph *g
 
 SG_API CUresult cuStreamGetCaptureInfo_v2(CUstream h, int *status, cuuint64_t *id, CUgraph *graph,
                                           const CUgraphNode **deps, size_t *ndeps) {
-    API_BEGIN("cuStreamGetCaptureInfo_v2");
+    API_BEGIN_ARGS("cuStreamGetCaptureInfo_v2", LOG_OUT32(1) | LOG_OUT64(2) | LOG_OUT64(3) | LOG_OUT64(4) | LOG_OUT64(5), LA(h), LA(status), LA(id), LA(graph), LA(deps), LA(ndeps));
     API_NEED_INIT();
     API_RETURN(capture_info(H(h), status, id, graph, deps, NULL, ndeps));
 }
@@ -1281,13 +1371,13 @@ SG_API CUresult cuStreamGetCaptureInfo_v2(CUstream h, int *status, cuuint64_t *i
 SG_API CUresult cuStreamGetCaptureInfo_v3(CUstream h, int *status, cuuint64_t *id, CUgraph *graph,
                                           const CUgraphNode **deps, const void **edges,
                                           size_t *ndeps) {
-    API_BEGIN("cuStreamGetCaptureInfo_v3");
+    API_BEGIN_ARGS("cuStreamGetCaptureInfo_v3", LOG_OUT32(1) | LOG_OUT64(2) | LOG_OUT64(3) | LOG_OUT64(4) | LOG_OUT64(5), LA(h), LA(status), LA(id), LA(graph), LA(deps), LA(ndeps));
     API_NEED_INIT();
     API_RETURN(capture_info(H(h), status, id, graph, deps, edges, ndeps));
 }
 
 SG_API CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
-    API_BEGIN("cuThreadExchangeStreamCaptureMode");
+    API_BEGIN_ARGS("cuThreadExchangeStreamCaptureMode", LOG_OUT32(0), LA(mode));
     API_NEED_INIT();
     if (mode == NULL || *mode < 0 || *mode > 2) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     int old = tls_capture_mode;
@@ -1333,7 +1423,7 @@ static void exec_launched(sg_graph_exec *x, sg_stream *s) {
 }
 
 SG_API CUresult cuGraphCreate(CUgraph *ph, unsigned int flags) {
-    API_BEGIN("cuGraphCreate");
+    API_BEGIN_ARGS("cuGraphCreate", LOG_OUT64(0), LA(ph), LA(flags));
     API_NEED_INIT();
     if (ph == NULL || flags != 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     sg_graph *g = calloc(1, sizeof *g);
@@ -1346,7 +1436,7 @@ SG_API CUresult cuGraphCreate(CUgraph *ph, unsigned int flags) {
 }
 
 SG_API CUresult cuGraphDestroy(CUgraph h) {
-    API_BEGIN("cuGraphDestroy");
+    API_BEGIN_ARGS("cuGraphDestroy", 0, LA(h));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_graph *g = sg_handle_get(H(h), K_GRAPH);
@@ -1362,7 +1452,7 @@ SG_API CUresult cuGraphDestroy(CUgraph h) {
 }
 
 SG_API CUresult cuGraphGetNodes(CUgraph h, CUgraphNode *nodes, size_t *count) {
-    API_BEGIN("cuGraphGetNodes");
+    API_BEGIN_ARGS("cuGraphGetNodes", LOG_OUT64(2), LA(h), LA(nodes), LA(count));
     API_NEED_INIT();
     if (count == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     pthread_mutex_lock(&sg_lock);
@@ -1406,7 +1496,7 @@ static CUresult instantiate(CUgraphExec *ph, uint64_t graph) {
 
 SG_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *ph, CUgraph graph,
                                             unsigned long long flags) {
-    API_BEGIN("cuGraphInstantiateWithFlags");
+    API_BEGIN_ARGS("cuGraphInstantiateWithFlags", LOG_OUT64(0), LA(ph), LA(graph), LA(flags));
     API_NEED_INIT();
     (void)flags;
     API_RETURN(instantiate(ph, H(graph)));
@@ -1421,7 +1511,7 @@ typedef struct {
 
 SG_API CUresult cuGraphInstantiateWithParams(CUgraphExec *ph, CUgraph graph,
                                              sg_instantiate_params *params) {
-    API_BEGIN("cuGraphInstantiateWithParams");
+    API_BEGIN_ARGS("cuGraphInstantiateWithParams", LOG_OUT64(0), LA(ph), LA(graph), LA(params));
     API_NEED_INIT();
     CUresult r = instantiate(ph, H(graph));
     if (params != NULL) {
@@ -1432,7 +1522,7 @@ SG_API CUresult cuGraphInstantiateWithParams(CUgraphExec *ph, CUgraph graph,
 }
 
 SG_API CUresult cuGraphExecDestroy(CUgraphExec h) {
-    API_BEGIN("cuGraphExecDestroy");
+    API_BEGIN_ARGS("cuGraphExecDestroy", 0, LA(h));
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_graph_exec *x = sg_handle_get(H(h), K_GEXEC);
@@ -1450,7 +1540,7 @@ SG_API CUresult cuGraphExecDestroy(CUgraphExec h) {
 }
 
 SG_API CUresult cuGraphUpload(CUgraphExec h, CUstream stream) {
-    API_BEGIN("cuGraphUpload");
+    API_BEGIN_ARGS("cuGraphUpload", 0, LA(h), LA(stream));
     API_NEED_INIT();
     RESOLVE_OR_RETURN(s, stream);
     (void)s;
@@ -1460,7 +1550,7 @@ SG_API CUresult cuGraphUpload(CUgraphExec h, CUstream stream) {
 }
 
 SG_API CUresult cuGraphLaunch(CUgraphExec h, CUstream stream) {
-    API_BEGIN("cuGraphLaunch");
+    API_BEGIN_ARGS("cuGraphLaunch", 0, LA(h), LA(stream));
     API_NEED_INIT();
     RESOLVE_OR_RETURN(s, stream);
     sg_graph_exec *x = sg_handle_get(H(h), K_GEXEC);

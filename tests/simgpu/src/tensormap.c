@@ -109,7 +109,7 @@ SG_API CUresult cuTensorMapEncodeTiled(cuuint64_t *map, int type, cuuint32_t ran
                                        const cuuint64_t *dims, const cuuint64_t *strides,
                                        const cuuint32_t *box, const cuuint32_t *estrides,
                                        int interleave, int swizzle, int l2, int oob) {
-    API_BEGIN("cuTensorMapEncodeTiled");
+    API_BEGIN_ARGS("cuTensorMapEncodeTiled", 0, LA(map), LA(type), LA(rank), LA(address), LA(dims), LA(strides));
     API_NEED_INIT();
     CUresult r = check_tiled(map, type, rank, address, dims, strides, box, estrides, interleave,
                              swizzle, l2, oob);
@@ -130,7 +130,7 @@ SG_API CUresult cuTensorMapEncodeTiled(cuuint64_t *map, int type, cuuint32_t ran
 }
 
 SG_API CUresult cuTensorMapReplaceAddress(cuuint64_t *map, void *address) {
-    API_BEGIN("cuTensorMapReplaceAddress");
+    API_BEGIN_ARGS("cuTensorMapReplaceAddress", 0, LA(map), LA(address));
     API_NEED_INIT();
     if (map == NULL || map[13] != TM_TAG) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     int type = (int)(map[12] & 0xFF), interleave = (int)((map[12] >> 16) & 0xFF);
