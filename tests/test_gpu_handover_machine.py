@@ -73,6 +73,7 @@ otherwise be made.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import gc
 import itertools
@@ -93,11 +94,11 @@ from hypothesis.stateful import (
 import producers
 from stridedview import CUDAError, StridedMemoryView, _view, args_viewable_as_strided_memory, release_pending
 
-pytestmark = [pytest.mark.gpu, pytest.mark.simgpu]
+pytestmark = [pytest.mark.gpu, pytest.mark.simgpu, pytest.mark.slow]
 
 #: Examples and steps per example of a CI run (derandomized: the same run each time).
-CI_EXAMPLES = 40
-CI_STEPS = 30
+CI_EXAMPLES = 150
+CI_STEPS = 50
 #: Examples of the careless user's machine (CarelessMachine) and of the one that resets the
 #: device in a child process (ResetMachine).
 CARELESS_EXAMPLES = 8
@@ -217,6 +218,8 @@ def read_kernel(world, handle, ptr) -> int:
 
 # --- producers ---------------------------------------------------------------------------------
 
+#: How often each state was reached (HandOverMachine.note_reached), and injected failures fired.
+REACHED: collections.Counter = collections.Counter()
 #: Capsules handed out and not yet deleted: id -> (structures, the producer, its info).
 CAPSULES: dict = {}
 #: Contract breaches seen where no assertion can be raised (a deleter, a finalizer).
@@ -1223,10 +1226,23 @@ class HandOverMachine(RuleBasedStateMachine):
         except OwnFailure as exc:
             assert result_name(exc.code) == name, exc
         finally:
+            REACHED["failures injected"] += self.sim.fail_fired(call) > 0
             self.sim.fail_clear()
             self.fault = None
 
     # ---- invariants ----
+
+    @invariant()
+    def note_reached(self):
+        """Count the states the library was left in (test_handover_machine asserts the CI run
+        reaches each: a change to the machine must not lose them quietly)."""
+        entries, holds, _ = _view._pending_holds()
+        REACHED["steps"] += 1
+        REACHED["pending holds"] += holds > 0
+        REACHED["deferred holds"] += _view._deferred_holds() > 0
+        REACHED["graph-owned"] += _view._graph_owned() > 0
+        REACHED["capturing"] += bool(self.ledger.captures)
+        REACHED["gated"] += bool(self.gates)
 
     @invariant()
     def nothing_reported(self):
@@ -1345,10 +1361,17 @@ def test_handover_machine(world):
     """The correct user's machine: the checker never reports, every deleter runs once, every
     producer's memory is freed once (CI_EXAMPLES examples of CI_STEPS steps)."""
     HandOverMachine.world = world
+    REACHED.clear()
     try:
         run_state_machine_as_test(HandOverMachine, settings=machine_settings(CI_EXAMPLES, CI_STEPS))
     finally:
         HandOverMachine.world = None
+    print(f"machine: {dict(REACHED)}")
+    # Each state reached (a CI run: about 6,000 steps, each state after 60 to 2,000 of them,
+    # how many depending on the streams' timing, as do the injected failures that fire).
+    for state in ("pending holds", "deferred holds", "graph-owned", "capturing", "gated"):
+        assert REACHED[state] >= 10, (state, dict(REACHED))
+    assert REACHED["failures injected"] >= 5, dict(REACHED)
 
 
 
@@ -1359,6 +1382,8 @@ class ResetMachine(HandOverMachine):
     """The machine with one more rule: ``stridedview.release_driver_resources()`` then
     ``cuDevicePrimaryCtxReset``, which destroys every stream, event and allocation of device 0
     (so it runs in a child process: ``test_reset_machine_in_a_child``)."""
+
+    resets = 0  # made so far in this process (the child reports it)
 
     @rule(keep_graphs=st.booleans(), keep_views=st.booleans(), keep_producers=st.booleans())
     def reset(self, keep_graphs, keep_views, keep_producers):
@@ -1393,6 +1418,7 @@ class ResetMachine(HandOverMachine):
                 drv().cuEventDestroy(event)
         self.ledger.graph_events = []  # (those still used by graphs die with the reset)
         stridedview.release_driver_resources()
+        type(self).resets += 1
         assert _view._pending_holds() == (0, 0, 0), _view._pending_holds()
         d = drv()
         own("cuDevicePrimaryCtxReset", d.cuDevicePrimaryCtxReset(own("cuDeviceGet", d.cuDeviceGet(0))))
@@ -1421,6 +1447,8 @@ class CarelessMachine(HandOverMachine):
     The checker must report it, whatever state the rest of the machine left: its silence in
     HandOverMachine means something."""
 
+    mistakes = 0  # careless launches made (and reported) in this process
+
     @rule(mistake=st.sampled_from(["unordered", "no_hand_over"]), kind=st.sampled_from(["cai", "dlpack"]),
           data=st.data())
     def careless_launch(self, mistake, kind, data):
@@ -1448,16 +1476,20 @@ class CarelessMachine(HandOverMachine):
         texts = self.sim.check_reports(before)
         assert any(text.startswith(expected) and f"{p.ptr:#x}" in text for text in texts), (expected, texts)
         self.reports = self.sim.check_report_count()
+        type(self).mistakes += 1
 
 
+@pytest.mark.races
 def test_careless_machine_is_reported(world):
     """A few examples of CarelessMachine: every careless launch is reported, every other step is
     not."""
     CarelessMachine.world = world
+    CarelessMachine.mistakes = 0
     try:
         run_state_machine_as_test(CarelessMachine, settings=machine_settings(CARELESS_EXAMPLES, CI_STEPS, 0.05))
     finally:
         CarelessMachine.world = None
+    assert CarelessMachine.mistakes >= 3, CarelessMachine.mistakes
 
 
 GRAPH_HOLD_SCRIPT = """
@@ -1544,7 +1576,7 @@ make_current(0)
 t.ResetMachine.world = t.World(simulator())
 run_state_machine_as_test(t.ResetMachine, settings=t.machine_settings(t.RESET_EXAMPLES, t.CI_STEPS, 0.1))
 t.ResetMachine.world.close()
-print("done")
+print("done", t.ResetMachine.resets)
 """
 
 
@@ -1556,5 +1588,50 @@ def test_reset_machine_in_a_child(gpu):
     from simgpu.simgpu_support import child_paths, run_python
 
     result = run_python(RESET_SCRIPT, args=child_paths(), timeout=300)
-    assert result.returncode == 0 and result.stdout.splitlines()[-1:] == ["done"], (
+    last = result.stdout.splitlines()[-1:]
+    assert result.returncode == 0 and last and last[0].startswith("done "), (
         result.stdout[-3000:] + result.stderr[-6000:])
+    assert int(last[0].split()[1]) > 0, "no example reset the device"
+
+
+# --- what the machine keeps clear of: a view made for a capturing stream, after the capture -----
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "reported: a view made for a stream while it captured keeps that stream as ready_stream after "
+    "the capture ended, though the stream itself never waited for the producer (the wait is the "
+    "graph's external wait node); handed on then, the view orders the next consumer after that "
+    "stream only, and the checker reports the consumer's read racing the producer's write"))
+@pytest.mark.races  # (while the defect lasts: the gpu fixture fails a test that made a report)
+def test_a_view_made_under_capture_handed_on_after_it(gpu, simulator):
+    """A CAI producer writes on P; a view is made for C while C captures (every replay of the
+    graph waits for P); the capture ends; the view is handed on to D (its own ``__dlpack__``,
+    which orders D after the view's ready_stream, C): D's read must be ordered after P's
+    write.  (The machine gives such views no ready stream: ViewInfo.ready_key.)"""
+    d = drv()
+    previous = simulator.set_check(1)
+    world = World(simulator)
+    try:
+        before = simulator.check_report_count()
+        producing, capturing, consuming = world.owned["p0"], world.owned["nb0"], world.owned["nb1"]
+        ptr = int(own("cuMemAllocAsync", d.cuMemAllocAsync(256, producing.ptr)))
+        own("cuMemsetD8Async", d.cuMemsetD8Async(ptr, 7, 256, producing.ptr))
+        array = {"version": 3, "shape": (256,), "typestr": "|u1", "data": (ptr, False),
+                 "strides": None, "stream": producing.ptr}
+        holder = type("Producer", (), {"__cuda_array_interface__": array})()
+        own("cuStreamBeginCapture", d.cuStreamBeginCapture(
+            capturing.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
+        view = StridedMemoryView(holder, stream_ptr=capturing.ptr)
+        graph = own("cuStreamEndCapture", d.cuStreamEndCapture(capturing.handle))
+        assert view.ready_stream == capturing.ptr
+        handed = StridedMemoryView(view, stream_ptr=consuming.ptr)
+        assert read_kernel(world, consuming.ptr, handed.ptr) == SUCCESS
+        reports = simulator.check_reports(before)
+        own("cuCtxSynchronize", d.cuCtxSynchronize())
+        del handed, view
+        own("cuGraphDestroy", d.cuGraphDestroy(graph))
+        own("cuMemFreeAsync", d.cuMemFreeAsync(ptr, producing.ptr))
+        assert reports == []
+    finally:
+        world.close()
+        simulator.set_check(previous)
