@@ -480,6 +480,48 @@ class ExecInfo:
         return f"<exec of {self.graph!r}>"
 
 
+class Worker:
+    """A thread that lives across steps (its per-thread default stream, its caches and event
+    pools with it) and runs what it is given, one job at a time."""
+
+    def __init__(self):
+        import queue
+
+        self.jobs = queue.Queue()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        from driver_support import make_current
+
+        make_current(0)
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            fn, done, out = job
+            try:
+                out["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - raised by call()
+                out["error"] = exc
+            finally:
+                del fn
+                done.set()
+
+    def call(self, fn):
+        done, out = threading.Event(), {}
+        self.jobs.put((fn, done, out))
+        assert done.wait(60), "the worker thread did not answer"
+        if "error" in out:
+            raise out.pop("error")
+        return out.pop("value", None)
+
+    def stop(self):
+        self.jobs.put(None)
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+
+
 class Gate:
     """A host function holding its stream until opened (or GATE_TIMEOUT, which is noted)."""
 
@@ -524,6 +566,7 @@ class HandOverMachine(RuleBasedStateMachine):
         self.execs: list[ExecInfo] = []
         self.gates: list[Gate] = []
         self.owner_cycles: list = []  # weak references to owners in cycles with their recorded views
+        self.worker = None  # a Worker, once a step needs one
         self.unraisable: list = []
         self.fault = None  # (call, code name) while a failure is injected
         self.limit = None
@@ -953,6 +996,46 @@ class HandOverMachine(RuleBasedStateMachine):
                 info.handed = True
             self.views.append(info)
 
+    @precondition(lambda self: any(p.obj is not None for p in self.producers))
+    @rule(data=st.data(), record=st.booleans(), stop=st.booleans())
+    def worker_launch(self, data, record, stop):
+        """The worker thread views a producer for its own per-thread stream (2), launches there
+        and records the view there (or synchronizes its stream, then the read is done), and hands
+        the view to the main thread, which releases it later: while the worker lives (recorded on
+        its context's legacy stream), or once it ended (``stop``: through the event the worker
+        recorded on its stream as it ended)."""
+        producers_ = self.live_producers()
+        if not producers_:
+            return
+        p = data.draw(st.sampled_from(producers_), label="producer")
+        obj, w = p.obj, self.w
+        if not record:
+            self.open_gates()  # (the worker synchronizes its stream, which waits for the legacy one)
+        if self.worker is None:
+            self.worker = Worker()
+
+        def job():
+            view, capsule = make_view(obj, 2)
+            code = read_kernel(w, 2, view.ptr)
+            assert code == SUCCESS, result_name(code)
+            if record:
+                view.record_stream(2)
+            else:
+                own("cuStreamSynchronize", drv().cuStreamSynchronize(2))
+            return view, capsule
+
+        view, capsule = self.worker.call(job)
+        del obj
+        info = ViewInfo(view, p, "worker", capsule, None, rereadable=False)
+        del view
+        if record:
+            info.handed = True
+            info.recorded.add("worker")
+        self.views.append(info)
+        if stop:
+            self.worker.stop()
+            self.worker = None
+
     @precondition(lambda self: self.views)
     @rule(data=st.data())
     def drop_in_a_thread(self, data):
@@ -1296,6 +1379,9 @@ class HandOverMachine(RuleBasedStateMachine):
             while self.views:
                 self.drop_view_info(self.views[-1], False)
             self.break_owner_cycles()
+            if self.worker is not None:
+                self.worker.stop()
+                self.worker = None
             for p in self.producers:
                 if p.obj is not None:
                     self.synchronize(sorted(p.unprotected))
