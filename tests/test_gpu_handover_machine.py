@@ -72,14 +72,15 @@ twentieth as many)::
 
     STRIDEDVIEW_MACHINE_EXAMPLES=500 PYTHONPATH=$PWD/src tests/simgpu/run.sh -q -p no:cacheprovider tests/test_gpu_handover_machine.py
 
-The checker cannot see that an executable graph's user objects are released only after its
-launches ran (no happens-before edge from the driver's release thread to the host): the machine
-synchronizes an executable graph's launch streams as it destroys it (``destroy_exec``), and
-``test_checker_sees_a_graph_hold_come_back`` (strict xfail) shows the report that would
-otherwise be made.  A view made for a capturing stream keeps that stream as its ready_stream
-after the capture, where the stream never waited for the producer: the machine never reads
-such a view outside its capture nor hands it on (``ViewInfo.ready_key``), and
-``test_a_view_made_under_capture_handed_on_after_it`` (strict xfail) is the defect reported.
+The machine found two defects, each now a plain test: the checker had no happens-before
+edge from the release of an executable graph's user objects (which the driver makes only
+after its launches ran) to the host (``test_checker_sees_a_graph_hold_come_back``; the
+machine still synchronizes an executable graph's launch streams as it destroys it,
+``destroy_exec``), and a view of a CUDA Array Interface producer made for a capturing stream
+kept that stream as its ready_stream after the capture, though only the graph's replays wait
+for the producer (``test_a_view_made_under_capture_handed_on_after_it``: its ready_stream is
+now the producer's stream).  The machine gives views made under capture no ready stream to
+hand on from (``ViewInfo.ready_key``): a DLPack producer orders the capturing stream itself.
 """
 
 from __future__ import annotations
@@ -1637,13 +1638,6 @@ for text in sim.check_reports():
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a checker gap: the simulator runs an executable graph's user-object destructors only after "
-    "its queued launches ran, but its checker has no happens-before edge from that release to "
-    "the host, so the free that follows a graph-owned hold coming back is reported as a free "
-    "while in use (the machine synchronizes an executable graph's launch streams as it destroys "
-    "it instead); passes once tests/simgpu/src/graph.c's release thread lets the host observe "
-    "the launches it waited for"))
 def test_checker_sees_a_graph_hold_come_back(gpu, simulator):
     """A hold handed to a capturing stream comes back once the graph and its executable graph
     are gone and the replay queued on another stream has run: the producer's free that follows
@@ -1689,17 +1683,11 @@ def test_reset_machine_in_a_child(gpu):
 # --- what the machine keeps clear of: a view made for a capturing stream, after the capture -----
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "reported: a view made for a stream while it captured keeps that stream as ready_stream after "
-    "the capture ended, though the stream itself never waited for the producer (the wait is the "
-    "graph's external wait node); handed on then, the view orders the next consumer after that "
-    "stream only, and the checker reports the consumer's read racing the producer's write"))
-@pytest.mark.races  # (while the defect lasts: the gpu fixture fails a test that made a report)
 def test_a_view_made_under_capture_handed_on_after_it(gpu, simulator):
     """A CAI producer writes on P; a view is made for C while C captures (every replay of the
-    graph waits for P); the capture ends; the view is handed on to D (its own ``__dlpack__``,
-    which orders D after the view's ready_stream, C): D's read must be ordered after P's
-    write.  (The machine gives such views no ready stream: ViewInfo.ready_key.)"""
+    graph waits for P, C itself never does); the capture ends; the view is handed on to D:
+    its ready_stream is P (ready there outside the graph), so D is ordered after P's write and
+    nothing is reported.  (The machine gives such views no ready stream: ViewInfo.ready_key.)"""
     d = drv()
     previous = simulator.set_check(1)
     world = World(simulator)
@@ -1715,7 +1703,7 @@ def test_a_view_made_under_capture_handed_on_after_it(gpu, simulator):
             capturing.handle, d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))
         view = StridedMemoryView(holder, stream_ptr=capturing.ptr)
         graph = own("cuStreamEndCapture", d.cuStreamEndCapture(capturing.handle))
-        assert view.ready_stream == capturing.ptr
+        assert view.ready_stream == producing.ptr
         handed = StridedMemoryView(view, stream_ptr=consuming.ptr)
         assert read_kernel(world, consuming.ptr, handed.ptr) == SUCCESS
         reports = simulator.check_reports(before)
