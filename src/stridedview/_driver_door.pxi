@@ -248,7 +248,12 @@ cdef int _order_after(object producer, object consumer, object device=None, obje
     """Make work later enqueued on ``consumer`` wait for ``producer``'s work so far; the host is
     never blocked.  ``device``: the ordinal of the device holding the data, or None; then
     ``ptr``, when not 0, a pointer into the data whose device the driver is asked for, only if
-    a default-stream handle needs it.  CUDAError if a driver call fails."""
+    a default-stream handle needs it.  CUDAError if a driver call fails.
+
+    0, or 1 when ``consumer`` is capturing a graph that waits for ``producer`` through an
+    external event wait node: then only the graph's replays wait, never ``consumer`` itself
+    outside its capture, and a view made for it is ready on ``producer``'s stream (the
+    callers set its ready_stream so)."""
     cdef uintptr_t p = 0, c = 0
     cdef sv_door_thread *t
     cdef const char *call = NULL
@@ -307,7 +312,7 @@ cdef int _order_after_general(uintptr_t p, uintptr_t c, object device, object pt
             if r == SV_CUDA_SUCCESS:
                 r = sv_door_order_default(t, p, c, context, &call)
         if r == SV_DOOR_CAPTURING:
-            _order_into_capture(t, p, context if p <= 2 else NULL, c, ordinal, address)
+            return _order_into_capture(t, p, context if p <= 2 else NULL, c, ordinal, address)
         elif r == SV_DOOR_CONSUMER_INVALIDATED:
             from stridedview._errors import CUDAError
 
@@ -344,7 +349,8 @@ cdef int _order_into_capture(
     CU_EVENT_WAIT_EXTERNAL: the graph's external event wait node, which each replay makes wait
     for the event as recorded now (nothing records it again).  A producer capturing another
     graph cannot be waited on (CUDA_ERROR_STREAM_CAPTURE_ISOLATION), refused before any call
-    that would invalidate the consumer's capture."""
+    that would invalidate the consumer's capture.  1 when the consumer waits through the
+    graph's external wait node, else 0."""
     from stridedview._errors import CUDAError
 
     cdef const char *call = NULL
@@ -415,7 +421,7 @@ cdef int _order_into_capture(
     r = sv_door_wait(consumer, event, wait_context, SV_CU_EVENT_WAIT_EXTERNAL, &call)
     if r != SV_CUDA_SUCCESS:
         _door_raise(r, call)
-    return 0
+    return 1
 
 
 cdef int _give_to_graphs(list graphs, object obj, object refused) except -1:

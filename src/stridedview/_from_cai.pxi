@@ -115,11 +115,14 @@ cdef int _view_from_cai(
         view.ready_stream = producer_stream
     else:
         # A default-stream producer (1, 2: <= 2) is the data device's: the driver decides.
+        # For a consumer capturing a graph, only the graph's replays wait: the data are ready
+        # on the producer's stream outside it.
+        view.ready_stream = stream
         if producer_stream is not None and (
             producer_stream <= 2 or producer_stream != stream
         ):
-            _order_after(producer_stream, stream, None, ptr)
-        view.ready_stream = stream
+            if _order_after(producer_stream, stream, None, ptr):
+                view.ready_stream = producer_stream
 
     view._ptr = ptr
     view.ptr = ptr

@@ -162,9 +162,9 @@ cdef int _view_from_view(StridedMemoryView view, StridedMemoryView base, object 
     dl_stream = _dlpack_stream_for(base._device_type, stream)  # refuses None on a device
     ready = base.ready_stream
     if dl_stream is not None and dl_stream != -1:
-        if ready is not None and not _same_stream(ready, stream):
-            _order_after(ready, stream)
-        ready = stream
+        # (Ordered into a graph's capture, the data stay ready where they were outside it.)
+        if ready is None or _same_stream(ready, stream) or not _order_after(ready, stream):
+            ready = stream
     _derive_into(view, base)
     view.ready_stream = ready
     return 0
@@ -256,10 +256,13 @@ cdef int _order_exchange_view(
     # A NULL (or 1, 2) work stream is a default stream of the TENSOR's device,
     # whatever context is current: the driver resolves it there, and decides
     # whether it is the consumer's stream.
-    if producer <= 2 or producer != stream:
-        _order_after(producer, stream, view._device_id)
     view.exporting_obj = obj
     view.ready_stream = stream
+    if producer <= 2 or producer != stream:
+        if _order_after(producer, stream, view._device_id):
+            # Ordered into a graph's capture: ready on the producer's stream outside it (its
+            # NULL is the legacy stream of the tensor's device).
+            view.ready_stream = producer if producer > 0 else CU_STREAM_LEGACY_HANDLE
     return 0
 
 

@@ -40,6 +40,7 @@ typedef struct sg_release {
     sg_uref *refs;
     int nrefs;
     sg_dep *deps;
+    struct sg_vc **clocks; /* the checker's clock of each point (observed as they go), or NULL */
     int ndeps;
     CUhostFn destroy;
     void *ptr;
@@ -127,6 +128,9 @@ static void *release_thread(void *arg) {
             pthread_cond_wait(&sg_progress, &sg_lock);
             continue;
         }
+        /* The points it waited for have run: what the destructors then tell the host. */
+        for (int i = 0; r->clocks != NULL && i < r->ndeps; i++) sg_ck_observe(r->clocks[i]);
+        free(r->clocks);
         for (int i = 0; i < r->nrefs; i++) uobj_drop(r->refs[i].obj, r->refs[i].count);
         free(r->refs);
         free(r->deps);
@@ -177,17 +181,27 @@ int sg_urefs_copy(sg_urefs *dst, const sg_urefs *src) {
 }
 
 void sg_urefs_release(sg_urefs *l, const sg_dep *after, int nafter) {
+    sg_urefs_release_after(l, after, NULL, nafter);
+}
+
+void sg_urefs_release_after(sg_urefs *l, const sg_dep *after, struct sg_vc **clocks, int nafter) {
     int pending = 0;
     for (int i = 0; i < nafter; i++)
         if (!sg_point_done(after[i].stream, after[i].seq)) pending = 1;
     if (l->n > 0 && pending) {
         sg_release *r = calloc(1, sizeof *r);
         sg_dep *deps = malloc((size_t)nafter * sizeof *deps);
-        if (r != NULL && deps != NULL) {
+        struct sg_vc **taken = clocks != NULL ? malloc((size_t)nafter * sizeof *taken) : NULL;
+        if (r != NULL && deps != NULL && (clocks == NULL || taken != NULL)) {
             memcpy(deps, after, (size_t)nafter * sizeof *deps);
+            if (taken != NULL) {
+                memcpy(taken, clocks, (size_t)nafter * sizeof *taken);
+                for (int i = 0; i < nafter; i++) clocks[i] = NULL;
+            }
             r->refs = l->v;
             r->nrefs = l->n;
             r->deps = deps;
+            r->clocks = taken;
             r->ndeps = nafter;
             release_push(r);
             l->v = NULL;
@@ -196,6 +210,17 @@ void sg_urefs_release(sg_urefs *l, const sg_dep *after, int nafter) {
         }
         free(r);
         free(deps); /* no memory to wait: released now, as a driver would not */
+        free(taken);
+    }
+    /* Released now: the points have run (or nothing waits), and the host is told so by the
+       destructors that run as the calling entry point returns. */
+    for (int i = 0; clocks != NULL && l->n > 0 && i < nafter; i++) {
+        sg_ck_observe(clocks[i]);
+        clocks[i] = NULL;
+    }
+    for (int i = 0; clocks != NULL && i < nafter; i++) {
+        sg_ck_vc_free(clocks[i]);
+        clocks[i] = NULL;
     }
     for (int i = 0; i < l->n; i++) uobj_drop(l->v[i].obj, l->v[i].count);
     free(l->v);

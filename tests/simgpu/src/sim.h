@@ -551,6 +551,11 @@ int sg_urefs_copy(sg_urefs *dst, const sg_urefs *src);
  * they all have (an object whose last reference goes has its destructor run by the calling
  * entry point as it returns), else on the driver's release thread (which runs it there). */
 void sg_urefs_release(sg_urefs *l, const sg_dep *after, int nafter);
+/* The same, with the checker's clock of each point of after[] (NULL entries: none), which
+ * the host observes when the references go (a destructor run then tells it the work is
+ * done); the clocks are taken (freed here or by the release thread). */
+struct sg_vc;
+void sg_urefs_release_after(sg_urefs *l, const sg_dep *after, struct sg_vc **clocks, int nafter);
 
 /* ---- checker hooks (check.c); lock held, called only under SG_CHECKING() unless noted ---- */
 /* The stream's clock joins the host's and its implicit dependencies, ticks, and the op's

@@ -1394,6 +1394,7 @@ typedef struct {
     int n;
     sg_urefs refs;     /* its own references to its graph's user objects */
     sg_dep *launched;  /* per stream, the last operation of its latest launch there */
+    struct sg_vc **launched_vc; /* the checker's clock of each such point (NULL: not checked) */
     int nlaunched, cap_launched;
 } sg_graph_exec;
 
@@ -1404,22 +1405,29 @@ sg_urefs *sg_graph_urefs(uint64_t h) {
 
 /* The launch just enqueued on s: the exec's references wait for it at its destruction. */
 static void exec_launched(sg_graph_exec *x, sg_stream *s) {
-    for (int i = 0; i < x->nlaunched; i++) {
-        if (x->launched[i].stream == s->o.h) {
-            x->launched[i].seq = s->submitted;
-            return;
+    int i;
+    for (i = 0; i < x->nlaunched; i++)
+        if (x->launched[i].stream == s->o.h) break;
+    if (i == x->nlaunched) {
+        if (x->nlaunched == x->cap_launched) {
+            int cap = x->cap_launched ? x->cap_launched * 2 : 4;
+            sg_dep *grown = realloc(x->launched, (size_t)cap * sizeof *grown);
+            if (grown == NULL) return;
+            x->launched = grown;
+            struct sg_vc **clocks = realloc(x->launched_vc, (size_t)cap * sizeof *clocks);
+            if (clocks == NULL) return;
+            x->launched_vc = clocks;
+            x->cap_launched = cap;
         }
+        x->launched[i].stream = s->o.h;
+        x->launched_vc[i] = NULL;
+        x->nlaunched++;
     }
-    if (x->nlaunched == x->cap_launched) {
-        int cap = x->cap_launched ? x->cap_launched * 2 : 4;
-        sg_dep *grown = realloc(x->launched, (size_t)cap * sizeof *grown);
-        if (grown == NULL) return;
-        x->launched = grown;
-        x->cap_launched = cap;
-    }
-    x->launched[x->nlaunched].stream = s->o.h;
-    x->launched[x->nlaunched].seq = s->submitted;
-    x->nlaunched++;
+    x->launched[i].seq = s->submitted;
+    /* The checker's clock at that point: the host observes it when the references that
+       waited for it go (graph.c), as a destructor run then tells it the launch is done. */
+    sg_ck_vc_free(x->launched_vc[i]);
+    x->launched_vc[i] = SG_CHECKING() ? sg_ck_stream_clock(s) : NULL;
 }
 
 SG_API CUresult cuGraphCreate(CUgraph *ph, unsigned int flags) {
@@ -1528,11 +1536,13 @@ SG_API CUresult cuGraphExecDestroy(CUgraphExec h) {
     sg_graph_exec *x = sg_handle_get(H(h), K_GEXEC);
     if (x != NULL) {
         sg_handle_drop(x->o.h);
-        /* Its references go once the launches already made have run. */
-        sg_urefs_release(&x->refs, x->launched, x->nlaunched);
+        /* Its references go once the launches already made have run (the clocks of those
+           points handed over: observed by the host then). */
+        sg_urefs_release_after(&x->refs, x->launched, x->launched_vc, x->nlaunched);
         for (int i = 0; i < x->n; i++) sg_op_free(x->nodes[i]);
         free(x->nodes);
         free(x->launched);
+        free(x->launched_vc);
         free(x);
     }
     pthread_mutex_unlock(&sg_lock);
