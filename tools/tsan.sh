@@ -20,7 +20,8 @@
 # STRIDEDVIEW_REQUIRE_DEVICE=simulated, SIMGPU_CHECK=1).  Its default tests are the gpu tests of
 # hand-overs and ordering from several threads: tests/test_gpu_record_stream.py,
 # test_gpu_driver_door.py, test_gpu_hold_rule.py (threads making their first hand-over at
-# once among them), test_gpu_ordering.py, test_gpu_streams.py and the simulator's
+# once among them), test_gpu_ordering.py, test_gpu_stream_ordering.py (events per thread),
+# test_gpu_streams.py and the simulator's
 # stream-order checker's own tests (tests/simgpu/test_checker.py), less the timed race
 # controls (below; their tests took 5 to 7 minutes on two loaded cores, after the build).  The hand-over tests that need
 # cuda-core or numba-cuda (not installed here) skip (STRIDEDVIEW_ALLOW_MISSING).
@@ -91,7 +92,8 @@ if [ "$simgpu" = 1 ]; then
     export SIMGPU_CHECK=1
     [ $# -gt 0 ] || set -- -m "gpu or simgpu" -k "not reads_reused_memory and not stale_data" \
         tests/test_gpu_record_stream.py tests/test_gpu_driver_door.py tests/test_gpu_hold_rule.py \
-        tests/test_gpu_ordering.py tests/test_gpu_streams.py tests/simgpu/test_checker.py
+        tests/test_gpu_ordering.py tests/test_gpu_stream_ordering.py tests/test_gpu_streams.py \
+        tests/simgpu/test_checker.py
 fi
 [ $# -gt 0 ] || set -- tests/test_free_threading.py tests/test_threads.py tests/test_record_stream.py
 export TSAN_OPTIONS="suppressions=$repo/tools/tsan-suppressions.txt halt_on_error=0 history_size=4 second_deadlock_stack=1 log_path=$work/reports/tsan"
