@@ -1080,16 +1080,13 @@ static int sv_door_final_done(int index, int wait) {
 
 /* Whether every event of ``h`` has completed (wait 0: cuEventQuery, never blocking; wait 1:
    cuEventSynchronize).  Events of an earlier door generation are not named: their driver
-   state was let go of (release_driver_resources), and they count as done.  An item still
-   waiting for its capture to end (SV_ITEM_AWAIT) is not done. */
+   state was let go of (release_driver_resources, which waited for what it could), and they
+   count as done.  An item still waiting for its capture to end (SV_ITEM_AWAIT) is not done. */
 static int sv_door_hev_check(sv_door_hev *h, int wait) {
     int k, done = 1;
     sv_CUresult r;
-    if (h->generation != sv_door_generation_load()) {
-        for (k = 0; k < h->n; k++)
-            if (h->item[k].kind == SV_ITEM_AWAIT) return 0;
-        return 1;
-    }
+    if (h->generation != sv_door_generation_load())
+        return 1;  /* (its places' streams were waited for by release_driver_resources) */
     for (k = 0; k < h->n; k++) {
         sv_door_item *item = &h->item[k];
         if (item->kind == SV_ITEM_AWAIT) return 0;
