@@ -98,8 +98,8 @@
 # - Completed holds are found without a thread of their own: the oldest entries
 #   are queried (cuEventQuery) every _POLL_EVERY view creations while any is
 #   pending (sv_pending_entries, read with one relaxed load in _new_view), at
-#   every hand-over that lists an entry (one recorded in C checks the older
-#   entries before it joins them; one that joins the youngest checks nothing),
+#   every hand-over that lists an entry (it checks the older entries before it
+#   joins them; one that joins the youngest checks nothing),
 #   and all of them by release_pending().
 # - The bound: at most _pending_limit entries.  A hand-over past it first
 #   checks every entry, then waits on the host for the oldest ones
@@ -1423,7 +1423,7 @@ cdef inline PyObject *_one_place(_Handover entry) noexcept:
 
 cdef PyObject *_claim_youngest(PyObject *place) noexcept:
     """The youngest pending entry, taken out of the registry (as _claim_oldest takes the
-    oldest), if a hand-over on ``place`` may join it: recorded in C on ``place`` alone,
+    oldest), if a hand-over on ``place`` may join it: recorded on ``place`` alone,
     its stream's id known, joined by fewer than _JOIN_LIMIT; else NULL.  The registry's
     reference to it becomes the caller's (handed back by _put_back_youngest).  No Python
     code runs: int compares, no count changes."""
@@ -1484,9 +1484,9 @@ cdef bint _append_youngest(_Handover entry) noexcept:
 
 
 cdef bint _join_youngest(_Handover entry) noexcept:
-    """Hand ``entry``'s holds (not recorded: one place, reached through the C door) to
-    the youngest pending entry instead, when that one was recorded in C on the same
-    place alone and is still the same stream (its id): its event is recorded again on
+    """Hand ``entry``'s holds (not recorded: one place) to the youngest pending entry
+    instead, when that one was recorded on the same place alone and is still the same
+    stream (its id): its event is recorded again on
     that stream, so its earlier holds wait for a later point of the same stream, never
     an earlier one (what a record covers only grows), and no event is made and no
     entry listed.  True when joined (``entry``, with its holds, is then linked from the
@@ -1566,13 +1566,10 @@ cdef Py_ssize_t _register_recorded(_Handover entry) noexcept:
 cdef void _list_recorded(_Handover entry) noexcept:
     """_seal_and_register's listing of a recorded entry: the oldest checked first, the
     bound kept."""
-    cdef bint checked = (
-        entry.c_events != NULL and SV_PENDING_LOAD(sv_pending_entries) < _pending_limit
-    )
+    cdef bint checked = SV_PENDING_LOAD(sv_pending_entries) < _pending_limit
     if checked:
-        # The oldest entries are checked before this one joins them (just recorded in C,
-        # it is rarely done yet: the next check asks).  One recorded by _driver.py joins
-        # first: it may have nothing to wait for (its streams waited for instead).
+        # The oldest entries are checked before this one joins them (just recorded, it is
+        # rarely done yet: the next check asks).
         _check_oldest(_POLL_ENTRIES)
     try:
         _register_exit()
