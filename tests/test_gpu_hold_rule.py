@@ -157,6 +157,53 @@ def test_a_host_function_releases_nothing(gpu, simulator):
     assert recorded.calls == {producer.last: 1} and recorded.early == []
 
 
+def test_a_hold_with_nothing_left_to_wait_for_is_not_released_in_a_host_function(gpu, simulator):
+    """A hold a destroyed graph gives back with nothing left to wait for (its streams were
+    waited for by ``release_driver_resources()``: no event to ask) is released by the next
+    check; one run inside a host function releases nothing (the deleter could make no CUDA
+    call there) and drains nothing, and the check after it releases the hold, once."""
+    import stridedview
+    from driver_support import drv, ok
+    from simgpu.simgpu_support import host_fn
+
+    marking = Marking(gpu, 10)
+    stream = gpu.stream()
+    producer = marking.producer()
+    view = StridedMemoryView(producer, stream_ptr=-1)
+    view.record_stream(stream.ptr)
+    begin_capture(stream.handle)
+    del view  # released during the capture: the graph owns the hold
+    graph = ok(drv.cuStreamEndCapture(stream.handle))
+    assert release_pending() == 0  # (its place recorded now that the capture has ended)
+    stridedview.release_driver_resources()  # waits for it: nothing left to wait for
+    assert _view._graph_owned() == 1 and marking.calls == {}
+    ok(drv.cuGraphDestroy(graph))  # (the destructor runs before the call returns)
+    seen = {}
+    done = threading.Event()
+
+    def inside():
+        try:
+            for _ in range(40):  # view creations drain what graphs gave back
+                StridedMemoryView(np.zeros(4), stream_ptr=-1)
+            seen["released"] = release_pending()
+            seen["calls"] = dict(marking.calls)
+            seen["owned"] = _view._graph_owned()
+        except BaseException as exc:  # (a host function cannot raise: reported below)
+            seen["error"] = repr(exc)
+        finally:
+            done.set()
+
+    other = gpu.stream()
+    host_fn(other.handle, inside)
+    assert done.wait(30)
+    other.synchronize()  # (the host function has returned)
+    assert "error" not in seen, seen["error"]
+    assert seen == {"released": 0, "calls": {}, "owned": 1}
+    assert release_pending() == 1
+    assert marking.calls == {producer.last: 1}
+    assert _view._graph_owned() == 0 and _view._pending_holds() == (0, 0, 0)
+
+
 class Finalized:
     """A CUDA Array Interface producer over device memory whose finalizer marks it given back
     (as a stream-ordered allocator's owner frees its block when collected)."""

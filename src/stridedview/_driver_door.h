@@ -34,6 +34,9 @@
  *   other answer (NOT_PERMITTED inside a host function, any unexpected error), is not done:
  *   the hold stays pending and is asked again.  A record that cannot be made now (a capture
  *   beside or on the stream, NOT_PERMITTED, an unexpected error) is tried again later.
+ *   Where no event is left to ask, a release still needs the driver's leave: a probe
+ *   answering NOT_PERMITTED (sv_door_may_release) keeps the hold, and a drain of what graphs
+ *   gave back waits, for the next check outside the host function.
  * - Events of an earlier door generation (before sv_door_reset) are never named again: they
  *   belong to a driver state release_driver_resources() let go of (a reset may have killed
  *   them, and a real driver crashes on a killed event).
@@ -1078,15 +1081,30 @@ static int sv_door_final_done(int index, int wait) {
     return 1;
 }
 
+/* Whether this thread may release a hold now that nothing is left to wait for: not where
+   every CUDA call answers NOT_PERMITTED (a host function, a graph's destructor), since the
+   producer's deleter may need the driver there and its release may not be its last word.
+   Asked where no event was: an event's query answering SUCCESS already said so.  The
+   door's entry point is asked even after a reset (state 0 again: the library stays
+   loaded, its pointers set); with none ever resolved, no driver could refuse, and it may. */
+static int sv_door_may_release(void) {
+    void *current = NULL;
+    sv_CUresult (*get_current)(void **) = __atomic_load_n(&sv_door_fn.cuCtxGetCurrent, __ATOMIC_ACQUIRE);
+    if (get_current == NULL) return 1;
+    return get_current(&current) != SV_CUDA_ERROR_NOT_PERMITTED;
+}
+
 /* Whether every event of ``h`` has completed (wait 0: cuEventQuery, never blocking; wait 1:
    cuEventSynchronize).  Events of an earlier door generation are not named: their driver
    state was let go of (release_driver_resources, which waited for what it could), and they
-   count as done.  An item still waiting for its capture to end (SV_ITEM_AWAIT) is not done. */
+   count as done.  An item still waiting for its capture to end (SV_ITEM_AWAIT) is not done.
+   Where no event was asked (every item done already, or of an earlier generation), done
+   only where a release may run (sv_door_may_release). */
 static int sv_door_hev_check(sv_door_hev *h, int wait) {
-    int k, done = 1;
+    int k, done = 1, asked = 0;
     sv_CUresult r;
     if (h->generation != sv_door_generation_load())
-        return 1;  /* (its places' streams were waited for by release_driver_resources) */
+        return sv_door_may_release();  /* (its places' streams were waited for by release_driver_resources) */
     for (k = 0; k < h->n; k++) {
         sv_door_item *item = &h->item[k];
         if (item->kind == SV_ITEM_AWAIT) return 0;
@@ -1100,12 +1118,13 @@ static int sv_door_hev_check(sv_door_hev *h, int wait) {
         if (!sv_door_item_has_event(item)) continue;
         if (sv_door_state_load() != 1) return 0;  /* (no driver to ask: reset meanwhile) */
         r = wait ? sv_door_event_synchronize(item->event) : sv_door_fn.cuEventQuery(item->event);
+        asked = 1;
         if (!sv_door_item_answered(item, r, h->generation)) {
             if (!wait) return 0;
             done = 0;  /* a failed wait: the others still waited for, this one asked again */
         }
     }
-    return done;
+    return done && (asked || sv_door_may_release());
 }
 
 static int sv_door_hev_done(sv_door_hev *h) { return sv_door_hev_check(h, 0); }
@@ -1600,6 +1619,7 @@ static const char *sv_door_error_name(sv_CUresult code) { (void)code; return NUL
 static sv_door_hev *sv_door_hev_new(int n) { (void)n; return NULL; }
 static void sv_door_hev_release(sv_door_hev *h) { free(h); }
 static void sv_door_hev_discard(sv_door_hev *h) { free(h); }
+static int sv_door_may_release(void) { return 1; }
 static int sv_door_hev_done(sv_door_hev *h) { (void)h; return 1; }
 static int sv_door_hev_wait(sv_door_hev *h) { (void)h; return 1; }
 static sv_CUresult sv_door_hev_record_again(sv_door_thread *t, sv_door_hev *h, uintptr_t s) {

@@ -114,6 +114,7 @@ cdef extern from "_driver_door.h":
     void sv_door_hev_discard(sv_door_hev *h) nogil
     int sv_door_hev_done(sv_door_hev *h) nogil
     int sv_door_hev_wait(sv_door_hev *h) nogil
+    int sv_door_may_release() nogil
     int sv_door_place_record(sv_door_thread *t, uintptr_t handle, void *context,
                              unsigned long long serial, sv_door_item *item, void **graph,
                              unsigned long long *capture_id, sv_CUresult *why, const char **call)

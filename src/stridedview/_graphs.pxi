@@ -136,11 +136,16 @@ def _graph_node_drop(address):
 
 cdef Py_ssize_t _drain_graphs() noexcept:
     """Act on every object a destroyed graph gave back (a hold: to the registry or released;
-    an event: destroyed); how many holds were released.  Never raises."""
-    cdef sv_graph_node *node = sv_graph_take_all()
+    an event: destroyed); how many holds were released.  Never raises.  Where no CUDA call
+    may run (a host function: sv_door_may_release), nothing is drained: the next check
+    does it."""
+    cdef sv_graph_node *node
     cdef sv_graph_node *next_node
     cdef PyObject *obj
     cdef Py_ssize_t released = 0
+    if not sv_door_may_release():
+        return 0
+    node = sv_graph_take_all()
     while node != NULL:
         next_node = node.next
         obj = node.obj

@@ -1309,8 +1309,11 @@ cdef Py_ssize_t _graphs_gave_back(_Handover entry) noexcept:
     h = entry.c_events
     if h != NULL and not _nothing_to_wait_for(h):
         return _register_recorded(entry)
-    # Nothing to wait for (settled by release_driver_resources, or every context gone).
+    # Nothing to wait for (settled by release_driver_resources, or every context gone):
+    # released now, or listed where no release may run (a host function), for the next check.
     _give_back_events(entry)
+    if not sv_door_may_release():
+        return _register_recorded(entry)
     return _release_holds(entry)
 
 
@@ -1341,7 +1344,7 @@ cdef bint _entry_done(_Handover entry) except -1:
     neither done nor gone (NOT_PERMITTED in a host function, any unexpected error) is not
     done (_driver_door.h)."""
     if entry.c_events == NULL:
-        return True
+        return sv_door_may_release()  # (nothing to wait for; not inside a host function)
     return sv_door_hev_done(entry.c_events)
 
 
@@ -1349,7 +1352,7 @@ cdef bint _entry_wait(_Handover entry) except -1:
     """Block until every event of ``entry`` has completed; whether it has (a wait answered
     with something that says neither done nor gone is not)."""
     if entry.c_events == NULL:
-        return True
+        return sv_door_may_release()
     return sv_door_hev_wait(entry.c_events)
 
 
