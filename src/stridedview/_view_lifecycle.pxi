@@ -34,8 +34,12 @@
 #   it first), its reference counts zero, its memory never handed back while it
 #   waits, so no other thread can revive it (a stale pointer's _Py_TryIncref
 #   fails on a zero shared count) or see it as an object (the collector skips
-#   untracked blocks).  Its memory may belong to another thread's heap, as that
-#   of any object freed by another thread; the interpreter allows it.  Without
+#   untracked blocks).  Only a view the freeing thread owns is kept (ob_tid: one
+#   it allocated, or reused from its own freelist): its memory is then that
+#   thread's heap's.  One whose memory is another heap's, reused, would be handed
+#   by the collector to that heap's thread (it sets ob_tid from the heap segment),
+#   which would then run its deallocator, later, whoever dropped it last, and a
+#   launcher's kept view would never be found held by its proxy alone.  Without
 #   SV_FAST_PATHS, or in a thread with no state, every view comes from tp_new.
 # - The constructor's vectorcall (_construct_view): ``StridedMemoryView(obj)``,
 #   ``StridedMemoryView(obj, stream_ptr)`` and ``StridedMemoryView(obj,
@@ -520,11 +524,17 @@ cdef extern from *:
         return NULL;
     }
     /* The type's tp_free (free-threaded builds): a freed view kept in the freeing
-       thread's freelist if it has room, else given to the interpreter's. */
+       thread's freelist if it has room and this thread owns it (its memory then comes
+       from this thread's heap), else given to the interpreter's.  A view owned by
+       another thread, or by none (merged: its owner ended), is never kept: reused here,
+       the collector would give it back to the owner of its memory (it sets ob_tid from
+       the heap segment), and this thread's last reference would then be dropped by
+       that thread, later (biased reference counting), as would a kept view's test of
+       being held by nobody else fail for good. */
     static freefunc sv_generated_view_free = NULL;
     static void sv_view_free(void *o) {
         sv_thread_state *st = sv_thread_state_if_any();
-        if (st != NULL && st->free_view_count < SV_FREE_VIEW_SLOTS) {
+        if (st != NULL && st->free_view_count < SV_FREE_VIEW_SLOTS && sv_owned_here(o)) {
             st->free_views[st->free_view_count++] = (PyObject *)o;
             return;
         }
@@ -695,6 +705,19 @@ cdef inline StridedMemoryView _new_view():
 
 
 _install_view_free(<PyTypeObject_dealloc *>StridedMemoryView)  # free-threaded builds only
+
+
+def _free_view_addresses():
+    """The addresses of the freed views this thread's freelist keeps (free-threaded
+    builds; an empty list elsewhere), for the tests of what it admits."""
+    cdef sv_thread_state *st
+    cdef Py_ssize_t i
+    if not SV_PER_THREAD_STATE:
+        return []
+    st = _thread_state_if_any()
+    if st == NULL:
+        return []
+    return [<uintptr_t>st.free_views[i] for i in range(st.free_view_count)]
 
 
 cdef extern from "Python.h":
