@@ -1098,8 +1098,17 @@ class HandOverMachine(RuleBasedStateMachine):
             finally:
                 done.set()
 
+        d = drv()
         host_fn(self.w.handles[key], inside)
+        returned = own("cuEventCreate", d.cuEventCreate(DISABLE_TIMING))
+        own("cuEventRecord", d.cuEventRecord(returned, self.w.handles[key]))
         assert done.wait(30)
+        # The host function has returned, its thread state gone, before anything it made is
+        # dropped here: on a free-threaded build, an object dropped by another thread while
+        # its maker's thread state lives is deallocated by the maker as that state goes
+        # (biased reference counting), which would be inside the host function.
+        own("cuEventSynchronize", d.cuEventSynchronize(returned))
+        d.cuEventDestroy(returned)
         assert "error" not in seen, seen["error"]
         assert seen["released"] == 0
         if "view" in seen:
