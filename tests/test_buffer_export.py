@@ -218,6 +218,33 @@ def test_empty_and_0d():
     assert m.shape == () and m.tolist() == 7
 
 
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.zeros(0), np.zeros((3, 0)), np.zeros((0, 3)), np.zeros((1, 4)), np.zeros((4, 1)),
+        np.zeros((4, 6))[:, :1], np.zeros((6, 4))[:1, :], np.asfortranarray(np.zeros((3, 4))),
+        np.asfortranarray(np.zeros((3, 1))), np.zeros((4, 6))[::2], np.zeros(5)[::-1],
+    ],
+    ids=["0", "3x0", "0x3", "1x4", "4x1", "column", "row", "F3x4", "F3x1", "every-other-row", "reversed"],
+)
+def test_contiguity_reads_from_the_exported_strides_as_from_numpys(array):
+    """memoryview reads contiguity from a buffer's strides: a view's export says C- or
+    Fortran-contiguous exactly where numpy's export of the same array does (an empty 1-d
+    view exported stride 0, which memoryview calls non-contiguous), and a C-contiguous one
+    gives numpy's strides and casts to bytes."""
+    ours, theirs = memoryview(StridedMemoryView(array)), memoryview(array)
+    assert (ours.c_contiguous, ours.f_contiguous, ours.contiguous) == (
+        theirs.c_contiguous, theirs.f_contiguous, theirs.contiguous
+    )
+    assert ours.shape == theirs.shape and ours.nbytes == theirs.nbytes
+    if theirs.c_contiguous:
+        assert ours.strides == theirs.strides
+        if theirs.ndim == 1 or 0 not in theirs.shape:  # (memoryview casts no 0 of several axes)
+            assert ours.cast("B").tobytes() == theirs.cast("B").tobytes()
+    elif not theirs.f_contiguous:
+        assert ours.strides == theirs.strides
+
+
 def test_device_views_refuse(fake):
     """A device view refuses the buffer protocol and the array interface with BufferError saying why."""
 

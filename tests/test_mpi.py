@@ -13,7 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from stridedview import StridedMemoryView
 
 SCRIPT = Path(__file__).parent / "mpi" / "views_across_ranks.py"
 
@@ -43,3 +46,16 @@ def test_views_sent_received_and_reduced_by_two_ranks():
     reports = dict(re.findall(r"OK (\d) (\d+)", result.stdout))
     assert sorted(reports) == ["0", "1"], result.stdout
     assert int(reports["0"]) == 4 and int(reports["1"]) == 7, result.stdout
+
+
+@pytest.mark.parametrize("dtype", ["u1", "i4", "f8", "c16"])
+def test_an_empty_view_is_a_contiguous_mpi_buffer_through_memoryview(dtype):
+    """mpi4py takes an empty 1-d view, and a memoryview of it, as a contiguous buffer of no
+    bytes, as it takes numpy's (an exported stride of 0 made memoryview call it
+    non-contiguous, and mpi4py's buffer tests failed so)."""
+    MPI = pytest.importorskip("mpi4py.MPI")
+    empty = np.zeros(0, dtype)
+    for obj in (StridedMemoryView(empty), memoryview(StridedMemoryView(empty))):
+        assert len(MPI.buffer(obj)) == 0
+        received = bytearray()
+        MPI.COMM_SELF.Sendrecv(obj, 0, 0, recvbuf=received, source=0)

@@ -67,7 +67,7 @@ cdef str _device_words(StridedMemoryView view):
 
 cdef int _export_buffer(StridedMemoryView view, Py_buffer *buffer, int flags) except -1:
     """Fill ``buffer`` for ``flags`` (the work of StridedMemoryView.__getbuffer__)."""
-    cdef Py_ssize_t i, ndim = view._ndim
+    cdef Py_ssize_t i, k, step, ndim = view._ndim
     cdef bytes fmt = None
     cdef Py_ssize_t *block
     cdef char *text
@@ -125,11 +125,24 @@ cdef int _export_buffer(StridedMemoryView view, Py_buffer *buffer, int flags) ex
         raise MemoryError()
     for i in range(ndim):
         block[i] = <Py_ssize_t>view._dims[i]
-        # A stride whose bytes pass int64 is 0, as every export gives it (with every
-        # byte offset in int64, only one that never steps can): the product fits.
-        block[ndim + i] = <Py_ssize_t>(
-            _exported_stride_c(view._dims[ndim + i], view._itemsize) * view._itemsize
-        )
+    if c_order or _is_contiguous(view.shape, view.strides, view._size, reversed_axes=False):
+        # A contiguous view's byte strides as its order gives them (numpy's export does
+        # so too): the stride of an axis of extent 0 or 1 says nothing, and a consumer
+        # that reads contiguity from the strides would otherwise see none (memoryview
+        # calls a 1-d buffer contiguous only when its stride is the item size or its
+        # extent 1: an empty view's stride 0 broke memoryview(view).cast('B')).
+        step = <Py_ssize_t>view._itemsize
+        for k in range(ndim):
+            i = ndim - 1 - k if c_order else k
+            block[ndim + i] = step
+            step *= block[i]
+    else:
+        for i in range(ndim):
+            # A stride whose bytes pass int64 is 0, as every export gives it (with
+            # every byte offset in int64, only one that never steps can): the product fits.
+            block[ndim + i] = <Py_ssize_t>(
+                _exported_stride_c(view._dims[ndim + i], view._itemsize) * view._itemsize
+            )
     text = <char *>(block + 2 * ndim)
     if fmt is not None:
         memcpy(text, <char *>fmt, len(fmt))
