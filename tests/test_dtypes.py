@@ -545,3 +545,19 @@ def test_exchange_api_lends_the_exact_type(which):
     assert api().dltensor_from_py_object_no_sync(view, ctypes.byref(out)) == 0
     assert (out.dtype.code, out.dtype.bits, out.dtype.lanes) == tuple(view.dlpack_dtype)
     assert [out.shape[i] for i in range(out.ndim)] == list(view.shape)
+
+
+@pytest.mark.parametrize("name, unsigned", [("float8_e4m3fn", "uint8"), ("bfloat16", "uint16"), ("float8_e5m2", "uint8")])
+def test_a_hint_to_reinterpret_names_the_unsigned_type_of_the_item_size(name, unsigned):
+    """The buffer and array-interface refusals of an ml_dtypes view name the numpy unsigned
+    type of its item size (not uint16 for every type), and following the hint on a strided
+    view keeps its elements."""
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    data = np.arange(12, dtype=np.float32).astype(dtype)[::2]
+    view = StridedMemoryView(data)
+    with pytest.raises(BufferError, match=rf"view\.view\(dtype=numpy\.{unsigned}\)"):
+        memoryview(view)
+    with pytest.raises(BufferError, match=rf"view\.view\(dtype=numpy\.{unsigned}\)\)\.view\(dtype\)"):
+        view.__array_interface__
+    followed = np.asarray(view.view(dtype=getattr(np, unsigned))).view(dtype)
+    assert followed.tolist() == data.tolist()

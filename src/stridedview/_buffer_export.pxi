@@ -65,6 +65,16 @@ cdef str _device_words(StridedMemoryView view):
     return f" (device {view._device_id})"
 
 
+cdef str _same_size_unsigned(object dtype):
+    """The numpy unsigned type of ``dtype``'s item size, as a hint writes it: a
+    reinterpretation that keeps the element count and strides (uint16 for bfloat16,
+    uint8 for a float8, uint32 for complex32); a dtype of 16 bytes or more has none."""
+    name = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}.get(dtype.itemsize)
+    if name is None:
+        return f"numpy.dtype((numpy.void, {dtype.itemsize}))"
+    return f"numpy.{name}"
+
+
 cdef int _export_buffer(StridedMemoryView view, Py_buffer *buffer, int flags) except -1:
     """Fill ``buffer`` for ``flags`` (the work of StridedMemoryView.__getbuffer__)."""
     cdef Py_ssize_t i, k, step, ndim = view._ndim
@@ -91,7 +101,7 @@ cdef int _export_buffer(StridedMemoryView view, Py_buffer *buffer, int flags) ex
             raise BufferError(
                 f"buffer: {_dtype_shown(view)} has no PEP 3118 format (numpy gives none "
                 "either); request the buffer without a format (raw bytes, e.g. "
-                "PyBUF_SIMPLE) or reinterpret it first, e.g. view.view(dtype=numpy.uint16)"
+                f"PyBUF_SIMPLE) or reinterpret it first, e.g. view.view(dtype={_same_size_unsigned(view.dtype)})"
             )
     c_order = _is_contiguous(view.shape, view.strides, view._size, reversed_axes=True)
     if (flags & PyBUF_STRIDES) != PyBUF_STRIDES or (
@@ -190,7 +200,7 @@ cdef dict _host_array_interface(StridedMemoryView view):
         raise BufferError(
             f"array interface: {_dtype_shown(view)} has no typestr numpy reads back as {dtype} "
             f"({dtype.str!r} names another type or none); reinterpret the bytes first, "
-            "e.g. numpy.asarray(view.view(dtype=numpy.uint16)).view(dtype)"
+            f"e.g. numpy.asarray(view.view(dtype={_same_size_unsigned(dtype)})).view(dtype)"
         )
     itemsize = dtype.itemsize
     _view_nbytes(view, "array interface")
