@@ -261,3 +261,25 @@ def test_device_views_refuse(fake):
         view.__array_interface__
     with pytest.raises(BufferError, match="array interface: the view holds CUDA device memory"):
         np.asarray(view)  # numpy reports the reason instead of making an object array
+
+
+def test_an_unknown_device_pointer_names_the_view_and_the_pointer(fake):
+    """A CUDA Array Interface view whose pointer the driver does not know: reading its
+    device_id is a CUDAError naming the exporter's type, the pointer and the driver's answer,
+    the driver's error name kept; a known pointer's device_id still reads."""
+    from stridedview import CUDAError
+
+    class Unknown:
+        __cuda_array_interface__ = {
+            "version": 3, "shape": (4,), "typestr": "<f4", "data": (0xDEAD0000, False), "strides": None,
+        }
+
+    view = StridedMemoryView(Unknown(), stream_ptr=-1)
+    with pytest.raises(CUDAError) as caught:
+        view.device_id
+    message = str(caught.value)
+    assert "'Unknown' object points at 0xdead0000" in message
+    assert "cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE" in message
+    assert caught.value.name == "CUDA_ERROR_INVALID_VALUE"
+    fake.register_pointer(0xDEAD0000, 16, device=0)
+    assert StridedMemoryView(Unknown(), stream_ptr=-1).device_id == 0

@@ -469,6 +469,12 @@ def _driver_failure(fake):
     return StridedMemoryView(cai(stream=None, data=(0xDEAD0000, False)), stream_ptr=-1).device_id
 
 
+def _driver_call_failure(fake):
+    # An empty CAI view's pointer 0 asks the current context's device: there is none.
+    fake.set_current_device(None)
+    return StridedMemoryView(cai(stream=None, shape=(0,), data=(0, False)), stream_ptr=-1).device_id
+
+
 def _ordering_with_a_fake(fake):
     # Orderings and hand-overs are the driver door's, on cuda-bindings' driver alone.
     return StridedMemoryView(cai(stream=fake.new_stream()), stream_ptr=fake.new_stream())
@@ -858,7 +864,8 @@ TRIGGERS = [
     # driver
     ("driver-no-bindings", lambda f, m: _no_bindings(m), CUDAError, "cuda-bindings is not installed ("),
     ("driver-unloadable", lambda f, m: _no_driver_library(), CUDAError, "the CUDA driver could not be used for cuInit ("),
-    ("driver-call-failed", lambda f, m: _driver_failure(f), CUDAError, "cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE"),
+    ("driver-call-failed", lambda f, m: _driver_call_failure(f), CUDAError, "cuCtxGetDevice failed: CUDA_ERROR_INVALID_CONTEXT"),
+    ("device-pointer-unknown", lambda f, m: _driver_failure(f), CUDAError, "device_id: the CUDA Array Interface view of a 'CAI' object points at 0xdead0000, which the CUDA driver does not know as device, managed or pinned memory (cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE)"),
     ("ordering-with-a-fake", lambda f, m: _ordering_with_a_fake(f), CUDAError, "stream ordering and hand-overs go through the CUDA driver cuda-bindings loaded, and the driver in use (installed with stridedview._driver.use_api) is not it: "),
     ("driver-init-failed", lambda f, m: _driver_init_failure(f), CUDAError, "cuInit failed: CUDA_ERROR_NO_DEVICE (the driver is there but cannot be initialised: no usable CUDA device): pass stream_ptr=-1 to order streams yourself"),
     # general
@@ -1130,3 +1137,23 @@ def test_triggers_cover_the_table():
     missing = table - covered - set(UNTRIGGERED)
     assert not missing, f"rows no trigger reaches: {sorted(missing)}"
     assert not (set(UNTRIGGERED) - table), "UNTRIGGERED names rows that no longer exist"
+
+
+def test_from_dlpack_of_a_capsule_says_to_pass_the_array():
+    """StridedMemoryView.from_dlpack(capsule), as StridedMemoryView(capsule): the array
+    belongs there, not its capsule (which cannot be ordered); the capsule is left unconsumed."""
+    capsule = np.zeros(3).__dlpack__()
+    with pytest.raises(BufferError, match=r"a PyCapsule \('dltensor'\) is not an array: pass the array itself"):
+        StridedMemoryView.from_dlpack(capsule, -1)
+    assert np.from_dlpack(_CapsuleHolder(capsule)).shape == (3,)  # still whole: nobody consumed it
+
+
+class _CapsuleHolder:
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, **kwargs):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)

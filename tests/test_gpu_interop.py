@@ -319,9 +319,10 @@ def test_device_id_of_host_pointer_is_cuda_error(gpu):
         ptr = array.ctypes.data
 
     view = StridedMemoryView(CAIArray(Host, (6,), np.float32), stream_ptr=-1)
-    with pytest.raises(CUDAError, match="^cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE") as excinfo:
+    with pytest.raises(CUDAError, match=r"^device_id: .* points at 0x[0-9a-f]+, .*\(cuPointerGetAttribute failed: CUDA_ERROR_INVALID_VALUE\)") as excinfo:
         view.device_id
     assert excinfo.value.name == "CUDA_ERROR_INVALID_VALUE"
+    assert f"{Host.ptr:#x}" in str(excinfo.value)
     assert "device_id=?" in repr(view)
 
 
