@@ -1157,3 +1157,22 @@ class _CapsuleHolder:
 
     def __dlpack_device__(self):
         return (1, 0)
+
+
+@pytest.mark.parametrize("dtype, convert", [(np.longdouble, "float64"), (np.clongdouble, "complex128")])
+def test_a_long_double_array_names_its_ways_out(dtype, convert):
+    """A numpy long double array (wider than double here), which numpy's __dlpack__ refuses:
+    the BufferError chains numpy's and names the conversion and the array interface; both
+    ways out work as written."""
+    array = np.arange(3).astype(dtype)
+    if array.dtype.itemsize == np.dtype(convert).itemsize:
+        assert StridedMemoryView(array).dtype == array.dtype  # (long double is double here)
+        return
+    with pytest.raises(BufferError) as caught:
+        StridedMemoryView(array)
+    message = str(caught.value)
+    assert message.startswith(f"dlpack: numpy cannot export dtype '{array.dtype}' through DLPack (")
+    assert f"array.astype(numpy.{convert})" in message and "from_array_interface(array)" in message
+    assert isinstance(caught.value.__cause__, BufferError)
+    assert StridedMemoryView(array.astype(getattr(np, convert))).dtype == np.dtype(convert)
+    assert StridedMemoryView.from_array_interface(array).dtype == array.dtype

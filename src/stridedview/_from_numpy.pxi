@@ -317,6 +317,15 @@ cdef int _hint_numpy_dtype(object obj, BaseException exc) except -1:
             f"through DLPack ({exc}), and no protocol a kernel reads carries it; "
             "convert it first, e.g. array.astype(array.dtype.newbyteorder('='))"
         ) from exc
+    if dtype.type is numpy.longdouble or dtype.type is numpy.clongdouble:
+        # (Where long double is double, numpy exports it: no refusal reaches here.)
+        raise BufferError(
+            f"dlpack: numpy cannot export dtype {str(dtype)!r} through DLPack ({exc}): no "
+            "DLPack type is C's long double (x87 extended precision padded to "
+            f"{dtype.itemsize} bytes); convert it first, e.g. array.astype(numpy."
+            f"{'complex128' if dtype.kind == 'c' else 'float64'}), or view it through "
+            "numpy's array interface, StridedMemoryView.from_array_interface(array)"
+        ) from exc
     # Structured (not a bare void kind: ml_dtypes' bfloat16 and float8 are void too,
     # and their array interface says only "V2"), datetime, timedelta, bytes, str.
     if not (dtype.kind in "MmSU" or (dtype.kind == "V" and dtype.fields is not None)):
