@@ -12,8 +12,9 @@ launch is made once while the launch stream captures a graph, then the graph is 
   creation performs the release), never before.
 
 Only cuda-bindings and a driver are used, so it also runs on the simulated device of the
-tests (``LD_LIBRARY_PATH`` at a folder holding tests/simgpu's ``libcuda.so.1``).  Run:
-``python examples/gpu_graphs.py``.  Without a driver it says what it needs and exits with 0.
+tests, from a clone: ``tests/simgpu/with-simulator.sh python examples/gpu_graphs.py`` (which
+builds it and puts it first on the library path).  On a GPU: ``python examples/gpu_graphs.py``.
+Without a driver it says what it needs and exits with 0.
 """
 
 from __future__ import annotations

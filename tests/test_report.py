@@ -204,6 +204,16 @@ def test_main_no_timing(capsys):
     assert all(row["view_us"] is None for row in data["rows"])
 
 
+def test_the_text_report_without_timings_has_no_timing_column(capsys):
+    """main(['--no-timing']) prints the matrix without the "view µs" column (and without
+    the line saying what it measures); with timings it is there."""
+    assert _report.main(["--no-timing"]) == 0
+    text = capsys.readouterr().out
+    assert "view µs" not in text and "producer -> consumer through a view:" in text
+    timed = _report.format_report(_report.build_report(timing=True))
+    assert "view µs" in timed
+
+
 def test_main_help():
     """`--help` describes the command and its exit status, and exits 0."""
     completed, _ = _run("--help")
@@ -577,7 +587,8 @@ def test_report_says_what_was_not_checked_without_a_gpu(monkeypatch):
     _only(monkeypatch, _report._numpy_library)
     report = _report.build_report(timing=False)
     (statement,) = report["not_checked"]
-    for words in ("no CUDA GPU and driver", "device (cuda) row", "CUDA Array Interface", "stream"):
+    for words in ("no CUDA GPU and driver", "device (cuda) row", "CUDA Array Interface", "stream",
+                  "record_stream", "tests/simgpu/run.sh tests -m gpu", "tests/simgpu/with-simulator.sh"):
         assert words in statement
     text = _report.format_report(report)
     assert "not checked here:" in text and "no CUDA GPU and driver" in text
@@ -591,6 +602,7 @@ def test_report_says_what_was_not_checked_with_a_gpu(monkeypatch):
     checked = " ".join(_report.build_report(timing=False)["not_checked"])
     assert "numba-cuda" in checked and "CUDA Array Interface" in checked
     assert "stream ordering across two streams" in checked
+    assert "record_stream" in checked and "tests/simgpu/run.sh tests -m gpu" in checked
 
 
 @pytest.mark.interop
@@ -619,7 +631,7 @@ def test_format_report_matrix(report):
     for key, value in report["environment"].items():
         assert re.search(rf"^\s+{re.escape(key)}\s+\S", text, re.MULTILINE), key
         assert f" {key} {' '.join(str(value).split())} " in flowing, key
-    headers = " ".join(line for line in text.splitlines() if re.match(r"\s+producer\s+view", line))
+    headers = " ".join(line for line in text.splitlines() if re.match(r"\s+producer\s", line))
     for consumer in INSTALLED:
         assert consumer in headers.split()
     for row in report["rows"]:

@@ -676,8 +676,12 @@ def _not_checked(gpus: int, installed_names: list[str], simulated: bool = False)
     if gpus == 0:
         return [
             "device memory: no CUDA GPU and driver here, so no device (cuda) row was "
-            "built; the CUDA Array Interface path and the ordering of a producer's "
-            "stream before a consumer's were not exercised."
+            "built; the CUDA Array Interface path, the ordering of a producer's "
+            "stream before a consumer's and the hand-over of memory to a stream "
+            "(record_stream) were not exercised. Without a GPU, a clone runs them on "
+            "the simulated CUDA device: tests/simgpu/run.sh tests -m gpu (and "
+            "tests/simgpu/with-simulator.sh python -m pytest your_tests/ runs your own, "
+            "with its stream-order checker on)."
         ]
     missing = []
     if "numba-cuda" not in installed_names:
@@ -686,8 +690,10 @@ def _not_checked(gpus: int, installed_names: list[str], simulated: bool = False)
             "here, is not installed."
         )
     missing.append(
-        "stream ordering across two streams: every device row uses the legacy default "
-        "stream; the gpu tests (python -m pytest -m gpu) check it."
+        "stream ordering across two streams and the hand-over of memory to a stream "
+        "(record_stream): every device row uses the legacy default stream; the gpu tests "
+        "check both (from a clone: python -m pytest -m gpu on a GPU, "
+        "tests/simgpu/run.sh tests -m gpu on the simulated device)."
     )
     if simulated:
         missing.append(SIMULATED)
@@ -815,23 +821,24 @@ def _table(lines: list[list[str]], right: set[int]) -> list[str]:
     ]
 
 
-def _tables(table: list[list[str]]) -> list[str]:
-    """``table`` (header first; producer and timing, then one column per consumer) as aligned
-    text, split into several tables, each repeating the first two columns, where one would be
-    wider than WIDTH."""
+def _tables(table: list[list[str]], leading: int = 2) -> list[str]:
+    """``table`` (header first; the producer and, with ``leading`` 2, its timing, then one
+    column per consumer) as aligned text, split into several tables, each repeating the
+    ``leading`` columns, where one would be wider than WIDTH."""
     width = max(len(line) for line in table)
     table = [line + [""] * (width - len(line)) for line in table]
+    right = {1} if leading == 2 else set()
     out: list[str] = []
-    start = 2
+    start = leading
     while start < width or not out:
         end = start + 1
         while end < width and max(len(line) for line in _table(
-            [line[:2] + line[start:end + 1] for line in table], right={1}
+            [line[:leading] + line[start:end + 1] for line in table], right=right
         )) <= WIDTH:
             end += 1
         if out:
             out.append("")
-        out += _table([line[:2] + line[start:end] for line in table], right={1})
+        out += _table([line[:leading] + line[start:end] for line in table], right=right)
         start = end
     return out
 
@@ -868,21 +875,23 @@ def format_report(report: dict, build: bool = False) -> str:
     consumers = _consumers(report["rows"])
     lines.append("producer -> consumer through a view:")
     lines += _legend(MARKS, VERDICTS)
-    if any(row["view_us"] is not None for row in report["rows"]):
+    # The "view µs" column only where something was timed (not under --no-timing).
+    timed = any(row["view_us"] is not None for row in report["rows"])
+    if timed:
         lines += _wrap(VIEW_US, "  ", "    ")
     lines.append("")
-    table = [["producer", "view µs", *consumers]]
+    table = [["producer", *(["view µs"] if timed else []), *consumers]]
     reasons: list[str] = []
     for row in report["rows"]:
         label = f"{row['producer']} ({row['device']})"
         if row["error"]:
             number = _footnote(reasons, f"{label}: view failed: {row['error']}")
-            table.append([label, "-", f"view FAILED [{number}]"])
+            table.append([label, *(["-"] if timed else []), f"view FAILED [{number}]"])
             continue
         timing = "" if row["view_us"] is None else f"{row['view_us']:.3f}"
         marks = _marks(row, consumers, MARKS, SILENT, reasons, f"{label} -> ")
-        table.append([label, timing, *marks])
-    lines += _tables(table)
+        table.append([label, *([timing] if timed else []), *marks])
+    lines += _tables(table, leading=2 if timed else 1)
     lines += _footnotes(reasons)
     lines += _format_dtypes(report.get("dtypes", []))
     for title, texts in (("not checked here:", report["not_checked"]), ("note:", report["notes"])):
