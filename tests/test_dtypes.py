@@ -561,3 +561,29 @@ def test_a_hint_to_reinterpret_names_the_unsigned_type_of_the_item_size(name, un
         view.__array_interface__
     followed = np.asarray(view.view(dtype=getattr(np, unsigned))).view(dtype)
     assert followed.tolist() == data.tolist()
+
+
+PADDED_SUB_BYTE = [
+    name for name in ("int4", "uint4", "int2", "uint2", "int1", "uint1", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn")
+    if hasattr(ml_dtypes, name)
+]
+
+
+@pytest.mark.parametrize("name", PADDED_SUB_BYTE)
+def test_a_padded_sub_byte_view_keeps_its_count_through_its_dlpack_type(name):
+    """numpy + ml_dtypes' padded sub-byte arrays (one element a byte): view(dtype=
+    view.dlpack_dtype) is a round trip (the same 240 elements, dtype and bytes; a
+    DLPackDType has no padded mark, and reading it as packed made 480); another packed
+    sub-byte type is refused, never a silent recount; reading the bytes as packed stays
+    possible, on purpose, through uint8."""
+    dtype = np.dtype(getattr(ml_dtypes, name))
+    view = StridedMemoryView(np.zeros(240, dtype))
+    back = view.view(dtype=view.dlpack_dtype)
+    assert (back.dtype, back.shape, back.strides, back.ptr) == (dtype, (240,), (1,), view.ptr)
+    assert back.dlpack_dtype == view.dlpack_dtype
+    bits = view.dlpack_dtype.bits
+    other = DLPackDType(0, 4, 1) if view.dlpack_dtype == (1, 4, 1) else DLPackDType(1, 4, 1)
+    with pytest.raises(BufferError, match=r"the element count would change"):
+        view.view(dtype=other)
+    packed = view.view(dtype=np.uint8).view(dtype=view.dlpack_dtype)
+    assert packed.dtype is None and packed.shape == (240 * 8 // bits,)

@@ -469,6 +469,12 @@ def _driver_failure(fake):
     return StridedMemoryView(cai(stream=None, data=(0xDEAD0000, False)), stream_ptr=-1).device_id
 
 
+def _padded_int4_view():
+    import ml_dtypes
+
+    return StridedMemoryView(np.zeros(4, ml_dtypes.int4))
+
+
 def _driver_call_failure(fake):
     # An empty CAI view's pointer 0 asks the current context's device: there is none.
     fake.set_current_device(None)
@@ -683,6 +689,7 @@ TRIGGERS = [
     ("view-packed-strided", lambda f, m: StridedMemoryView(np.zeros((2, 4), np.uint8))[:, ::2].view(dtype=stridedview.DLPackDType(17, 4, 1)), BufferError, "view: seeing dtype uint8 as another type of a different bit size needs a row-major, gap-free view"),
     ("view-packed-0d", lambda f, m: StridedMemoryView(np.zeros((), np.uint8)).view(dtype=stridedview.DLPackDType(17, 4, 1)), BufferError, "view: a 0-d view keeps its element size (8 bits, not 4)"),
     ("view-packed-bits", lambda f, m: StridedMemoryView(np.zeros(1, np.uint8)).view(dtype=stridedview.DLPackDType(15, 6, 1)), BufferError, "view: the last axis holds 8 bits, not a multiple of the new element's 6 bits (shape (1,))"),
+    ("view-padded-as-packed", lambda f, m: _padded_int4_view().view(dtype=stridedview.DLPackDType(1, 4, 1)), BufferError, "view: dtype int4 holds one sub-byte element a byte (padded), and DLPackDType(code=1, bits=4, lanes=1) names packed elements, several a byte: the element count would change"),
     ("view-dlpack-dtype-range", lambda f, m: host_view().view(dtype=stridedview.DLPackDType(300, 8, 1)), ValueError, "view: DLPackDType(code=300, bits=8, lanes=1) is out of DLPack's ranges"),
     ("copy-packed-partial-byte", lambda f, m: _packed()[:3].copy_from(_packed()[:3]), ValueError, "copy: 3 packed elements of 4 bits (DLPackDType(code=17, bits=4, lanes=1)) end inside a byte"),
     ("tmap-packed-bits", lambda f, m: _packed_device(bits=2).as_tensor_map((2, 64)), ValueError, "tensor map: packed 2-bit elements (DLPackDType(code=1, bits=2, lanes=1)) have no TMA data type"),

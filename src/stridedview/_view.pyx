@@ -495,6 +495,19 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
             return self
         if type(dtype) is DLPackDType:
             new_dtype = _dtype_of_dlpack_type(dtype)
+            if new_dtype is None and _padded_sub_byte(self):
+                # A DLPackDType has no "padded" mark: a sub-byte one names packed
+                # elements, which would count this view's bytes anew.  Its own type keeps
+                # the padding (a round trip); another is refused, never a silent recount.
+                if dtype != self.dlpack_dtype:
+                    raise BufferError(
+                        f"view: {_dtype_shown(self)} holds one sub-byte element a byte "
+                        f"(padded), and {dtype!r} names packed elements, several a byte: "
+                        "the element count would change; pass a padded numpy dtype "
+                        "(an ml_dtypes one, e.g. numpy.dtype(ml_dtypes.uint4)) to keep one "
+                        "a byte, or see the bytes first, view(dtype=numpy.uint8), to read them as packed on purpose"
+                    )
+                new_dtype = self.dtype
             if new_dtype is None or self.dtype is None:
                 return _view_by_bits(self, layout, new_dtype, dtype)
             dtype = new_dtype
@@ -616,6 +629,12 @@ cdef int _device_of_view_pointer(StridedMemoryView view) except? -2:
             "this process, and the memory still allocated?",
             exc.name,
         ) from exc
+
+
+cdef inline bint _padded_sub_byte(StridedMemoryView view) noexcept:
+    """Whether ``view`` holds padded sub-byte elements (an ml_dtypes int4, float4 ...: one
+    element of fewer than 8 bits a byte, its dtype a whole byte)."""
+    return view.dtype is not None and view._dl_dtype.bits * view._dl_dtype.lanes < 8
 
 
 cdef int _refuse_capsule(object capsule) except -1:
