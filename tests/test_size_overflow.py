@@ -295,15 +295,17 @@ def _huge_unit_stride_view(stride=BIG):
 # 2**64 + 8 bytes (wrapped to 8), and -2**63 bytes (int64's own minimum, past -(2**63 - 1)).
 @pytest.mark.parametrize("stride", [BIG, -(2**60)], ids=["wraps", "int64-min"])
 def test_exports_of_a_never_stepping_stride_past_int64_bytes_give_zero(stride):
-    """The byte stride of an extent-1 axis whose bytes pass int64 is 0 in the buffer, in
-    byte_strides, in the array interface and in a DLPack export, not a wrapped product."""
+    """The byte stride of an extent-1 axis whose bytes pass int64 is 0 in byte_strides, in
+    the array interface and in a DLPack export, not a wrapped product; the buffer of such a
+    (C-contiguous) view gives its order's strides, as numpy's buffer export does."""
     view = _huge_unit_stride_view(stride)
     assert view.strides == (stride, 1)
     buffer = memoryview(view)
-    assert (buffer.shape, buffer.strides, buffer.nbytes) == ((1, 3), (0, 8), 24)
+    assert (buffer.shape, buffer.strides, buffer.nbytes) == ((1, 3), (24, 8), 24)
+    assert buffer.c_contiguous
     assert buffer.tolist() == [[1.0, 2.0, 3.0]]
     assert view.byte_strides == (0, 8) == view.__array_interface__["strides"]
-    assert np.asarray(view).strides == (0, 8)
+    assert np.asarray(view).strides == (24, 8)  # (numpy reads the buffer first)
     exported = np.from_dlpack(view)
     assert (exported.strides, exported.tolist()) == ((0, 8), [[1.0, 2.0, 3.0]])
 

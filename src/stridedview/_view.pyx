@@ -187,7 +187,7 @@ cdef class StridedMemoryView:
     (-1: order nothing), and to keep memory a launch may outlive, ``record_stream``.
     The whole contract (which protocol is used, streams, lifetime, every field and
     error) is in the documentation, Markdown readable unbuilt: the source repository's
-    docs/concepts.md, docs/api.md (the reference) and docs/errors.md.
+    docs/concepts.md, docs/api.md (the API reference) and docs/errors.md.
     """
 
     # The fields are declared in _view.pxd, with the C-level API.
