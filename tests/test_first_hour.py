@@ -429,3 +429,6 @@ def test_readme_says_what_to_do_when_the_torch_index_is_unreachable():
     text = " ".join(_read("README.md").split())
     assert "--timeout 10 --retries 0" in text
     assert 'pip install -e ".[test]" jax numba-cuda' in text
+    # A configured extra index is used without a word: the step says how to see which
+    # torch came (PyPI's CUDA build or the CPU one).
+    assert "PIP_EXTRA_INDEX_URL" in text and "+cpu" in text and "torch.__version__" in text
