@@ -440,6 +440,27 @@ def test_numba_consumes_a_view_and_hands_it_back(gpu):
     assert again.exporting_obj is received
 
 
+@pytest.mark.simgpu
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_numba_consumer_waits_on_the_host_only_with_its_array_interface_sync(gpu, simulator, monkeypatch, sync):
+    """A view made for the launch stream S exports S as its CUDA Array Interface "stream";
+    numba-cuda (and numba-cuda-mlir, which reads the same setting) synchronizes that stream on
+    the host when it imports the view, unless NUMBA_CUDA_ARRAY_INTERFACE_SYNC=0
+    (config.CUDA_ARRAY_INTERFACE_SYNC): with it off nothing waits on the host, and work
+    launched on S is still ordered after the producer (the view ordered S)."""
+    numba_cuda = gpu_import("numba.cuda")
+    from numba.cuda import config
+
+    monkeypatch.setattr(config, "CUDA_ARRAY_INTERFACE_SYNC", 1 if sync else 0)
+    producer_stream, launch = gpu.stream(), gpu.stream()
+    view = StridedMemoryView(device_cai(gpu, HOST, stream=producer_stream.ptr), stream_ptr=launch.ptr)
+    assert view.__cuda_array_interface__["stream"] == launch.ptr
+    waits = simulator.calls("cuStreamSynchronize")
+    array = numba_cuda.as_cuda_array(view)
+    assert simulator.calls("cuStreamSynchronize") - waits == (1 if sync else 0)
+    assert array.__cuda_array_interface__["data"][0] == view.ptr
+
+
 def test_numba_writes_through_a_view_from_cuda_core(gpu):
     """cuda.core memory (DLPack only) handed to numba-cuda (CAI only) through a view: numba's
     write lands in the cuda.core Buffer."""
