@@ -461,6 +461,33 @@ def test_a_numba_consumer_waits_on_the_host_only_with_its_array_interface_sync(g
     assert array.__cuda_array_interface__["data"][0] == view.ptr
 
 
+def test_a_cuda_core_buffer_typed_and_ordered(gpu, simulator):
+    """The documented way to type a cuda.core Buffer (whose DLPack export is its bytes, int8):
+    StridedMemoryView(buffer, stream_ptr=s).view(dtype=...).reshape(...) is ordered for s
+    (its ready_stream s, the producer's stream waited for), where from_buffer lays the same
+    layout over the bytes and orders nothing (ready_stream None)."""
+    Device = gpu_import("cuda.core").Device
+
+    device = Device(0)
+    device.set_current()
+    allocation_stream = device.create_stream()
+    launch = gpu.stream()
+    buffer = device.allocate(32, stream=allocation_stream)
+    try:
+        bytes_view = StridedMemoryView(buffer, stream_ptr=launch.ptr)
+        assert (bytes_view.dtype, bytes_view.shape) == (np.dtype(np.int8), (32,))
+        typed = bytes_view.view(dtype=np.float32).reshape(2, 4)
+        assert (typed.dtype, typed.shape, typed.strides, typed.ptr) == (np.dtype(np.float32), (2, 4), (4, 1), bytes_view.ptr)
+        assert typed.ready_stream == bytes_view.ready_stream == launch.ptr
+        laid = StridedMemoryView.from_buffer(buffer, (2, 4), dtype=np.float32)
+        assert (laid.dtype, laid.shape, laid.ptr) == (typed.dtype, typed.shape, typed.ptr)
+        assert laid.ready_stream is None
+    finally:
+        buffer.close(allocation_stream)
+        allocation_stream.sync()
+        allocation_stream.close()
+
+
 def test_numba_writes_through_a_view_from_cuda_core(gpu):
     """cuda.core memory (DLPack only) handed to numba-cuda (CAI only) through a view: numba's
     write lands in the cuda.core Buffer."""
