@@ -615,7 +615,7 @@ def test_ci_runs_the_rest_once_in_the_readme_test_environment():
         assert body[0] == ("enter_develop" if stage == "rest" else "enter_develop full"), stage
         bare = [line for line in body if re.fullmatch(r"python (-O )?-m pytest( -q| -p no:cacheprovider)*", line)]
         assert bare == [], stage
-    assert '[ "$minor" = 3.10 ] && python_flags=(-O)' in lines
+    assert '[ "$minor" = 3.13 ] && python_flags=(-O)' in lines
     assert any('"${python_flags[@]}" -m pytest --all -q' in line for line in lines)
 
 

@@ -432,3 +432,19 @@ def test_readme_says_what_to_do_when_the_torch_index_is_unreachable():
     # A configured extra index is used without a word: the step says how to see which
     # torch came (PyPI's CUDA build or the CPU one).
     assert "PIP_EXTRA_INDEX_URL" in text and "+cpu" in text and "torch.__version__" in text
+
+
+def test_the_python_policy_is_stated_and_kept():
+    """README states the policy (each CPython until its end of life, while numpy ships wheels
+    for it), and the package, the wheels and CI follow it: 3.10, past its end of life, is
+    neither required, built, classified nor given a CI stage."""
+    import tomllib
+
+    readme = " ".join(_read("README.md").split())
+    assert "until its end of life, while numpy ships wheels for it" in readme
+    project = tomllib.loads(_read("pyproject.toml"))
+    assert project["project"]["requires-python"] == ">=3.11"
+    assert not any("3.10" in c for c in project["project"]["classifiers"])
+    assert "cp310" not in project["tool"]["cibuildwheel"]["build"]
+    assert project["tool"]["mypy"]["python_version"] == "3.11"
+    assert "stage_py3.10" not in _read(".ci/run") and '"py3.10' not in _read(".ci/run")
