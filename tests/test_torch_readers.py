@@ -106,3 +106,23 @@ def test_a_python_dispatch_subclass_is_asked_through_torch_s_own_export_only():
         "aten.sym_size.default", "aten.sym_stride.default",
     }
     assert wrapper.asked and not layout_operators & set(wrapper.asked), wrapper.asked
+
+
+def test_a_dtype_the_shim_does_not_map_is_not_probed():
+    """A torch that has a dtype its stable C shim maps no function for (torch 2.11 and
+    float8_e8m0fnu): the calibration probes only what the shim maps, so the readers claimed
+    for this torch are still calibrated, and a tensor of that dtype is viewed by the general
+    path, as torch's own export gives it."""
+    name = "float8_e8m0fnu"
+    dtype = getattr(torch, name)  # (every supported torch has it)
+    try:
+        _view._reset_torch_bits_calibration(hidden_dtypes=(name,))
+        StridedMemoryView(torch.arange(4.0))
+        assert _view._torch_layout_reader() == expected_layout_reader(torch)
+        tensor = torch.ones(6).to(dtype)[1:]
+        view = StridedMemoryView(tensor)
+        assert (view.ptr, view.shape, view.strides, view.dlpack_dtype) == (
+            tensor.data_ptr(), (5,), (1,), (14, 8, 1)
+        )
+    finally:
+        _view._reset_torch_bits_calibration()

@@ -205,6 +205,11 @@ cdef tuple _AOTI_DTYPES = (
 cdef enum:
     _AOTI_DTYPE_SLOTS = 64
 cdef DLDataType _aoti_dtypes[_AOTI_DTYPE_SLOTS]  # by torch's code; bits 0: not mapped
+# The names of _AOTI_DTYPES this torch's shim maps (its aoti_torch_dtype_<name> exists):
+# the calibration probes those only (torch 2.11 has float8_e8m0fnu, its shim no function for
+# it: a probe of it made the reader and the exchange API disagree, and calibration fail).
+cdef frozenset _aoti_mapped_names = frozenset()
+cdef tuple _aoti_hidden_dtypes = ()  # (tests: names taken as absent from the shim)
 cdef _AotiI32 _aoti_get_layout = NULL
 cdef _AotiI32 _aoti_get_dtype = NULL
 cdef _AotiI32 _aoti_get_device_type = NULL
@@ -742,16 +747,20 @@ cdef bint _resolve_stable_abi(object library) except -1:
         _aoti_dtypes[i].bits = 0
         _aoti_dtypes[i].lanes = 0
     cdef int32_t code
+    global _aoti_mapped_names
+    mapped = []
     for name, dl_code, bits in _AOTI_DTYPES:
-        function = address("aoti_torch_dtype_" + name)
+        function = 0 if name in _aoti_hidden_dtypes else address("aoti_torch_dtype_" + name)
         if not function:
-            continue  # a dtype this torch does not have
+            continue  # a dtype this torch's shim does not map
+        mapped.append(name)
         code = (<_AotiCode><uintptr_t>function)()
         if code < 0 or code >= _AOTI_DTYPE_SLOTS or _aoti_dtypes[code].bits != 0:
             return False
         _aoti_dtypes[code].code = dl_code
         _aoti_dtypes[code].bits = bits
         _aoti_dtypes[code].lanes = 1
+    _aoti_mapped_names = frozenset(mapped)
     _aoti_layout_strided = (<_AotiCode><uintptr_t>codes[0])()
     _aoti_device_cpu = (<_AotiCode><uintptr_t>codes[1])()
     _aoti_device_cuda = (<_AotiCode><uintptr_t>codes[2])()
@@ -781,7 +790,7 @@ cdef bint _calibrate_stable_layout(object library, object torch) except -1:
             return False
         from torch.utils._python_dispatch import _disable_current_modes
         with torch._C.DisableTorchFunction(), _disable_current_modes():
-            probes = _torch_layout_probes(torch)
+            probes = _torch_layout_probes(torch, _aoti_mapped_names)
     except Exception:
         return False
     cdef DLTensor stable, lent
@@ -956,18 +965,20 @@ def _set_torch_layout_direct_enabled(bint enabled):
 
 
 def _reset_torch_bits_calibration(
-    symbols=None, layout_symbol=None, getters=None, mode_state_symbol=None
+    symbols=None, layout_symbol=None, getters=None, mode_state_symbol=None, hidden_dtypes=()
 ):
     """Forget the calibration, so the next torch tensor checked calibrates again,
     resolving ``symbols`` (is_neg, is_conj, torch_function_mode_enabled; torch's
     own when None), ``layout_symbol`` (toDLPackNonOwning when None), ``getters``
     (the stable ABI's eight getters, in _AOTI_GETTERS's order, when None) and
-    ``mode_state_symbol`` (PythonTorchFunctionTLS::get_state when None); for tests."""
-    global _torch_bits_reader_state, _torch_bit_symbols, _torch_layout_symbol
+    ``mode_state_symbol`` (PythonTorchFunctionTLS::get_state when None), with the
+    shim's dtype functions of ``hidden_dtypes`` taken as absent; for tests."""
+    global _torch_bits_reader_state, _torch_bit_symbols, _torch_layout_symbol, _aoti_hidden_dtypes
     global _fill_torch_dltensor, _stable_layout_ready, _aoti_getters, _torch_fields_ready
     global _torch_storage_ready, _torch_storage_read
     global _torch_mode_state_ready, _torch_mode_by_state, _torch_mode_state_symbol
     _torch_bits_reader_state = _BITS_UNCALIBRATED
+    _aoti_hidden_dtypes = tuple(hidden_dtypes)
     _torch_mode_state_ready = False
     _torch_mode_by_state = False
     _torch_mode_state_symbol = (
@@ -1227,9 +1238,10 @@ cdef bint _same_dltensor(const DLTensor *a, const DLTensor *b) noexcept:
     return a.strides == NULL or memcmp(a.strides, b.strides, ndim * sizeof(int64_t)) == 0
 
 
-cdef list _torch_layout_probes(object torch):
+cdef list _torch_layout_probes(object torch, frozenset shim_mapped=None):
     """Tensors of every layout, dtype and origin a view meets (each of torch.Tensor's
-    own type), and one that both ways must refuse (a sparse tensor)."""
+    own type), and one that both ways must refuse (a sparse tensor).  ``shim_mapped``:
+    the further dtypes probed only where the stable ABI's shim maps them."""
     base = torch.arange(24.0).reshape(2, 3, 4)
     probes = [
         base,
@@ -1250,13 +1262,14 @@ cdef list _torch_layout_probes(object torch):
         torch.zeros(3, dtype=torch.bfloat16),
         torch.zeros(3, dtype=torch.complex128),
     ]
-    # Every other dtype the stable-ABI reader maps, where this torch has it.
+    # Every other dtype the stable-ABI reader maps, where this torch has it and its shim
+    # maps it (a dtype the shim does not map is left to the general path, not probed).
     for name in (
         "int16", "int32", "uint16", "uint32", "uint64", "float32", "float64", "complex64",
         "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
     ):
         dtype = getattr(torch, name, None)
-        if dtype is not None:
+        if dtype is not None and (shim_mapped is None or name in shim_mapped):
             probes.append(torch.zeros(3, dtype=torch.float32).to(dtype)[1:])
     probes += [
         torch.zeros(4).to_sparse(),  # refused by both: torch throws
