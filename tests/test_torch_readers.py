@@ -12,6 +12,7 @@ from torch_expectations import (
     expected_bits_reader,
     expected_fields_readers,
     expected_layout_reader,
+    expected_offset_proof,
     has_exchange_api,
     torch_release,
 )
@@ -126,3 +127,12 @@ def test_a_dtype_the_shim_does_not_map_is_not_probed():
         )
     finally:
         _view._reset_torch_bits_calibration()
+
+
+def test_the_tensor_offset_is_proven_against_torchs_supported_route_where_it_exists():
+    """Where torch exports torch_tensor_from_pyobject (2.14 and later), the calibrated offset
+    of a tensor's at::Tensor is also proven against it (the handle it returns names the same
+    TensorImpl for every probe); before, against the methods alone."""
+    _view._reset_torch_bits_calibration()
+    StridedMemoryView(torch.arange(4.0))
+    assert _view._torch_offset_proof() == expected_offset_proof(torch)

@@ -120,3 +120,13 @@ def expected_mode_readers(torch) -> tuple[str, ...]:
     if expected_bits_reader(torch) != "direct":
         return ("uncalibrated", "function")
     return ("state", "function") if claimed is None else (claimed,)
+
+
+def expected_offset_proof(torch) -> str:
+    """How the at::Tensor offset is proven on this torch (``_view._torch_offset_proof()``):
+    also against ``torch_tensor_from_pyobject`` (the stable C shim's supported route from a
+    Python tensor, exported from 2.14 on) where it exists, by the methods alone before."""
+    LAYOUT_READERS[torch_release(torch)]  # an unknown torch: KeyError, looked at first
+    if not sys.platform.startswith("linux"):
+        return "none"
+    return "shim" if torch_release(torch) >= (2, 14) else "probes"

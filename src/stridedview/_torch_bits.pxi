@@ -165,6 +165,13 @@ ctypedef int32_t (*_AotiArray)(const void *, int64_t **) noexcept nogil
 ctypedef int32_t (*_AotiI64)(const void *, int64_t *) noexcept nogil
 ctypedef int32_t (*_AotiI32)(const void *, int32_t *) noexcept nogil
 ctypedef int32_t (*_AotiCode)() noexcept nogil
+ctypedef int32_t (*_AotiFromPy)(void *, void **) noexcept  # torch_tensor_from_pyobject
+ctypedef int32_t (*_AotiDelete)(void *) noexcept nogil  # aoti_torch_delete_tensor_object
+
+# Whether the calibrated at::Tensor offset was also proven against torch's supported route
+# from a Python tensor to its tensor (torch_tensor_from_pyobject, the stable C shim's, from
+# torch 2.14): "shim" where torch exports it, "probes" (the methods alone) where not.
+cdef str _cdata_offset_proof = "none"
 
 cdef tuple _AOTI_GETTERS = (
     "aoti_torch_get_layout",
@@ -979,6 +986,8 @@ def _reset_torch_bits_calibration(
     global _torch_mode_state_ready, _torch_mode_by_state, _torch_mode_state_symbol
     _torch_bits_reader_state = _BITS_UNCALIBRATED
     _aoti_hidden_dtypes = tuple(hidden_dtypes)
+    global _cdata_offset_proof
+    _cdata_offset_proof = "none"
     _torch_mode_state_ready = False
     _torch_mode_by_state = False
     _torch_mode_state_symbol = (
@@ -1140,6 +1149,9 @@ cdef bint _calibrate_direct_read() except -1:
         offset = _tensor_cdata_offset_of(torch.Tensor, probes)
         if offset < 0:
             return False
+        proof = _prove_offset_by_shim(library, probes, offset)
+        if proof is None:
+            return False
         seen = set()
         for probe in probes:
             cdata = <const char *><PyObject *>probe + <Py_ssize_t>offset
@@ -1157,6 +1169,8 @@ cdef bint _calibrate_direct_read() except -1:
             return False
     _torch_bits_library = library
     _tensor_cdata_offset = offset
+    global _cdata_offset_proof
+    _cdata_offset_proof = proof
     _read_is_neg = read_neg
     _read_is_conj = read_conj
     _torch_function_mode_enabled = mode_enabled
@@ -1371,6 +1385,43 @@ cdef list _torch_bit_probes(object torch):
     if numpy is not None:
         probes.append(torch.from_numpy(numpy.arange(4.0)))
     return probes
+
+
+cdef object _prove_offset_by_shim(object library, list probes, Py_ssize_t offset):
+    """Where torch exports its supported route from a Python tensor to a tensor handle
+    (``torch_tensor_from_pyobject``: a new at::Tensor sharing the TensorImpl), every probe's
+    handle names the TensorImpl the calibrated ``offset`` holds: "shim" then, None (the
+    offset is not used) if one differs or the route fails; "probes" where torch lacks it
+    (2.13 and older).  Each handle is deleted (aoti_torch_delete_tensor_object)."""
+    import ctypes
+
+    try:
+        from_py = ctypes.cast(library["torch_tensor_from_pyobject"], ctypes.c_void_p).value
+        delete = ctypes.cast(library["aoti_torch_delete_tensor_object"], ctypes.c_void_p).value
+    except AttributeError:
+        return "probes"
+    if not from_py or not delete:
+        return "probes"
+    cdef _AotiFromPy wrap = <_AotiFromPy><uintptr_t>from_py
+    cdef _AotiDelete drop = <_AotiDelete><uintptr_t>delete
+    cdef void *handle
+    cdef const void *impl
+    for probe in probes:
+        handle = NULL
+        if wrap(<void *><PyObject *>probe, &handle) != 0 or handle == NULL:
+            return None
+        impl = (<const void **>handle)[0]
+        drop(handle)
+        if impl != (<const void **>(<const char *><PyObject *>probe + offset))[0]:
+            return None
+    return "shim"
+
+
+def _torch_offset_proof():
+    """How the calibrated at::Tensor offset was proven: "shim" (also against
+    torch_tensor_from_pyobject), "probes" (against the methods alone: torch lacks it), or
+    "none" (not calibrated, or not read directly); for tests and the report."""
+    return _cdata_offset_proof
 
 
 cdef Py_ssize_t _tensor_cdata_offset_of(object tensor_type, list probes) except -2:
