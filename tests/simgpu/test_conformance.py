@@ -477,6 +477,18 @@ def test_host_function_may_not_call_the_driver(sim_only, res):
     assert seen == [E.CUDA_ERROR_NOT_PERMITTED]
 
 
+def test_host_function_current_context_query_is_refused(res):
+    """Inside a host function cuCtxGetCurrent answers CUDA_ERROR_NOT_PERMITTED: stridedview
+    asks it before releasing a hold with no event left to ask (sv_door_may_release), so that
+    nothing is released where the producer's deleter could make no CUDA call.  Not sim_only:
+    on a real GPU this says whether the driver refuses that call there too."""
+    stream = res.stream()
+    seen = []
+    host_fn(stream, lambda: seen.append(drv.cuCtxGetCurrent()[0]))
+    ok(drv.cuStreamSynchronize(stream))
+    assert seen == [E.CUDA_ERROR_NOT_PERMITTED]
+
+
 def test_streams_are_concurrent_missing_wait_reads_stale_data(sim_only, res):
     """Without a wait, a stream reads what another stream has not written yet (the delay shows it);
     with cuEventRecord + cuStreamWaitEvent it reads the new data."""
