@@ -13,7 +13,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-void sg_handle_each(int kind, void (*fn)(void *obj, void *arg), void *arg);
 
 #define DEVICE_ALIGN 256u
 
@@ -549,9 +548,14 @@ typedef struct sg_pool {
     pool_block *blocks; /* freed blocks kept by the pool */
     int nblocks, cap_blocks;
     int access[64];     /* access flags of other devices */
+    struct sg_pool *prev, *next; /* the live pools (live_pools), for the trim at a sync */
 } sg_pool;
 
 static sg_pool **default_pools, **current_pools;
+/* Every live pool, linked (sg_lock held): a synchronisation trims each, and walks only
+ * these, not the handle table, which keeps what every destroyed stream and event left
+ * and so grows with the life of the process. */
+static sg_pool *live_pools;
 
 static sg_pool *pool_new(int dev) {
     sg_pool *p = calloc(1, sizeof *p);
@@ -564,7 +568,17 @@ static sg_pool *pool_new(int dev) {
     p->props.location.type = 1;
     p->props.location.id = dev;
     sg_handle_new(p, K_POOL);
+    p->next = live_pools;
+    if (live_pools != NULL) live_pools->prev = p;
+    live_pools = p;
     return p;
+}
+
+static void pool_unlink(sg_pool *p) {
+    if (p->prev != NULL) p->prev->next = p->next;
+    else live_pools = p->next;
+    if (p->next != NULL) p->next->prev = p->prev;
+    p->prev = p->next = NULL;
 }
 
 static sg_pool *default_pool(int dev) {
@@ -597,13 +611,10 @@ static void pool_trim(sg_pool *p, size_t keep) {
         if (p->blocks[i].reached) pool_drop_block(p, i);
 }
 
-static void trim_each(void *obj, void *arg) {
-    (void)arg;
-    sg_pool *p = obj;
-    pool_trim(p, p->release_threshold);
+/* A host synchronisation: each live pool releases what it keeps past its threshold. */
+void sg_pools_on_sync(void) {
+    for (sg_pool *p = live_pools; p != NULL; p = p->next) pool_trim(p, p->release_threshold);
 }
-
-void sg_pools_on_sync(void) { sg_handle_each(K_POOL, trim_each, NULL); }
 
 static CUresult pool_alloc(sg_pool *p, size_t size, sg_stream *s, CUdeviceptr *out) {
     size_t need = round_up(size, DEVICE_ALIGN);
@@ -922,6 +933,7 @@ SG_API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
         /* Blocks still allocated stay valid until freed; then go back to the device. */
         while (p->nblocks > 0) pool_drop_block(p, p->nblocks - 1);
         sg_handle_drop(p->o.h);
+        pool_unlink(p);
         free(p->blocks);
         free(p);
     }

@@ -450,6 +450,7 @@ typedef struct sg_stream {
     sg_op *head, *tail;
     pthread_cond_t work;
     int destroyed;      /* the user's handle is gone; the worker drains and frees it */
+    struct sg_stream *draining_prev, *draining_next; /* destroyed, not yet drained (stream.c) */
     int torn_down_dev;  /* destroyed with its primary context (reset, released): its device; else -1 */
     int torn_down;      /* destroyed with its context, not by cuStreamDestroy */
     struct sg_capture *capture;

@@ -156,6 +156,26 @@ static int deps_done(const sg_op *op) {
     return 1;
 }
 
+/* The destroyed streams whose worker is still draining their queued work (sg_lock held):
+ * a context synchronisation waits for them too, and walks only these, not the handle
+ * table, which grows with every destroyed stream and event. */
+static sg_stream *draining_streams;
+
+static void draining_link(sg_stream *s) {
+    s->draining_prev = NULL;
+    s->draining_next = draining_streams;
+    if (draining_streams != NULL) draining_streams->draining_prev = s;
+    draining_streams = s;
+}
+
+static void draining_unlink(sg_stream *s) {
+    if (!s->destroyed) return;
+    if (s->draining_prev != NULL) s->draining_prev->draining_next = s->draining_next;
+    else if (draining_streams == s) draining_streams = s->draining_next;
+    if (s->draining_next != NULL) s->draining_next->draining_prev = s->draining_prev;
+    s->draining_prev = s->draining_next = NULL;
+}
+
 static void *worker(void *arg) {
     sg_stream *s = arg;
     pthread_mutex_lock(&sg_lock);
@@ -177,6 +197,7 @@ static void *worker(void *arg) {
         pthread_cond_broadcast(&sg_progress);
     }
     if (s->ck != NULL) sg_ck_stream_free(s);
+    draining_unlink(s);
     sg_handle_drop(s->o.h);
     pthread_cond_broadcast(&sg_progress);
     pthread_mutex_unlock(&sg_lock);
@@ -243,6 +264,7 @@ void sg_stream_destroy(sg_stream *s) {
     s->torn_down = sg_tearing_down != NULL;
     s->torn_down_dev = sg_tearing_down != NULL && sg_tearing_down->primary ? sg_tearing_down->dev : -1;
     s->destroyed = 1;
+    draining_link(s);
     pthread_cond_signal(&s->work);
 }
 
@@ -575,7 +597,6 @@ void sg_wait_stream_idle(sg_stream *s) { sg_wait_point(s->o.h, s->submitted); }
 
 typedef struct {
     int dev; /* -1: all */
-    sg_ctx *ctx;
     sg_dep *points;
     int n, cap;
     struct sg_vc *ck; /* the checker: the clocks of the streams waited for */
@@ -594,22 +615,13 @@ static void snapshot_stream(sg_stream *s, idle_snapshot *snap) {
     snap->n++;
 }
 
-/* A destroyed stream still running its queued work (its worker drops the handle once
- * drained): that work is the context's too, and a context synchronisation waits for it. */
-static void snapshot_draining(void *obj, void *arg) {
-    sg_stream *s = obj;
-    idle_snapshot *snap = arg;
-    if (s->destroyed && s->ctx == snap->ctx && s->submitted > s->completed)
-        snapshot_stream(s, snap);
-}
-
 static void snapshot_ctx(sg_ctx *c, idle_snapshot *snap) {
     if (SG_CHECKING()) sg_ck_ctx_clock(c, &snap->ck);
     for (int i = 0; i < c->nstreams; i++) snapshot_stream(c->streams[i], snap);
-    sg_ctx *saved = snap->ctx;
-    snap->ctx = c;
-    sg_handle_each(K_STREAM, snapshot_draining, snap);
-    snap->ctx = saved;
+    /* A destroyed stream still running its queued work (its worker drops the handle once
+     * drained): that work is the context's too, and a context synchronisation waits for it. */
+    for (sg_stream *s = draining_streams; s != NULL; s = s->draining_next)
+        if (s->ctx == c && s->submitted > s->completed) snapshot_stream(s, snap);
 }
 
 static void snapshot_each(void *obj, void *arg) {
