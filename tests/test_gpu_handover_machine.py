@@ -448,6 +448,13 @@ class ViewInfo:
     def __repr__(self):
         return f"<view {self.number} of {self.producer!r} on {self.key}>"
 
+    def mark_recorded(self, key, capturing=False):
+        """record_stream was called for ``key``: the release names its streams, and the hold
+        covers ``key``'s later reads (not a capturing stream's: the graph's replays own it)."""
+        self.handed = True
+        if not capturing:
+            self.recorded.add(key)
+
 
 class CaptureInfo:
     numbers = itertools.count(1)
@@ -659,6 +666,12 @@ class HandOverMachine(RuleBasedStateMachine):
         elif not protected:
             p.unprotected.add(key)
 
+    def keep_or_drop(self, info, keep, cycle):
+        """List the user's new view; drop it at once unless ``keep``."""
+        self.views.append(info)
+        if not keep:
+            self.drop_view_info(info, cycle)
+
     def drop_view_info(self, info, cycle):
         """Drop the user's view; the producer's memory may go (then every unprotected read of it
         was synchronized first)."""
@@ -770,12 +783,8 @@ class HandOverMachine(RuleBasedStateMachine):
                         ready_key=ready_key)
         del view, obj
         if recorded:
-            info.handed = True
-            if capture is None:
-                info.recorded.add(key)
-        self.views.append(info)
-        if not keep:
-            self.drop_view_info(info, cycle)
+            info.mark_recorded(key, capturing=capture is not None)
+        self.keep_or_drop(info, keep, cycle)
 
     @precondition(lambda self: any(p.obj is not None for p in self.producers))
     @rule(
@@ -838,12 +847,8 @@ class HandOverMachine(RuleBasedStateMachine):
                         ready_key=None if capture is not None else key)
         del view
         if record:
-            info.handed = True
-            if capture is None:
-                info.recorded.add(key)
-        self.views.append(info)
-        if not keep:
-            self.drop_view_info(info, False)
+            info.mark_recorded(key, capturing=capture is not None)
+        self.keep_or_drop(info, keep, False)
 
     @precondition(lambda self: any(v.rereadable for v in self.views))
     @rule(data=st.data())
@@ -873,8 +878,7 @@ class HandOverMachine(RuleBasedStateMachine):
         assert code == SUCCESS, result_name(code)
         if record:
             info.view.record_stream(self.w.handles[key])
-            info.handed = True
-            info.recorded.add(key)
+            info.mark_recorded(key)
         self.register_read(info.producer, key, record)
 
     @precondition(lambda self: self.views)
@@ -884,10 +888,8 @@ class HandOverMachine(RuleBasedStateMachine):
         if info.key is None or info.key not in World.KEYS or info.producer.dead:
             return
         info.view.record_stream(self.w.stream_arg(info.key, form))
-        info.handed = True
         # (reads made before stay counted as unprotected: conservative)
-        if self.capture_of(info.key) is None:
-            info.recorded.add(info.key)
+        info.mark_recorded(info.key, capturing=self.capture_of(info.key) is not None)
 
     @precondition(lambda self: self.views)
     @rule(data=st.data(), cycle=st.booleans())
@@ -988,8 +990,7 @@ class HandOverMachine(RuleBasedStateMachine):
             info = ViewInfo(view, p, "thread" if key == "thread" else key, capsule, None,
                             rereadable=key != "thread", ready_key=None if key == "thread" else key)
             if record:
-                info.recorded.add(info.key)
-                info.handed = True
+                info.mark_recorded(info.key)
             self.views.append(info)
 
     @precondition(lambda self: any(p.obj is not None for p in self.producers))
@@ -1025,8 +1026,7 @@ class HandOverMachine(RuleBasedStateMachine):
         info = ViewInfo(view, p, "worker", capsule, None, rereadable=False)
         del view
         if record:
-            info.handed = True
-            info.recorded.add("worker")
+            info.mark_recorded("worker")
         self.views.append(info)
         if stop:
             self.worker.stop()
@@ -1267,7 +1267,7 @@ class HandOverMachine(RuleBasedStateMachine):
                 info = data.draw(st.sampled_from(self.views), label="view")
                 if not info.producer.dead:
                     info.view.record_stream(self.w.handles[key])
-                    info.handed = True
+                    info.mark_recorded(key, capturing=True)
             elif kind == "drop_kept":
                 choices = [v for v in self.views if v.producer.obj is not None or self.syncable(v.producer.unprotected)]
                 if choices:
