@@ -240,9 +240,25 @@ def with_context(api, device: int | None, action):
     return _in_context(api, _primary_context(api, device), action)
 
 
-def device_of_pointer(ptr: int) -> int:
-    """The ordinal of the device owning ``ptr``; for ptr 0, the current device."""
-    return _pointer_device(_driver(DEVICE_ID_HINT), ptr, DEVICE_ID_HINT)
+def device_of_pointer(ptr: int, owner: str | None = None) -> int:
+    """The ordinal of the device owning ``ptr``; for ptr 0, the current device.  With
+    ``owner`` (the type name of a CUDA Array Interface view's exporter), a pointer the driver
+    does not know is a CUDAError naming that exporter and the pointer, the driver's name kept."""
+    api = _driver(DEVICE_ID_HINT)
+    if ptr == 0 or owner is None:
+        return _pointer_device(api, ptr, DEVICE_ID_HINT)
+    try:
+        return _pointer_device(api, ptr, DEVICE_ID_HINT)
+    except CUDAError as exc:
+        if exc.name == _NO_DRIVER:
+            raise
+        raise CUDAError(
+            f"device_id: the CUDA Array Interface view of a {owner!r} object points at "
+            f"{ptr:#x}, which the CUDA driver does not know as device, managed or pinned "
+            f"memory ({exc}): is the producer's \"data\" a device pointer of this process, and "
+            "the memory still allocated?",
+            exc.name,
+        ) from exc
 
 
 def device_count() -> int:

@@ -277,7 +277,9 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
     def device_id(self):
         """-1 for host-only memory, else the device ordinal (a CAI view asks the driver once)."""
         if self._device_id == _DEVICE_ID_UNKNOWN:
-            self._device_id = _device_of_view_pointer(self)
+            self._device_id = _driver_module().device_of_pointer(
+                self._ptr, type(self.exporting_obj).__name__
+            )
         return self._device_id
 
     @property
@@ -610,25 +612,6 @@ cdef int _view_without_type_dlpack(
         "(numpy, CuPy, PyTorch, JAX, Numba device arrays, ...), or convert it "
         "first, e.g. numpy.asarray(obj) for host data"
     )
-
-
-cdef int _device_of_view_pointer(StridedMemoryView view) except? -2:
-    """The device of a CUDA Array Interface view's pointer, asked of the driver; a pointer
-    it does not know is a CUDAError that names the view's exporter and the pointer."""
-    from stridedview._errors import CUDAError
-
-    try:
-        return _driver_module().device_of_pointer(view._ptr)
-    except CUDAError as exc:
-        if not str(exc).startswith("cuPointerGetAttribute"):
-            raise  # (no driver, cuInit failing, pointer 0's current context: said as it is)
-        raise CUDAError(
-            f"device_id: the CUDA Array Interface view of a {type(view.exporting_obj).__name__!r} "
-            f"object points at {view._ptr:#x}, which the CUDA driver does not know as device, "
-            f"managed or pinned memory ({exc}): is the producer's \"data\" a device pointer of "
-            "this process, and the memory still allocated?",
-            exc.name,
-        ) from exc
 
 
 cdef inline bint _padded_sub_byte(StridedMemoryView view) noexcept:
