@@ -497,7 +497,7 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
             return self
         if type(dtype) is DLPackDType:
             new_dtype = _dtype_of_dlpack_type(dtype)
-            if new_dtype is None and _padded_sub_byte(self):
+            if new_dtype is None and _is_padded_subbyte(self):
                 # A DLPackDType has no "padded" mark: a sub-byte one names packed
                 # elements, which would count this view's bytes anew.  Its own type keeps
                 # the padding (a round trip); another is refused, never a silent recount.
@@ -612,12 +612,6 @@ cdef int _view_without_type_dlpack(
         "(numpy, CuPy, PyTorch, JAX, Numba device arrays, ...), or convert it "
         "first, e.g. numpy.asarray(obj) for host data"
     )
-
-
-cdef inline bint _padded_sub_byte(StridedMemoryView view) noexcept:
-    """Whether ``view`` holds padded sub-byte elements (an ml_dtypes int4, float4 ...: one
-    element of fewer than 8 bits a byte, its dtype a whole byte)."""
-    return view.dtype is not None and view._dl_dtype.bits * view._dl_dtype.lanes < 8
 
 
 cdef int _refuse_capsule(object capsule) except -1:
