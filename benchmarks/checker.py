@@ -90,7 +90,7 @@ TITLES = {
 
 
 def build_simulator(folder: str) -> None:
-    subprocess.run(["bash", str(ROOT / "tests/simgpu/build.sh"), folder], check=True,
+    subprocess.run(["bash", str(ROOT / "simgpu/build.sh"), folder], check=True,
                    stdout=subprocess.DEVNULL)
 
 

@@ -5,7 +5,7 @@
     python benchmarks/device.py --wall       # no valgrind: microseconds a call (a real GPU's driver)
 
 Needs cuda-bindings, cuda-core and a CUDA driver: the simulated device (``LD_LIBRARY_PATH`` at
-the folder of tests/simgpu's ``libcuda.so.1``, built by ``tests/simgpu/build.sh DIR``) or a
+the folder of tests/simgpu's ``libcuda.so.1``, built by ``simgpu/build.sh DIR``) or a
 real GPU.  Every case is one small function, called ``--calls`` times under valgrind's
 callgrind in a fresh process (benchmarks/callgrind.py's ``measure``: the loop over an empty
 function taken off, the collector run and every object frozen before each case), counting

@@ -3,7 +3,7 @@
     python benchmarks/handover.py [--rounds N] [--calls N]
 
 Needs cuda-bindings and a CUDA driver: a real GPU, or the simulated device
-(``tests/simgpu/build.sh build/simgpu``, then ``LD_LIBRARY_PATH=build/simgpu`` in front of
+(``simgpu/build.sh build/simgpu``, then ``LD_LIBRARY_PATH=build/simgpu`` in front of
 the command).  ``python benchmarks/callgrind.py --module handover`` counts the instructions
 of the same cases (on the simulated device its driver's own work is counted too).
 

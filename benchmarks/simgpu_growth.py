@@ -1,6 +1,6 @@
 """The simulated device's cost per call early in a process and late in a long one.
 
-    tests/simgpu/with-simulator.sh python benchmarks/simgpu_growth.py [--destroyed N]
+    simgpu/with-simulator.sh python benchmarks/simgpu_growth.py [--destroyed N]
 
 The simulator keeps what every destroyed stream and event leaves behind (so that a later use
 of its handle is answered as the real driver answers it), so its handle table grows with the

@@ -12,7 +12,7 @@ launch is made once while the launch stream captures a graph, then the graph is 
   creation performs the release), never before.
 
 Only cuda-bindings and a driver are used, so it also runs on the simulated device of the
-tests, from a clone: ``tests/simgpu/with-simulator.sh python examples/gpu_graphs.py`` (which
+tests, from a clone: ``simgpu/with-simulator.sh python examples/gpu_graphs.py`` (which
 builds it and puts it first on the library path).  On a GPU: ``python examples/gpu_graphs.py``.
 Without a driver it says what it needs and exits with 0.
 """

@@ -21,12 +21,12 @@ example also runs on the simulated CUDA device, where no kernel executes
 ``record_stream`` out, to show the failure; the exit status is 1 when any round read
 reused memory.  Whether a round reads reused memory depends on timing; on the simulated
 device with its stream-order checker on (``SIMGPU_CHECK=1``, which
-tests/simgpu/with-simulator.sh sets), every free of a temporary before the launch's stream
+simgpu/with-simulator.sh sets), every free of a temporary before the launch's stream
 read it is reported, whatever the timing, and counts as a failure too.
 
     python examples/launcher_temporaries.py            # needs a CUDA driver and device
     python examples/launcher_temporaries.py --unsafe   # the same without record_stream
-    tests/simgpu/with-simulator.sh python examples/launcher_temporaries.py --unsafe
+    simgpu/with-simulator.sh python examples/launcher_temporaries.py --unsafe
 """
 
 from __future__ import annotations

@@ -167,14 +167,14 @@ def test_temporaries_example_is_checked_by_order_with_no_delay(tmp_path, unsafe)
 
 @pytest.mark.slow
 def test_with_simulator_runs_a_command_on_the_simulated_device(tmp_path):
-    """tests/simgpu/with-simulator.sh builds the simulator (into SIMGPU_BUILD_DIR), makes it the
+    """simgpu/with-simulator.sh builds the simulator (into SIMGPU_BUILD_DIR), makes it the
     command's libcuda.so.1 and runs the command in the caller's directory, its status kept."""
     import os
     import shutil
 
     if shutil.which(os.environ.get("CC", "cc")) is None:
         pytest.skip("needs a C compiler")  # not skipped in CI: its machines have one
-    script = EXAMPLES.parent / "tests" / "simgpu" / "with-simulator.sh"
+    script = EXAMPLES.parent / "simgpu" / "with-simulator.sh"
     build = tmp_path / "sim"
     probe = (
         "import ctypes, os, sys\n"
@@ -214,3 +214,4 @@ def test_gpu_graphs_example_runs_on_the_simulated_device(tmp_path):
         "destroying the graph and its executable graph",
     ], result.stdout
     assert lines[3:] == ["  producer array released"] * 2, result.stdout
+

@@ -77,7 +77,7 @@ echo "tsan: _view.c compiled with$(grep -oE -- ' -(O[^ ]*|DNDEBUG|fsanitize=[^ ]
 if [ "$simgpu" = 1 ]; then
     # The simulator with the interpreter's compiler (one ThreadSanitizer runtime in the process).
     CC="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("CC").split()[0])')" \
-        CFLAGS="-fsanitize=thread" bash "$work/tree/tests/simgpu/build.sh" "$work/simgpu" \
+        CFLAGS="-fsanitize=thread" bash "$work/tree/simgpu/build.sh" "$work/simgpu" \
         > "$work/simgpu.log" 2>&1 || { tail -n 40 "$work/simgpu.log"; exit 1; }
     echo "tsan: the simulator built with -fsanitize=thread in $work/simgpu"
     export LD_LIBRARY_PATH="$work/simgpu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -117,7 +117,7 @@ if [ -n "$ours" ]; then
     echo "$ours"
 fi
 if [ -n "$simulator" ]; then
-    echo "tsan: reports with a frame in the simulator's code (tests/simgpu/src):"
+    echo "tsan: reports with a frame in the simulator's code (simgpu/src):"
     echo "$simulator"
 fi
 exit 1

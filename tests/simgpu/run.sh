@@ -21,6 +21,6 @@ for arg in "$@"; do
     esac
 done
 if [ "$has_path" = 1 ]; then
-    exec "$here/with-simulator.sh" "${PYTHON:-python}" -m pytest "$@"
+    exec "$root/simgpu/with-simulator.sh" "${PYTHON:-python}" -m pytest "$@"
 fi
-exec "$here/with-simulator.sh" "${PYTHON:-python}" -m pytest tests/simgpu "$@"
+exec "$root/simgpu/with-simulator.sh" "${PYTHON:-python}" -m pytest tests/simgpu "$@"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs any command with the simulated CUDA device as its driver:
 #
-#     tests/simgpu/with-simulator.sh python my_launcher.py
-#     tests/simgpu/with-simulator.sh python -m pytest my_tests/ -x
+#     simgpu/with-simulator.sh python my_launcher.py
+#     simgpu/with-simulator.sh python -m pytest my_tests/ -x
 #
 # Builds the simulated driver (a libcuda.so.1, with the C compiler) into build/simgpu/ of
 # this clone (again only when its sources change; SIMGPU_BUILD_DIR picks another folder),
@@ -19,7 +19,7 @@ if [ "$#" = 0 ]; then
     exit 2
 fi
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
+root="$(cd "$here/.." && pwd)"
 out="${SIMGPU_BUILD_DIR:-$root/build/simgpu}"
 
 stamp="$(cat "$here/build.sh" "$here"/src/* | sha256sum | cut -d' ' -f1)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the simulated CUDA driver: tests/simgpu/build.sh OUTDIR makes OUTDIR/libcuda.so.1
+# Builds the simulated CUDA driver: simgpu/build.sh OUTDIR makes OUTDIR/libcuda.so.1
 # (and OUTDIR/libcuda.so, a link to it).  C11 and pthreads only; CC and CFLAGS are honoured.
 set -euo pipefail
 if [ $# -ne 1 ]; then
