@@ -833,6 +833,11 @@ class HandOverMachine(RuleBasedStateMachine):
         capture = self.capture_of(key)
         if capture is not None and record:
             keep = False
+        if not keep and first.producer.obj is None and not self.syncable(first.producer.unprotected):
+            # Dropping the new view may free the producer's memory, which the user let go of:
+            # it would first synchronize the streams that read it unprotected, and one is
+            # capturing now (drop_view's rule: such a view is not dropped until it is not).
+            return
         stream = self.w.stream_arg(key, form)
         if via == "dlpack":
             view = StridedMemoryView(first.view, stream_ptr=stream)
@@ -1372,7 +1377,14 @@ class HandOverMachine(RuleBasedStateMachine):
             self.fault = None
             self.open_gates()
             for key in sorted(self.ledger.captures):
-                self._end_capture(key)
+                try:
+                    self._end_capture(key)
+                except (OwnFailure, AssertionError):
+                    # A failed step may have invalidated a capture the model holds active: the
+                    # rest is cleaned up all the same (a graph or a worker left would keep every
+                    # later example's settle() waiting its full timeout while Hypothesis shrinks).
+                    if not failing:
+                        raise
             for exe in list(self.execs):
                 self._destroy_exec(exe)
             for graph in list(self.graphs):
