@@ -1136,6 +1136,7 @@ typedef struct {
 typedef struct {
     simgpu_launch_info info;
     size_t sizes[MAX_PARAMS];
+    size_t offsets[MAX_PARAMS];
     unsigned char *params;
 } launch_rec;
 
@@ -1330,7 +1331,10 @@ static CUresult launch(uint64_t fh, const unsigned grid[3], const unsigned block
         pthread_mutex_unlock(&sg_lock);
         return r;
     }
-    for (int i = 0; i < k->nparams; i++) rec->sizes[i] = k->sizes[i];
+    for (int i = 0; i < k->nparams; i++) {
+        rec->sizes[i] = k->sizes[i];
+        rec->offsets[i] = k->offsets[i];
+    }
     rec->info.captured = s->capture != NULL;
     long index = log_add(rec);
     sg_op *op = sg_op_new(OP_KERNEL);
@@ -1492,4 +1496,136 @@ SG_API CUresult cuLinkDestroy(CUlinkState h) {
     }
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(l ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
+}
+
+/* ---- host implementations of kernels (simgpu_register_kernel) ------------------------------------ */
+
+/* A kernel launched on the simulator computes only when a host implementation is registered
+ * for its name.  The implementation runs on the stream's worker, in the place of the launch
+ * in stream order (after the stream's earlier work, before its later work; in a graph's
+ * order on every replay), outside the simulator's lock, with every driver call answering
+ * CUDA_ERROR_NOT_PERMITTED as in a host function.  Device memory is reached through
+ * simgpu_kernel_memory.  Registering again replaces the implementation once no call of the
+ * old one is running; NULL removes it.  Entries are never freed: a launch enqueued before a
+ * replacement calls whatever is registered when it runs. */
+typedef struct simgpu_kernel_launch {
+    const char *name;
+    unsigned grid[3], block[3];
+    unsigned shared_bytes;
+    int nparams;                 /* -1: the image did not say */
+    const unsigned char *params; /* the parameter buffer, as the kernel receives it */
+    size_t params_size;
+    const size_t *offsets;       /* nparams entries */
+    const size_t *sizes;
+    unsigned long long stream;
+    int device;
+} simgpu_kernel_launch;
+
+typedef void (*simgpu_kernel_fn)(const simgpu_kernel_launch *launch, void *user);
+
+typedef struct host_kernel {
+    struct host_kernel *next;
+    char *name;
+    simgpu_kernel_fn fn;
+    void *user;
+    int running;
+} host_kernel;
+
+static host_kernel *host_kernels;
+static pthread_cond_t host_kernel_idle = PTHREAD_COND_INITIALIZER;
+
+static host_kernel *host_kernel_find(const char *name) {
+    for (host_kernel *k = host_kernels; k != NULL; k = k->next)
+        if (strcmp(k->name, name) == 0) return k;
+    return NULL;
+}
+
+/* 0, or -1 when refused (no name, no memory, or called from an implementation). */
+SG_API int simgpu_register_kernel(const char *name, simgpu_kernel_fn fn, void *user) {
+    if (name == NULL || sg_in_host_fn) return -1;
+    pthread_mutex_lock(&sg_lock);
+    host_kernel *k = host_kernel_find(name);
+    if (k == NULL && fn != NULL) {
+        k = calloc(1, sizeof *k);
+        char *copy = strdup(name);
+        if (k == NULL || copy == NULL) {
+            free(k);
+            free(copy);
+            pthread_mutex_unlock(&sg_lock);
+            return -1;
+        }
+        k->name = copy;
+        k->next = host_kernels;
+        host_kernels = k;
+    }
+    if (k != NULL) {
+        while (k->running > 0) pthread_cond_wait(&host_kernel_idle, &sg_lock);
+        k->fn = fn;
+        k->user = user;
+    }
+    pthread_mutex_unlock(&sg_lock);
+    return 0;
+}
+
+/* Whether a host implementation is registered for `name`. */
+SG_API int simgpu_kernel_registered(const char *name) {
+    if (name == NULL) return 0;
+    pthread_mutex_lock(&sg_lock);
+    host_kernel *k = host_kernel_find(name);
+    int registered = k != NULL && k->fn != NULL;
+    pthread_mutex_unlock(&sg_lock);
+    return registered;
+}
+
+/* The address where an implementation reads and writes `nbytes` of memory at device (or
+ * managed, or pinned host) address `p`; NULL when they do not lie in one allocation. */
+SG_API void *simgpu_kernel_memory(unsigned long long p, size_t nbytes) {
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    unsigned char *w = sg_worker_addr((CUdeviceptr)p, nbytes ? nbytes : 1, 1, &err);
+    pthread_mutex_unlock(&sg_lock);
+    return err == CUDA_SUCCESS ? w : NULL;
+}
+
+/* Runs on the stream's worker, the lock not held: the launch's implementation, if any. */
+void sg_kernel_execute(long index) {
+    pthread_mutex_lock(&sg_lock);
+    launch_rec *rec = index >= 0 && index < nlaunches ? launches[index] : NULL;
+    host_kernel *k = rec != NULL ? host_kernel_find(rec->info.name) : NULL;
+    if (k == NULL || k->fn == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        return;
+    }
+    simgpu_kernel_launch launch = {0};
+    launch_rec copy = *rec;
+    copy.params = malloc(rec->info.params_size ? rec->info.params_size : 1);
+    if (copy.params == NULL) {
+        pthread_mutex_unlock(&sg_lock);
+        fprintf(stderr, "simgpu: no memory to run kernel %s's host implementation\n", rec->info.name);
+        return;
+    }
+    memcpy(copy.params, rec->params, rec->info.params_size);
+    simgpu_kernel_fn fn = k->fn;
+    void *user = k->user;
+    k->running++;
+    pthread_mutex_unlock(&sg_lock);
+    launch.name = copy.info.name;
+    memcpy(launch.grid, copy.info.grid, sizeof launch.grid);
+    memcpy(launch.block, copy.info.block, sizeof launch.block);
+    launch.shared_bytes = copy.info.shared_bytes;
+    launch.nparams = copy.info.nparams;
+    launch.params = copy.params;
+    launch.params_size = copy.info.params_size;
+    launch.offsets = copy.offsets;
+    launch.sizes = copy.sizes;
+    launch.stream = copy.info.stream;
+    launch.device = copy.info.device;
+    sg_in_host_fn = 1;
+    fn(&launch, user);
+    sg_in_host_fn = 0;
+    free(copy.params);
+    pthread_mutex_lock(&sg_lock);
+    k->running--;
+    pthread_cond_broadcast(&host_kernel_idle);
+    pthread_mutex_unlock(&sg_lock);
 }

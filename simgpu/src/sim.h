@@ -530,6 +530,7 @@ void sg_record_reached(uint64_t event, uint64_t generation);
 
 /* ---- kernels ---------------------------------------------------------------------- */
 void sg_kernel_reached(long index);
+void sg_kernel_execute(long index); /* a registered host implementation, on the worker */
 void sg_modules_of_ctx_destroy(sg_ctx *c);
 
 /* ---- graphs (capture) ------------------------------------------------------------ */

@@ -115,6 +115,9 @@ void sg_op_execute(sg_op *op, sg_stream *s) {
     case OP_MEMSET:
         sg_device_memset(op);
         break;
+    case OP_KERNEL:
+        sg_kernel_execute(op->u.kernel.index);
+        break;
     case OP_HOSTFN:
         sg_in_host_fn = 1;
         op->u.hostfn.fn(op->u.hostfn.data);
