@@ -215,3 +215,49 @@ def test_gpu_graphs_example_runs_on_the_simulated_device(tmp_path):
     ], result.stdout
     assert lines[3:] == ["  producer array released"] * 2, result.stdout
 
+
+COMPUTED_KERNEL = EXAMPLES / "computed_kernel"
+
+
+def _saxpy_suite(tmp_path: Path, broken: str | None) -> subprocess.CompletedProcess:
+    """examples/computed_kernel's tests, copied to a folder of their own (as a user's launcher
+    and tests), the launcher with its ordering (``broken="order"``: views made with no stream)
+    or its record_stream (``"record_stream"``) taken out, run with ``pytest --simgpu``."""
+    import os
+
+    folder = tmp_path / (broken or "as-written")
+    folder.mkdir()
+    for name in ("saxpy.py", "conftest.py", "test_saxpy.py"):
+        text = (COMPUTED_KERNEL / name).read_text()
+        if name == "saxpy.py" and broken == "order":
+            text = text.replace("out.view(stream), x.view(stream), y.view(stream)", "out.view(-1), x.view(-1), y.view(-1)")
+        if name == "saxpy.py" and broken == "record_stream":
+            text = text.replace("record_stream=True)", "record_stream=False)")
+        assert text != (COMPUTED_KERNEL / name).read_text() or name != "saxpy.py" or broken is None
+        (folder / name).write_text(text)
+    import stridedview
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(EXAMPLES.parent / "simgpu"), str(Path(stridedview.__file__).parents[1])]))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "stridedview_simgpu.pytest_plugin", "-p", "no:cacheprovider",
+         "-q", "--simgpu"], cwd=folder, capture_output=True, text=True, timeout=300, env=env,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.simgpu
+@pytest.mark.parametrize("broken", [None, "order", "record_stream"])
+def test_computed_kernel_example_passes_and_fails_without_its_ordering(tmp_path, broken):
+    """examples/computed_kernel: the saxpy launcher's tests pass on the simulated device, its
+    kernel computed by a numpy implementation; without its stream ordering, or without
+    record_stream, the stream-order checker fails them (by order, not by timing)."""
+    gpu_import("cuda.bindings.driver")
+    result = _saxpy_suite(tmp_path, broken)
+    if broken is None:
+        assert result.returncode == 0 and "4 passed" in result.stdout, result.stdout + result.stderr
+        return
+    assert result.returncode == 1, result.stdout + result.stderr
+    expected = "simgpu: check: race: cuLaunchKernel of kernel saxpy" if broken == "order" else \
+        "simgpu: check: free while in use: cuMemFreeAsync"
+    assert expected in result.stdout, result.stdout  # the failure's message, or its "simgpu" section

@@ -387,16 +387,18 @@ def test_mpi_page_says_what_dlpack_stream_none_orders():
 
 
 def test_testing_without_a_gpu_page_names_the_extra_and_the_command():
-    """The users' page on the simulated device names the full extra (not gpu), the wrapper
-    command, and what the simulator cannot show; it is in the user's part of the docs."""
+    """The users' page on the simulated device names its distribution, the commands (the
+    plugin's flag, the runner, the clone's wrapper), kernels that compute, and what the
+    simulator cannot show; it is in the user's part of the docs."""
     text = " ".join(_read("docs/testing-without-a-gpu.md").split())
-    assert 'pip install -e ".[test,full]"' in text
-    assert "tests/simgpu/with-simulator.sh python -m pytest" in text
-    assert "not in the wheel" in text and "What it cannot show" in text
+    assert "pip install stridedview stridedview-simgpu" in text and "pip install ./simgpu" in text
+    assert "pytest --simgpu" in text and "simgpu-run python" in text
+    assert "simgpu/with-simulator.sh python -m pytest" in text
+    assert "Kernels that compute" in text and "What it cannot show" in text
     index = _read("docs/index.md")
     users = index[index.index(":caption: Using stridedview"):index.index(":caption: Reference")]
     assert "testing-without-a-gpu" in users
-    assert (ROOT / "tests" / "simgpu" / "with-simulator.sh").stat().st_mode & 0o111
+    assert (ROOT / "simgpu" / "with-simulator.sh").stat().st_mode & 0o111
 
 
 def test_maintainer_material_is_out_of_the_users_pages():

@@ -588,7 +588,8 @@ def test_report_says_what_was_not_checked_without_a_gpu(monkeypatch):
     report = _report.build_report(timing=False)
     (statement,) = report["not_checked"]
     for words in ("no CUDA GPU and driver", "device (cuda) row", "CUDA Array Interface", "stream",
-                  "record_stream", "tests/simgpu/run.sh tests -m gpu", "tests/simgpu/with-simulator.sh"):
+                  "record_stream", "tests/simgpu/run.sh tests -m gpu", "pip install stridedview-simgpu",
+                  "pytest --simgpu"):
         assert words in statement
     text = _report.format_report(report)
     assert "not checked here:" in text and "no CUDA GPU and driver" in text

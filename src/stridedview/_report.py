@@ -678,10 +678,10 @@ def _not_checked(gpus: int, installed_names: list[str], simulated: bool = False)
             "device memory: no CUDA GPU and driver here, so no device (cuda) row was "
             "built; the CUDA Array Interface path, the ordering of a producer's "
             "stream before a consumer's and the hand-over of memory to a stream "
-            "(record_stream) were not exercised. Without a GPU, a clone runs them on "
-            "the simulated CUDA device: tests/simgpu/run.sh tests -m gpu (and "
-            "tests/simgpu/with-simulator.sh python -m pytest your_tests/ runs your own, "
-            "with its stream-order checker on)."
+            "(record_stream) were not exercised. Without a GPU, your own tests run "
+            "them on the simulated CUDA device, its stream-order checker on: pip "
+            "install stridedview-simgpu, then pytest --simgpu (a clone runs these: "
+            "tests/simgpu/run.sh tests -m gpu)."
         ]
     missing = []
     if "numba-cuda" not in installed_names:
