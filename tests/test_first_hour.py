@@ -329,9 +329,11 @@ def test_help_points_at_the_documentation_not_the_stubs():
 @pytest.mark.slow
 @pytest.mark.parametrize("simulated", [True, False], ids=["simulated-device", "real-gpu"])
 def test_gpu_import_names_the_extra_the_device_needs(pytester, monkeypatch, simulated):
-    """A gpu test whose library is missing fails naming the extra that device needs: on the
-    simulated device the full extra (its numba-cuda), not the gpu extra (whose CuPy cannot run
-    there); on a real GPU the gpu extra."""
+    """A gpu test whose library is missing names the extra that device needs: on the simulated
+    device it skips (README's "No GPU?" command is green with the test extra alone), naming
+    the full extra (its numba-cuda), not the gpu extra (whose CuPy cannot run there), and under
+    STRIDEDVIEW_REQUIRE_INTEROP=1 (CI) that skip fails the run; on a real GPU it fails, naming
+    the gpu extra."""
     from pathlib import Path
 
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
@@ -345,14 +347,18 @@ def test_gpu_import_names_the_extra_the_device_needs(pytester, monkeypatch, simu
         "import pytest\nfrom conftest import gpu_import\n\n\n@pytest.mark.gpu\n"
         "def test_needs():\n    gpu_import('stridedview_no_such_gpu_library')\n"
     ))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(failed=1)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
     out = result.stdout.str()
     if simulated:
-        assert "the simulated CUDA device (tests/simgpu) is this process's driver but " \
-            "stridedview_no_such_gpu_library cannot be imported" in out
+        result.assert_outcomes(skipped=1)
+        assert "could not import 'stridedview_no_such_gpu_library'" in out
+        assert "on the simulated CUDA device this gpu test needs the full extra" in out
         assert 'pip install -e ".[test,full]"' in out and "has a CUDA GPU" not in out
+        monkeypatch.setenv("STRIDEDVIEW_REQUIRE_INTEROP", "1")
+        refused = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        assert refused.ret != 0 and "skips not allowed" in refused.stdout.str()
     else:
+        result.assert_outcomes(failed=1)
         assert "this machine has a CUDA GPU but stridedview_no_such_gpu_library" in out
         assert '".[test,gpu]"' in out and "simulated" not in out
 
