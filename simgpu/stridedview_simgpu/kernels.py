@@ -117,18 +117,21 @@ class KernelLaunch:
 
         dtype = np.dtype(dtype)
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        steps: list[int] = []
         if strides is None:
-            strides, step = [], 1
+            step = 1
             for extent in reversed(shape):
-                strides.insert(0, step)
+                steps.insert(0, step)
                 step *= extent
+        else:
+            steps = [int(stride) for stride in strides]
         if any(extent == 0 for extent in shape):
             return np.empty(shape, dtype)
-        span = 1 + sum((extent - 1) * abs(stride) for extent, stride in zip(shape, strides))
-        low = sum((extent - 1) * stride for extent, stride in zip(shape, strides) if stride < 0)
+        span = 1 + sum((extent - 1) * abs(stride) for extent, stride in zip(shape, steps))
+        low = sum((extent - 1) * stride for extent, stride in zip(shape, steps) if stride < 0)
         base = np.frombuffer(self.memory(address + low * dtype.itemsize, span * dtype.itemsize), dtype)
         return np.lib.stride_tricks.as_strided(
-            base[-low:], shape, tuple(s * dtype.itemsize for s in strides), writeable=True
+            base[-low:], shape, tuple(s * dtype.itemsize for s in steps), writeable=True
         )
 
 

@@ -282,3 +282,22 @@ def test_a_replacement_waits_for_the_running_call(res, module, host_kernels):
     scale(module, s, dst, src)
     ok(drv.cuStreamSynchronize(s))
     assert order == ["old returned", "replaced", "new"]
+
+
+def test_arrays_with_strides_in_elements_negative_ones_too(res, module, host_kernels):
+    """launch.array takes strides in elements: every other element of src, written into dst
+    from its last element backwards (a stride of -1 from the address of the last)."""
+    half = N // 2
+
+    def body(launch_, dst, src, factor, n):
+        backwards = launch_.array(dst + (half - 1) * 4, half, np.float32, strides=(-1,))
+        backwards[:] = launch_.array(src, half, np.float32, strides=(2,))
+
+    host_kernels("hk_scale", body, SCALE_PARAMS)
+    s = res.stream(NON_BLOCKING)
+    values = np.arange(N, dtype=np.float32)
+    src, dst = upload(res, values, s), upload(res, np.zeros(N), s)
+    scale(module, s, dst, src)
+    out = download(dst, N, s)
+    np.testing.assert_array_equal(out[:half], values[::2][::-1])
+    np.testing.assert_array_equal(out[half:], np.zeros(N - half, np.float32))
