@@ -142,6 +142,7 @@ class _Registration(typing.NamedTuple):
 
 
 _registered: dict[str, _Registration] = {}
+_declared: dict[str, int] = {}  # kernel name -> how many parameters' accesses were declared
 _errors: list[KernelError] = []
 _lock = threading.Lock()
 _exit_hook = False
@@ -223,12 +224,15 @@ def register(name: str, fn: typing.Callable, params: typing.Sequence[str] | None
                   + "".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
 
     callback = _KERNEL_FN(call)
+    _forget_accesses(sim, name)
     if reads is not None or writes is not None:
         reads, writes = set(reads or ()), set(writes or ())
         count = len(params) if params is not None else _MAX_PARAMS
         for index in range(count):
             mode = (1 if index in reads else 0) | (2 if index in writes else 0)
             sim.set_kernel_param_access(name, index, mode)
+        with _lock:
+            _declared[name] = count
     if lib.simgpu_register_kernel(name.encode(), callback, None) != 0:
         raise KernelError(f"simgpu: registering kernel {name} was refused (inside a host implementation?)")
     with _lock:  # the callback replaced stays referenced until its running calls returned (above)
@@ -236,6 +240,15 @@ def register(name: str, fn: typing.Callable, params: typing.Sequence[str] | None
         if not _exit_hook:
             atexit.register(unregister_all)
             _exit_hook = True
+
+
+def _forget_accesses(sim, name: str) -> None:
+    """The checker takes kernel ``name``'s pointer parameters as read and written again (the
+    default), where a registration declared otherwise."""
+    with _lock:
+        count = _declared.pop(name, 0)
+    for index in range(count):
+        sim.set_kernel_param_access(name, index, 3)
 
 
 def host_kernel(name: str, params: typing.Sequence[str] | None = None,
@@ -251,9 +264,11 @@ def host_kernel(name: str, params: typing.Sequence[str] | None = None,
 
 def unregister(name: str) -> None:
     """Removes kernel ``name``'s implementation, once its running calls return (later
-    launches of it run nothing)."""
+    launches of it run nothing), and the accesses it declared (the checker takes every
+    pointer parameter as read and written again)."""
     sim = _library()
     sim.lib.simgpu_register_kernel(name.encode(), _KERNEL_FN(), None)
+    _forget_accesses(sim, name)
     with _lock:
         _registered.pop(name, None)
 
@@ -267,6 +282,7 @@ def unregister_all() -> None:
         sim = _library()
         for name in names:
             sim.lib.simgpu_register_kernel(name.encode(), _KERNEL_FN(), None)
+            _forget_accesses(sim, name)
         with _lock:
             for name in names:
                 _registered.pop(name, None)

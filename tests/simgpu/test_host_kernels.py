@@ -301,3 +301,25 @@ def test_arrays_with_strides_in_elements_negative_ones_too(res, module, host_ker
     out = download(dst, N, s)
     np.testing.assert_array_equal(out[:half], values[::2][::-1])
     np.testing.assert_array_equal(out[half:], np.zeros(N - half, np.float32))
+
+
+def test_declared_accesses_go_with_their_implementation(sim_only, res, module, host_kernels):
+    """Once the implementation that declared its reads is removed (or replaced by one that
+    declares nothing), the checker takes the pointers as read and written again: two
+    unordered launches sharing src are then a race."""
+    host_kernels("hk_scale", numpy_scale, SCALE_PARAMS, reads=(1,), writes=(0,))
+    kernels.unregister("hk_scale")
+    host_kernels("hk_scale", numpy_scale, SCALE_PARAMS)
+    previous = sim_only.set_check(1)
+    try:
+        a, b = res.stream(NON_BLOCKING), res.stream(NON_BLOCKING)
+        src = upload(res, np.ones(N), a)
+        dst_a, dst_b = res.alloc(4 * N), res.alloc(4 * N)
+        since = sim_only.check_report_count()
+        scale(module, a, dst_a, src)
+        scale(module, b, dst_b, src)
+        ok(drv.cuCtxSynchronize())
+        reports = sim_only.check_reports(since)
+        assert len(reports) == 1 and reports[0].startswith("simgpu: check: race: cuLaunchKernel of kernel hk_scale")
+    finally:
+        sim_only.set_check(previous)
