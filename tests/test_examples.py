@@ -237,7 +237,7 @@ def _saxpy_suite(tmp_path: Path, broken: str | None) -> subprocess.CompletedProc
         (folder / name).write_text(text)
     import stridedview
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", PYTHONPATH=os.pathsep.join(
         [str(EXAMPLES.parent / "simgpu"), str(Path(stridedview.__file__).parents[1])]))
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "stridedview_simgpu.pytest_plugin", "-p", "no:cacheprovider",

@@ -1556,7 +1556,7 @@ SG_API int simgpu_register_kernel(const char *name, simgpu_kernel_fn fn, void *u
         }
         k->name = copy;
         k->next = host_kernels;
-        host_kernels = k;
+        __atomic_store_n(&host_kernels, k, __ATOMIC_RELEASE); /* read unlocked: sg_kernel_execute */
     }
     if (k != NULL) {
         while (k->running > 0) pthread_cond_wait(&host_kernel_idle, &sg_lock);
@@ -1587,8 +1587,10 @@ SG_API void *simgpu_kernel_memory(unsigned long long p, size_t nbytes) {
     return err == CUDA_SUCCESS ? w : NULL;
 }
 
-/* Runs on the stream's worker, the lock not held: the launch's implementation, if any. */
+/* Runs on the stream's worker, the lock not held: the launch's implementation, if any.
+ * While none was ever registered (entries are never freed), a launch takes no lock here. */
 void sg_kernel_execute(long index) {
+    if (__atomic_load_n(&host_kernels, __ATOMIC_ACQUIRE) == NULL) return;
     pthread_mutex_lock(&sg_lock);
     launch_rec *rec = index >= 0 && index < nlaunches ? launches[index] : NULL;
     host_kernel *k = rec != NULL ? host_kernel_find(rec->info.name) : NULL;

@@ -8,6 +8,7 @@ loads a driver at import; ``simulator()`` loads the one the process would load a
 from __future__ import annotations
 
 import ctypes
+import functools
 import typing
 
 CUDA_ERROR_INVALID_HANDLE = 400
@@ -324,8 +325,10 @@ class Simulator:
         self.lib.simgpu_set_kernel_params(name.encode(), len(sizes), array)
 
 
+@functools.cache
 def simulator() -> Simulator | None:
-    """The simulator behind this process's libcuda.so.1, or None for a real driver."""
+    """The simulator behind this process's libcuda.so.1, or None for a real driver (the
+    same object each call: a process's driver is chosen once)."""
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:

@@ -31,8 +31,8 @@ def _tree_stamp() -> str:
 
 
 def _built_from_tree() -> Path:
-    """A clone's simulator, built into its build/simgpu (again only when its sources change),
-    as simgpu/with-simulator.sh builds it."""
+    """A clone's simulator, built into its build/simgpu (again only when its sources change;
+    SIMGPU_BUILD_DIR picks another folder): what simgpu/with-simulator.sh runs on."""
     out = Path(os.environ.get("SIMGPU_BUILD_DIR") or _TREE.parent / "build" / "simgpu")
     stamp = _tree_stamp()
     stamp_file = out / ".stamp"

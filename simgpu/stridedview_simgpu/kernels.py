@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import struct
 import sys
 import threading
@@ -135,13 +136,8 @@ class KernelLaunch:
         )
 
 
-class _Registration(typing.NamedTuple):
-    fn: typing.Callable
-    params: tuple | None
-    callback: object
-
-
-_registered: dict[str, _Registration] = {}
+# The C callback of each kernel registered from Python: referenced while the simulator may call it.
+_registered: dict[str, object] = {}
 _declared: dict[str, int] = {}  # kernel name -> how many parameters' accesses were declared
 _errors: list[KernelError] = []
 _lock = threading.Lock()
@@ -174,6 +170,7 @@ def _unpack(name: str, params: tuple | None, launch: KernelLaunch) -> tuple:
     return tuple(values)
 
 
+@functools.cache
 def _library():
     sim = simulator()
     if sim is None:
@@ -189,9 +186,6 @@ def _library():
     lib.simgpu_kernel_registered.restype = ctypes.c_int
     lib.simgpu_kernel_registered.argtypes = [ctypes.c_char_p]
     return sim
-
-
-_ACCESS = {"none": 0, "read": 1, "write": 2, "readwrite": 3}
 
 
 def register(name: str, fn: typing.Callable, params: typing.Sequence[str] | None = None,
@@ -236,7 +230,7 @@ def register(name: str, fn: typing.Callable, params: typing.Sequence[str] | None
     if lib.simgpu_register_kernel(name.encode(), callback, None) != 0:
         raise KernelError(f"simgpu: registering kernel {name} was refused (inside a host implementation?)")
     with _lock:  # the callback replaced stays referenced until its running calls returned (above)
-        _registered[name] = _Registration(fn, params, callback)
+        _registered[name] = callback
         if not _exit_hook:
             atexit.register(unregister_all)
             _exit_hook = True
@@ -278,14 +272,8 @@ def unregister_all() -> None:
     calls into a finishing interpreter)."""
     with _lock:
         names = list(_registered)
-    if names:
-        sim = _library()
-        for name in names:
-            sim.lib.simgpu_register_kernel(name.encode(), _KERNEL_FN(), None)
-            _forget_accesses(sim, name)
-        with _lock:
-            for name in names:
-                _registered.pop(name, None)
+    for name in names:
+        unregister(name)
 
 
 def registered(name: str) -> bool:

@@ -20,6 +20,7 @@ Without ``--simgpu`` and without those names in a test, the plugin does nothing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 
@@ -93,24 +94,19 @@ def pytest_configure(config):
     )
 
 
-_device_state: list = []
-
-
+@functools.cache
 def _device_missing() -> str | None:
     """Why this process has no usable CUDA device (None: it has one)."""
-    if not _device_state:
-        import ctypes
+    import ctypes
 
-        reason = None
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            count = ctypes.c_int(0)
-            if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
-                reason = "the CUDA driver reports no device"
-        except OSError:
-            reason = "no CUDA driver"
-        _device_state.append(reason)
-    return _device_state[0]
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "no CUDA driver"
+    count = ctypes.c_int(0)
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return "the CUDA driver reports no device"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

@@ -193,27 +193,42 @@ def test_raw_parameters_keep_the_kernels_layout(res, module, host_kernels):
     assert seen == [((0x1234).to_bytes(8, "little"), (0xBEEF).to_bytes(2, "little"), bytes(range(16)))]
 
 
-def test_the_checker_sees_the_declared_accesses(sim_only, res, module, host_kernels):
+@pytest.fixture
+def checking(sim_only):
+    """The stream-order checker on for the test; its mode before, after."""
+    previous = sim_only.set_check(1)
+    yield sim_only
+    sim_only.set_check(previous)
+
+
+def unordered_readers(sim, res, module):
+    """Launches on two streams, unordered, each scaling one src into a dst of its own: their
+    buffers, and the checker's reports about them."""
+    a, b = res.stream(NON_BLOCKING), res.stream(NON_BLOCKING)
+    src = upload(res, np.ones(N), a)
+    dst_a, dst_b = res.alloc(4 * N), res.alloc(4 * N)
+    since = sim.check_report_count()
+    scale(module, a, dst_a, src)
+    scale(module, b, dst_b, src)
+    ok(drv.cuCtxSynchronize())
+    return (a, b, src, dst_a, dst_b), sim.check_reports(since)
+
+
+RACE_OF_HK_SCALE = "simgpu: check: race: cuLaunchKernel of kernel hk_scale"
+
+
+def test_the_checker_sees_the_declared_accesses(checking, res, module, host_kernels):
     """Declared reads of src and a write of dst: two unordered launches that only read the
     same src are no race; a launch writing what another stream's launch reads is one."""
     host_kernels("hk_scale", numpy_scale, SCALE_PARAMS, reads=(1,), writes=(0,))
-    previous = sim_only.set_check(1)
-    try:
-        a, b = res.stream(NON_BLOCKING), res.stream(NON_BLOCKING)
-        src = upload(res, np.ones(N), a)
-        dst_a, dst_b = res.alloc(4 * N), res.alloc(4 * N)
-        since = sim_only.check_report_count()
-        scale(module, a, dst_a, src)
-        scale(module, b, dst_b, src)
-        ok(drv.cuCtxSynchronize())
-        assert sim_only.check_reports(since) == []
-        scale(module, a, dst_a, src)
-        scale(module, b, src, dst_b)  # b writes src, which a's launch reads, unordered
-        ok(drv.cuCtxSynchronize())
-        reports = sim_only.check_reports(since)
-        assert len(reports) == 1 and reports[0].startswith("simgpu: check: race: cuLaunchKernel of kernel hk_scale")
-    finally:
-        sim_only.set_check(previous)
+    (a, b, src, dst_a, dst_b), reports = unordered_readers(checking, res, module)
+    assert reports == []
+    since = checking.check_report_count()
+    scale(module, a, dst_a, src)
+    scale(module, b, src, dst_b)  # b writes src, which a's launch reads, unordered
+    ok(drv.cuCtxSynchronize())
+    reports = checking.check_reports(since)
+    assert len(reports) == 1 and reports[0].startswith(RACE_OF_HK_SCALE)
 
 
 def test_an_implementation_that_raises_is_reported_and_the_stream_goes_on(res, module, host_kernels, capfd):
@@ -303,23 +318,12 @@ def test_arrays_with_strides_in_elements_negative_ones_too(res, module, host_ker
     np.testing.assert_array_equal(out[half:], np.zeros(N - half, np.float32))
 
 
-def test_declared_accesses_go_with_their_implementation(sim_only, res, module, host_kernels):
+def test_declared_accesses_go_with_their_implementation(checking, res, module, host_kernels):
     """Once the implementation that declared its reads is removed (or replaced by one that
     declares nothing), the checker takes the pointers as read and written again: two
     unordered launches sharing src are then a race."""
     host_kernels("hk_scale", numpy_scale, SCALE_PARAMS, reads=(1,), writes=(0,))
     kernels.unregister("hk_scale")
     host_kernels("hk_scale", numpy_scale, SCALE_PARAMS)
-    previous = sim_only.set_check(1)
-    try:
-        a, b = res.stream(NON_BLOCKING), res.stream(NON_BLOCKING)
-        src = upload(res, np.ones(N), a)
-        dst_a, dst_b = res.alloc(4 * N), res.alloc(4 * N)
-        since = sim_only.check_report_count()
-        scale(module, a, dst_a, src)
-        scale(module, b, dst_b, src)
-        ok(drv.cuCtxSynchronize())
-        reports = sim_only.check_reports(since)
-        assert len(reports) == 1 and reports[0].startswith("simgpu: check: race: cuLaunchKernel of kernel hk_scale")
-    finally:
-        sim_only.set_check(previous)
+    _, reports = unordered_readers(checking, res, module)
+    assert len(reports) == 1 and reports[0].startswith(RACE_OF_HK_SCALE)

@@ -88,6 +88,7 @@ def user_env(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "SIMGPU_LIB_DIR", "SIMGPU_CHECK")}
     env["PYTHONPATH"] = os.pathsep.join([_SIMGPU_TREE, str(Path(stridedview.__file__).parents[1])])
     env["SIMGPU_BUILD_DIR"] = str(tmp_path_factory.mktemp("simgpu-build"))
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the plugin comes by -p, once, installed or not
     return env
 
 
