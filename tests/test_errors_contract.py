@@ -262,7 +262,7 @@ def test_table_parses_into_groups():
         "Stream", "DLPack", "CUDA Array Interface", "Array interface", "Buffer protocol",
         "from_buffer", "Export", "Layouts", "DLPack C exchange API", "Decorator", "Hand-overs",
         "Driver", "General",
-        "Handing a host view on (buffer protocol, array interface)", "Copies", "Tensor maps",
+        "Handing a host view on (buffer protocol, array interface)", "Copies", "MPI messages", "Tensor maps",
     )
     for group in expected:
         assert groups[group] > 0, f"no rows under '## {group}'"
@@ -935,7 +935,32 @@ TRIGGERS = [
     ("pending-limit", lambda f, m: stridedview._view._set_pending_limit(0), ValueError, "_set_pending_limit: limit must be >= 1 (got 0)"),
     ("torch-fields-hook", lambda f, m: _torch_fields_read_of_a_list(), TypeError, "_torch_fields_read: a torch tensor, not 'list'"),
     ("decorator-record-stream", lambda f, m: args_viewable_as_strided_memory(0, record_stream="yes"), TypeError, "args_viewable_as_strided_memory: record_stream must be a bool (got 'yes')"),
+    # MPI messages (stridedview.mpi; mpi4py is in the test extra)
+    ("mpi-receive-type", lambda f, m: _mpi_message(np.zeros(3), receive=1), TypeError, "stridedview.mpi: 'receive' must be a bool (got 1)"),
+    ("mpi-packed", lambda f, m: _mpi_message(_packed()), BufferError, "stridedview.mpi: MPI has no datatype for packed sub-byte elements (DLPackDType(code=17, bits=4, lanes=1))"),
+    ("mpi-readonly-receive", lambda f, m: _mpi_message(readonly_array(), receive=True), BufferError, "stridedview.mpi: a read-only view cannot be an MPI receive buffer (shape (3,), dtype float64)"),
+    ("mpi-overlap-receive", lambda f, m: _mpi_message(np.lib.stride_tricks.as_strided(np.zeros(2), (3, 2), (0, 8)), receive=True), BufferError, "stridedview.mpi: a view whose elements overlap cannot be an MPI receive buffer (shape (3, 2), strides (0, 1))"),
+    ("mpi-no-datatype", lambda f, m: _mpi_message(_bfloat16_view()), BufferError, "stridedview.mpi: MPI has no datatype for element type 'bfloat16' ("),
+    ("mpi-datatype-size", lambda f, m: _mpi_message_with_a_one_byte_datatype(m), BufferError, "stridedview.mpi: MPI's datatype for element type 'float64' holds 1 bytes (lb 0, extent 1), the element 8"),
+    ("mpi-copy", lambda f, m: __import__("copy").copy(_mpi_message(np.zeros(3))), TypeError, "stridedview.mpi: an MPIMessage owns its MPI datatype and cannot be copied or pickled"),
 ]
+
+
+def _mpi_message(obj, **kwargs):
+    pytest.importorskip("mpi4py")
+    from stridedview.mpi import as_mpi_message
+
+    return as_mpi_message(obj, **kwargs)
+
+
+def _mpi_message_with_a_one_byte_datatype(monkeypatch):
+    """as_mpi_message where mpi4py's conversion gives a one-byte datatype for float64."""
+    pytest.importorskip("mpi4py")
+    from mpi4py import MPI
+    from mpi4py.util import dtlib
+
+    monkeypatch.setattr(dtlib, "from_numpy_dtype", lambda dtype: MPI.BYTE.Dup())
+    return _mpi_message(np.zeros(3))
 
 #: Rows no public call can reach on a healthy machine, with the reason.
 UNTRIGGERED = {

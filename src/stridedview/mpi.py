@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from stridedview._view import StridedMemoryView
 
 if TYPE_CHECKING:
+    import numpy
     from mpi4py.MPI import Datatype
 
 __all__ = ["MPIMessage", "as_mpi_message"]
@@ -117,23 +118,21 @@ class MPIMessage(list[Any]):
         raise TypeError("stridedview.mpi: an MPIMessage owns its MPI datatype and cannot be copied or pickled")
 
 
-def _element_type(view: StridedMemoryView) -> Datatype:
+def _element_type(dtype: numpy.dtype[Any]) -> Datatype:
     """The MPI datatype of one element, from mpi4py's numpy conversion, checked to hold
     exactly ``itemsize`` bytes (mpi4py maps ``S2`` to one char, for instance)."""
     from mpi4py.util.dtlib import from_numpy_dtype
 
-    dtype = view.dtype
     try:
         element = from_numpy_dtype(dtype)
     except (ValueError, KeyError, TypeError) as error:
-        msg = f"stridedview.mpi: MPI has no datatype for element type {str(dtype)!r} ({error})"
-        raise BufferError(msg) from None
+        raise BufferError(f"stridedview.mpi: MPI has no datatype for element type {str(dtype)!r} ({error})") from None
     size, (lb, extent) = element.Get_size(), element.Get_extent()
     if size != dtype.itemsize or lb != 0 or extent != dtype.itemsize:
         element.Free()
-        msg = (f"stridedview.mpi: MPI's datatype for element type {str(dtype)!r} holds {size} bytes "
-               f"(lb {lb}, extent {extent}), the element {dtype.itemsize}")
-        raise BufferError(msg)
+        raise BufferError(
+            f"stridedview.mpi: MPI's datatype for element type {str(dtype)!r} holds {size} bytes "
+            f"(lb {lb}, extent {extent}), the element {dtype.itemsize}")
     return element
 
 
@@ -182,14 +181,14 @@ def _layout_type(view: StridedMemoryView, element: Datatype, low: int) -> Dataty
 
 def _check_receive(view: StridedMemoryView) -> None:
     if view.readonly:
-        msg = (f"stridedview.mpi: a read-only view cannot be an MPI receive buffer "
-               f"(shape {view.shape}, dtype {view.dtype})")
-        raise BufferError(msg)
+        raise BufferError(
+            f"stridedview.mpi: a read-only view cannot be an MPI receive buffer "
+            f"(shape {view.shape}, dtype {view.dtype})")
     if view.has_overlap:
-        msg = (f"stridedview.mpi: a view whose elements overlap cannot be an MPI receive buffer "
-               f"(shape {view.shape}, strides {view.strides}): MPI forbids receiving into "
-               f"overlapping datatype entries")
-        raise BufferError(msg)
+        raise BufferError(
+            f"stridedview.mpi: a view whose elements overlap cannot be an MPI receive buffer "
+            f"(shape {view.shape}, strides {view.strides}): MPI forbids receiving into "
+            f"overlapping datatype entries")
 
 
 def as_mpi_message(obj: Any, *, receive: bool = False) -> MPIMessage:
@@ -197,11 +196,12 @@ def as_mpi_message(obj: Any, *, receive: bool = False) -> MPIMessage:
 
     ``obj`` is a ``StridedMemoryView`` or anything its constructor takes (viewed with
     ``stream_ptr=-1``: nothing is ordered, so synchronise a device producer first).
-    Hand the result to any mpi4py call that takes a buffer argument (``Send``,
-    ``Recv``, ``Sendrecv``, ``Bcast``, ``Isend``, ...): MPI reads or writes the view's
+    Hand the result to an mpi4py call whose buffer is one whole view (``Send``,
+    ``Recv``, ``Isend``, ``Sendrecv``, ``Bcast``, ...): MPI reads or writes the view's
     elements in place, in C order of their indices, whatever the strides (negative,
     transposed, sliced).  The other side may use any layout with the same elements:
-    a packed array, or another message.
+    a packed array, or another message.  Not for reductions (mpi4py wants the same
+    datatype on both sides) nor a gather's or scatter's root buffer (one piece per rank).
 
     ``receive=True`` asks for a buffer MPI writes into: a read-only view, or one whose
     elements overlap (a broadcast, zero-stride view), raises ``BufferError``; so does
@@ -213,13 +213,17 @@ def as_mpi_message(obj: Any, *, receive: bool = False) -> MPIMessage:
     frees it when garbage collected (or on ``free()``, or leaving a ``with`` block).
     """
     if not isinstance(receive, bool):
-        msg = f"stridedview.mpi: 'receive' must be a bool (got {receive!r})"
-        raise TypeError(msg)
+        raise TypeError(f"stridedview.mpi: 'receive' must be a bool (got {receive!r})")
     view = obj if isinstance(obj, StridedMemoryView) else StridedMemoryView(obj, -1)
+    dtype = view.dtype
+    if dtype is None:  # packed sub-byte elements: numpy's dtype(None) would be float64
+        raise BufferError(
+            f"stridedview.mpi: MPI has no datatype for packed sub-byte elements "
+            f"({view.dlpack_dtype}): they have no byte each")
     if receive:
         _check_receive(view)
     low, high = view.byte_bounds
-    element = _element_type(view)
+    element = _element_type(dtype)
     try:
         if view.is_c_contiguous or view.size == 0:
             datatype = element.Create_contiguous(view.size)
