@@ -3,7 +3,8 @@
 Public means: ``stridedview.__all__``; the public methods and properties of
 ``StridedMemoryView`` and ``ViewableArgument`` (plus the protocol methods a view
 exports, ``__dlpack__``, ``__dlpack_device__`` and ``__cuda_array_interface__``);
-and ``stridedview.typing.__all__`` with the protocols' methods.  The docs' API
+``stridedview.typing.__all__`` with the protocols' methods; and the public modules of
+``PUBLIC_MODULES`` (``stridedview.mpi``), their ``__all__`` and its classes' methods.  The docs' API
 reference is generated from these docstrings, so a missing one is a hole there.
 """
 
@@ -27,6 +28,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Protocol methods a view offers so that it can be handed on; public although dunder.
 EXPORT_DUNDERS = ("__dlpack__", "__dlpack_device__", "__cuda_array_interface__")
+
+#: Public modules beyond the package and stridedview.typing, each with an ``__all__``.
+PUBLIC_MODULES = ("stridedview.mpi",)
 
 
 def own_docstring(obj: object, name: str) -> str:
@@ -182,6 +186,34 @@ def test_api_reference_names_every_public_name():
     names += [f"stridedview.typing.{n}" for n in stridedview.typing.__all__]
     missing = [name for name in names if name not in text]
     assert missing == []
+
+
+@pytest.mark.parametrize("module_name", PUBLIC_MODULES)
+def test_public_modules_are_documented_typed_and_in_the_api_reference(module_name):
+    """Each public module has a docstring and an ``__all__`` whose names exist, have a docstring
+    (their public methods too), are annotated (mypy checks the bodies) and are named in docs/api.md."""
+    import importlib
+
+    module = importlib.import_module(module_name)
+    assert own_docstring(module, module_name)
+    api = (REPO_ROOT / "docs" / "api.md").read_text()
+    problems = []
+    for name in module.__all__:
+        value = getattr(module, name)
+        if not own_docstring(value, name):
+            problems.append(f"{name}: no docstring")
+        if f"{module_name}.{name}" not in api:
+            problems.append(f"{name}: not in docs/api.md")
+        if inspect.isclass(value):
+            for member, attribute in vars(value).items():
+                if not member.startswith("_") and callable(attribute) and not own_docstring(attribute, member):
+                    problems.append(f"{name}.{member}: no docstring")
+        elif callable(value):
+            signature = inspect.signature(value)
+            unannotated = [p for p in signature.parameters.values() if p.annotation is inspect.Parameter.empty]
+            if unannotated or signature.return_annotation is inspect.Signature.empty:
+                problems.append(f"{name}: not fully annotated")
+    assert problems == []
 
 
 # --- what a newcomer meets first -----------------------------------------------------------
