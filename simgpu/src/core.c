@@ -991,7 +991,8 @@ static int attribute_value(int attrib, int dev, int *value) {
     case 100: *value = 0; return 1;
     case 101: *value = 0; return 1;
     case 102: *value = 0; return 1;               /* virtual memory management: absent */
-    case 103: *value = 1; return 1;               /* POSIX fd handles (pools export them; no VMM) */
+    case 103: *value = 0; return 1;               /* POSIX fd export of cuMemCreate memory: no VMM
+                                                     (pools say theirs in 119) */
     case 104: case 105: *value = 0; return 1;
     case 106: *value = 32; return 1;              /* blocks per multiprocessor */
     case 107: *value = 1; return 1;

@@ -420,7 +420,8 @@ typedef struct sg_op {
             struct sg_ipc_event_state *state;
             uint64_t gen;                   /* the record to wait for */
             uint64_t id;                    /* the event it must still be */
-            int pid;                        /* the exporter: a wait on a dead process ends */
+            int pid, fd;                    /* the exporter and its IPC file: a wait on a
+                                               process that exited ends */
             struct sg_ipc_peer *peer;
         } ipc_wait;
         struct {
