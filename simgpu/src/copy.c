@@ -27,7 +27,7 @@ static int end_kind(CUdeviceptr p) {
     sg_alloc *a = sg_alloc_find(p);
     if (a == NULL) return END_PAGEABLE;
     switch (a->kind) {
-    case A_DEVICE: case A_POOL: return END_DEVICE;
+    case A_DEVICE: case A_POOL: case A_IPC: return END_DEVICE;
     case A_MANAGED: return END_MANAGED;
     default: return END_PINNED;
     }

@@ -991,7 +991,8 @@ static int attribute_value(int attrib, int dev, int *value) {
     case 100: *value = 0; return 1;
     case 101: *value = 0; return 1;
     case 102: *value = 0; return 1;               /* virtual memory management: absent */
-    case 103: *value = 0; return 1;               /* POSIX fd handles: no IPC, no VMM */
+    case 103: *value = 0; return 1;               /* POSIX fd export of cuMemCreate memory: no VMM
+                                                     (pools say theirs in 119) */
     case 104: case 105: *value = 0; return 1;
     case 106: *value = 32; return 1;              /* blocks per multiprocessor */
     case 107: *value = 1; return 1;
@@ -1006,12 +1007,12 @@ static int attribute_value(int attrib, int dev, int *value) {
     case 116: *value = 1; return 1;
     case 117: *value = 1; return 1;
     case 118: *value = 100; return 1;
-    case 119: *value = 0; return 1;               /* pool handle types: none (no pool export) */
+    case 119: *value = 1; return 1;               /* pool handle types: POSIX file descriptors */
     case 120: *value = 1; return 1;               /* cluster launch */
     case 121: *value = 0; return 1;               /* deferred-mapping CUDA arrays: no CUDA arrays */
     case 122: case 123: *value = 0; return 1;     /* stream memory operations: absent */
     case 124: *value = 0; return 1;
-    case 125: *value = 0; return 1;               /* IPC events: no IPC */
+    case 125: *value = 1; return 1;               /* IPC events (ipc.c) */
     case 126: *value = 4; return 1;
     case 127: *value = 1; return 1;               /* tensor maps */
     case 128: *value = 0; return 1;

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 
@@ -191,6 +192,7 @@ static int freeing_ctx; /* a context's teardown frees its memory: the checker st
 
 static void alloc_remove(sg_alloc *a) {
     if (a->ck != NULL || SG_CHECKING()) sg_ck_alloc_removed(a, freeing_ctx);
+    sg_ipc_mem_slot_clear(a->ipc_slot); /* exported: importers can no longer open it */
     int i = alloc_index(a->base);
     if (i >= 0 && allocs[i] == a) {
         memmove(&allocs[i], &allocs[i + 1], (size_t)(nallocs - i - 1) * sizeof *allocs);
@@ -227,6 +229,7 @@ unsigned char *sg_worker_addr(CUdeviceptr p, size_t n, int must_be_known, CUresu
         arena *ar = &arenas[a->dev];
         return ar->rw_base + ((unsigned char *)(uintptr_t)p - ar->none_base);
     }
+    if (a->kind == A_IPC) return (unsigned char *)(uintptr_t)p + a->rw_delta;
     return (unsigned char *)(uintptr_t)p;
 }
 
@@ -292,7 +295,7 @@ SG_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t widt
 static void free_allocation(sg_alloc *a) {
     if (a->kind == A_DEVICE) {
         sg_dev_free_raw(a->dev, a->base, a->size);
-    } else if (a->kind == A_HOST || a->kind == A_MANAGED) {
+    } else if (a->kind == A_HOST || a->kind == A_MANAGED || a->kind == A_IPC) {
         munmap(a->map_base, a->map_len);
     }
     alloc_remove(a);
@@ -306,8 +309,12 @@ SG_API CUresult cuMemFree_v2(CUdeviceptr p) {
     pthread_mutex_lock(&sg_lock);
     sg_alloc *a = sg_alloc_find(p);
     CUresult r = CUDA_SUCCESS;
-    if (a == NULL || a->base != p || (a->kind != A_DEVICE && a->kind != A_MANAGED && a->kind != A_POOL)) {
+    if (a == NULL || a->base != p ||
+        (a->kind != A_DEVICE && a->kind != A_MANAGED && a->kind != A_POOL && a->kind != A_IPC) ||
+        (a->kind == A_IPC && a->ipc_legacy)) { /* cuIpcCloseMemHandle's */
         r = CUDA_ERROR_INVALID_VALUE;
+    } else if (a->kind == A_IPC && a->ipc_refs > 1) {
+        a->ipc_refs--; /* imported more than once: the mapping stays */
     } else if (a->kind == A_POOL) {
         /* A stream-ordered allocation freed at once, with no implicit synchronisation:
          * the caller has made sure its work is done. */
@@ -548,6 +555,8 @@ typedef struct sg_pool {
     pool_block *blocks; /* freed blocks kept by the pool */
     int nblocks, cap_blocks;
     int access[64];     /* access flags of other devices */
+    int imported;       /* cuMemPoolImportFromShareableHandle's: no allocation of its own */
+    int fd;             /* imported: the exporter's device file (this process's descriptor) */
     struct sg_pool *prev, *next; /* the live pools (live_pools), for the trim at a sync */
 } sg_pool;
 
@@ -731,8 +740,10 @@ SG_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemory
     API_NEED_INIT();
     pthread_mutex_lock(&sg_lock);
     sg_pool *p = sg_handle_get(H(pool), K_POOL);
+    int imported = p != NULL && p->imported;
     pthread_mutex_unlock(&sg_lock);
-    if (p == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    /* An imported pool makes no allocations (the driver's words). */
+    if (p == NULL || imported) API_RETURN(CUDA_ERROR_INVALID_VALUE);
     API_RETURN(alloc_async(dptr, size, p, H(stream)));
 }
 
@@ -752,9 +763,13 @@ SG_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
         r = CUDA_ERROR_INVALID_VALUE;
     } else if (s->capture != NULL) {
         r = CUDA_ERROR_NOT_SUPPORTED;
-    } else if (a->kind == A_HOST || a->kind == A_REGISTERED) {
+    } else if (a->kind == A_HOST || a->kind == A_REGISTERED || (a->kind == A_IPC && a->ipc_legacy)) {
         r = CUDA_ERROR_INVALID_VALUE;
+    } else if (a->kind == A_IPC && a->ipc_refs > 1) {
+        a->ipc_refs--;
     } else if (a->kind != A_POOL) {
+        /* (A pool pointer imported from another process is unmapped here alone, when the
+         * stream reaches the free.) */
         /* Memory from cuMemAlloc or cuMemAllocManaged, freed in stream order too. */
         sg_op *op = sg_op_new(OP_ALLOC_FREE);
         if (op == NULL) {
@@ -827,7 +842,7 @@ SG_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
     pthread_mutex_lock(&sg_lock);
     sg_pool *p = pool_get(pool);
     CUresult r = CUDA_SUCCESS;
-    if (p == NULL || p->dev != dev)
+    if (p == NULL || p->dev != dev || p->imported)
         r = CUDA_ERROR_INVALID_VALUE;
     else {
         default_pool(dev);
@@ -890,7 +905,7 @@ SG_API CUresult cuMemSetMemPool(sg_mem_location *loc, int type, CUmemoryPool poo
     if (r == CUDA_SUCCESS) {
         pthread_mutex_lock(&sg_lock);
         sg_pool *p = pool_get(pool);
-        if (p == NULL || p->dev != dev) {
+        if (p == NULL || p->dev != dev || p->imported) {
             r = CUDA_ERROR_INVALID_VALUE;
         } else {
             default_pool(dev);
@@ -932,6 +947,9 @@ SG_API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
         if (current_pools && current_pools[p->dev] == p) current_pools[p->dev] = default_pools[p->dev];
         /* Blocks still allocated stay valid until freed; then go back to the device. */
         while (p->nblocks > 0) pool_drop_block(p, p->nblocks - 1);
+        /* An imported pool: its descriptor goes; pointers imported from it stay mapped
+         * until freed. */
+        if (p->imported) close(p->fd);
         sg_handle_drop(p->o.h);
         pool_unlink(p);
         free(p->blocks);
@@ -1064,11 +1082,13 @@ static void put_u64(void *data, unsigned long long v) { memcpy(data, &v, 8); }
  * INVALID_VALUE where the single-attribute query fails for that pointer; the
  * caller of the plural query writes the default instead. */
 static CUresult pointer_attribute(void *data, int attr, CUdeviceptr p, sg_alloc *a) {
-    int is_dev = a && (a->kind == A_DEVICE || a->kind == A_POOL);
+    int is_dev = a && (a->kind == A_DEVICE || a->kind == A_POOL || a->kind == A_IPC);
+    /* Pool memory, here or imported from another process's pool. */
+    int from_pool = a && (a->kind == A_POOL || (a->kind == A_IPC && !a->ipc_legacy));
     switch (attr) {
     case PA_CONTEXT:
         if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
-        put_u64(data, a->kind == A_POOL ? 0 : a->ctx);
+        put_u64(data, from_pool ? 0 : a->ctx);
         return CUDA_SUCCESS;
     case PA_MEMORY_TYPE:
         if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -1120,10 +1140,13 @@ static CUresult pointer_attribute(void *data, int attr, CUdeviceptr p, sg_alloc 
         if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
         put_u32(data, 1);
         return CUDA_SUCCESS;
-    case PA_ALLOWED_HANDLE_TYPES:
+    case PA_ALLOWED_HANDLE_TYPES: {
+        /* The handle types of the pool it came from; none for other memory. */
         if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
-        put_u32(data, 0);
+        sg_pool *pool = from_pool ? sg_handle_get(a->pool, K_POOL) : NULL;
+        put_u32(data, pool ? (unsigned)pool->props.handle_types : 0);
         return CUDA_SUCCESS;
+    }
     case PA_GDR_CAPABLE:
         if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
         put_u32(data, is_dev);
@@ -1134,7 +1157,7 @@ static CUresult pointer_attribute(void *data, int attr, CUdeviceptr p, sg_alloc 
         return CUDA_SUCCESS;
     case PA_MEMPOOL:
         if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
-        put_u64(data, a->kind == A_POOL ? a->pool : 0);
+        put_u64(data, from_pool ? a->pool : 0);
         return CUDA_SUCCESS;
     case PA_DECOMPRESS:
         if (a == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -1223,4 +1246,312 @@ SG_API CUresult cuMemAdvise_v2(CUdeviceptr p, size_t count, int advice, sg_mem_l
                      : CUDA_SUCCESS;
     pthread_mutex_unlock(&sg_lock);
     API_RETURN(r);
+}
+
+/* ---- memory across processes (ipc.c has the shared files) ------------------------------------ */
+
+/* The 64 bytes of a CUipcMemHandle, as the simulator fills them. */
+typedef struct {
+    uint32_t magic;  /* MEM_HANDLE_MAGIC */
+    int32_t pid;     /* the exporting process */
+    uint64_t nonce;  /* its IPC file's nonce (a reused pid is another process) */
+    int32_t fd;      /* its IPC file's descriptor number there */
+    int32_t dev_fd;  /* its device memory file's descriptor number there */
+    int32_t slot;    /* the allocation's slot in the IPC file */
+    int32_t dev;
+    uint64_t offset; /* the allocation's place in the device memory file */
+    uint64_t size;
+    uint64_t id;     /* its buffer id: a later allocation at the same place is another */
+    uint64_t reserved;
+} ipc_mem_handle;
+_Static_assert(sizeof(ipc_mem_handle) == 64, "CUipcMemHandle layout");
+#define MEM_HANDLE_MAGIC 0x4d504953u /* "SIPM" */
+
+/* The 64 bytes of a CUmemPoolPtrExportData. */
+typedef struct {
+    uint32_t magic;  /* POOL_PTR_MAGIC */
+    int32_t pid;
+    uint64_t nonce;
+    int32_t fd;      /* the exporter's IPC file */
+    int32_t slot;
+    int32_t dev;
+    int32_t reserved;
+    uint64_t offset, size, id;
+    uint64_t inode;  /* the device memory file's: the imported pool must be that file */
+} ipc_pool_ptr;
+_Static_assert(sizeof(ipc_pool_ptr) == 64, "CUmemPoolPtrExportData layout");
+#define POOL_PTR_MAGIC 0x50504953u /* "SIPP" */
+
+typedef struct {
+    unsigned char bytes[64];
+} ipc_bytes;
+
+/* The allocation's slot in this process's IPC file (made on its first export): 0 or an
+ * error. */
+static CUresult export_slot(sg_alloc *a, uint64_t *nonce, int *fd) {
+    if (sg_ipc_self(nonce, fd) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (a->ipc_slot == 0) {
+        size_t off = (size_t)((unsigned char *)(uintptr_t)a->base - arenas[a->dev].none_base);
+        a->ipc_slot = sg_ipc_mem_slot_add(a->buffer_id, off, a->size, a->dev);
+        if (a->ipc_slot == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* An import already mapped here (legacy or from a pool) of the exporter's allocation. */
+static sg_alloc *import_find(int pid, uint64_t nonce, uint64_t id, int legacy) {
+    for (int i = 0; i < nallocs; i++) {
+        sg_alloc *a = allocs[i];
+        if (a->kind == A_IPC && a->ipc_pid == pid && a->ipc_nonce == nonce && a->ipc_id == id &&
+            a->ipc_legacy == legacy)
+            return a;
+    }
+    return NULL;
+}
+
+/* Maps an exporter's allocation from fd and registers it (lock held). */
+static sg_alloc *import_map(int fd, int dev, uint64_t ctx, size_t off, size_t size, CUresult *err) {
+    void *map;
+    size_t len, delta;
+    CUdeviceptr base = sg_ipc_map(fd, off, size, &map, &len, &delta);
+    if (base == 0) {
+        *err = CUDA_ERROR_MAP_FAILED;
+        return NULL;
+    }
+    sg_alloc *a = alloc_add(base, size, A_IPC, dev, ctx);
+    if (a == NULL) {
+        munmap(map, len);
+        *err = CUDA_ERROR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    a->map_base = map;
+    a->map_len = len;
+    a->rw_delta = delta;
+    a->ipc_refs = 1;
+    return a;
+}
+
+SG_API CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p) {
+    API_BEGIN_ARGS("cuIpcGetMemHandle", 0, LA(handle), LA(p));
+    API_NEED_INIT();
+    if (handle == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&sg_lock);
+    sg_alloc *a = sg_alloc_find(p);
+    CUresult r = CUDA_SUCCESS;
+    ipc_mem_handle h = {0};
+    /* Only cuMemAlloc's memory; any address inside it names the whole allocation. */
+    if (a == NULL || a->kind != A_DEVICE) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if ((r = export_slot(a, &h.nonce, &h.fd)) == CUDA_SUCCESS) {
+        h.magic = MEM_HANDLE_MAGIC;
+        h.pid = (int32_t)getpid();
+        h.dev_fd = arenas[a->dev].fd;
+        h.slot = a->ipc_slot - 1;
+        h.dev = a->dev;
+        h.offset = (uint64_t)((unsigned char *)(uintptr_t)a->base - arenas[a->dev].none_base);
+        h.size = a->size;
+        h.id = a->buffer_id;
+        memcpy(handle, &h, sizeof h);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+static CUresult ipc_open_mem(CUdeviceptr *out, const ipc_bytes *handle, unsigned int flags) {
+    if (out == NULL || (flags & ~1u)) return CUDA_ERROR_INVALID_VALUE; /* 1: lazy peer access */
+    ipc_mem_handle h;
+    memcpy(&h, handle->bytes, sizeof h);
+    if (h.magic != MEM_HANDLE_MAGIC || !sg_device_valid(h.dev)) return CUDA_ERROR_INVALID_VALUE;
+    CUresult err = CUDA_SUCCESS;
+    pthread_mutex_lock(&sg_lock);
+    sg_ctx *c = sg_current_ctx(&err);
+    sg_alloc *a = NULL;
+    if (c != NULL && sg_ipc_is_self(h.pid, h.nonce)) {
+        err = CUDA_ERROR_INVALID_CONTEXT; /* the driver's answer in the exporting process */
+    } else if (c != NULL && (a = import_find(h.pid, h.nonce, h.id, 1)) != NULL) {
+        a->ipc_refs++; /* opened before: the same address, one more reference */
+    } else if (c != NULL) {
+        struct sg_ipc_peer *peer = sg_ipc_peer_open(h.pid, h.nonce, h.fd, &err);
+        if (peer != NULL && !sg_ipc_peer_mem_live(peer, h.slot, h.id, h.offset, h.size))
+            err = CUDA_ERROR_INVALID_HANDLE; /* freed by the exporter */
+        int fd = -1;
+        if (peer != NULL && err == CUDA_SUCCESS) {
+            char path[64];
+            snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.dev_fd);
+            fd = open(path, O_RDWR | O_CLOEXEC);
+            if (fd < 0) err = CUDA_ERROR_INVALID_HANDLE;
+        }
+        sg_ipc_peer_release(peer);
+        if (fd >= 0) {
+            a = import_map(fd, h.dev, c->o.h, h.offset, h.size, &err);
+            close(fd);
+        }
+        if (a != NULL) {
+            a->ipc_legacy = 1;
+            a->ipc_pid = h.pid;
+            a->ipc_nonce = h.nonce;
+            a->ipc_id = h.id;
+        }
+    }
+    if (a != NULL) *out = a->base;
+    pthread_mutex_unlock(&sg_lock);
+    return a ? CUDA_SUCCESS : err;
+}
+
+SG_API CUresult cuIpcOpenMemHandle(CUdeviceptr *out, ipc_bytes handle, unsigned int flags) {
+    API_BEGIN_ARGS("cuIpcOpenMemHandle", LOG_OUT64(0), LA(out), LA(0), LA(flags));
+    API_NEED_INIT();
+    API_RETURN(ipc_open_mem(out, &handle, flags));
+}
+
+SG_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *out, ipc_bytes handle, unsigned int flags) {
+    API_BEGIN_ARGS("cuIpcOpenMemHandle_v2", LOG_OUT64(0), LA(out), LA(0), LA(flags));
+    API_NEED_INIT();
+    API_RETURN(ipc_open_mem(out, &handle, flags));
+}
+
+SG_API CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+    API_BEGIN_ARGS("cuIpcCloseMemHandle", 0, LA(p));
+    API_NEED_INIT();
+    pthread_mutex_lock(&sg_lock);
+    sg_alloc *a = sg_alloc_find(p);
+    CUresult r = CUDA_SUCCESS;
+    if (a == NULL || a->kind != A_IPC || !a->ipc_legacy || a->base != p) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (--a->ipc_refs == 0) {
+        /* Unmapped once the device's work is done with it (as cuMemFree waits). */
+        sg_wait_device_idle(a->dev);
+        a = sg_alloc_find(p);
+        if (a != NULL && a->base == p && a->kind == A_IPC) {
+            free_allocation(a);
+            if (SG_CHECKING()) sg_ck_freed(p, NULL);
+        }
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+/* Pools: the shareable handle is a descriptor of the device's memory file itself (the
+ * simulator has one file per device); the export data of each pointer names the exporter,
+ * the allocation and its range in that file. */
+SG_API CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, int type,
+                                                 unsigned long long flags) {
+    API_BEGIN_ARGS("cuMemPoolExportToShareableHandle", LOG_OUT32(0), LA(handle_out), LA(pool), LA(type), LA(flags));
+    API_NEED_INIT();
+    if (handle_out == NULL || flags != 0 || type != 1) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&sg_lock);
+    sg_pool *p = pool_get(pool);
+    CUresult r = CUDA_SUCCESS;
+    if (p == NULL || p->imported || !(p->props.handle_types & 1)) {
+        r = CUDA_ERROR_INVALID_VALUE; /* a pool made without the POSIX fd handle type */
+    } else {
+        int fd = fcntl(arenas[p->dev].fd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            memcpy(handle_out, &fd, sizeof fd);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+/* The device whose memory file fd is (-1: not a simulated device's). */
+static int device_of_file(int fd) {
+    char path[64], target[256];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n <= 0) return -1;
+    target[n] = '\0';
+    const char *name = strstr(target, "simgpu-device-");
+    int dev;
+    if (name == NULL || sscanf(name, "simgpu-device-%d", &dev) != 1 || !sg_device_valid(dev)) return -1;
+    return dev;
+}
+
+SG_API CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *out, void *handle, int type,
+                                                   unsigned long long flags) {
+    API_BEGIN_ARGS("cuMemPoolImportFromShareableHandle", LOG_OUT64(0), LA(out), LA(handle), LA(type), LA(flags));
+    API_NEED_INIT();
+    if (out == NULL || flags != 0 || type != 1) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    int given = (int)(intptr_t)handle;
+    int dev = device_of_file(given);
+    if (dev < 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    int fd = fcntl(given, F_DUPFD_CLOEXEC, 0); /* the caller keeps its descriptor */
+    if (fd < 0) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&sg_lock);
+    sg_pool *p = pool_new(dev);
+    if (p != NULL) {
+        p->imported = 1;
+        p->fd = fd;
+        p->props.handle_types = 1;
+        *out = P(p->o.h);
+    } else {
+        close(fd);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+SG_API CUresult cuMemPoolExportPointer(void *out, CUdeviceptr ptr) {
+    API_BEGIN_ARGS("cuMemPoolExportPointer", 0, LA(out), LA(ptr));
+    API_NEED_INIT();
+    if (out == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&sg_lock);
+    sg_alloc *a = sg_alloc_find(ptr);
+    sg_pool *p = a && a->kind == A_POOL ? sg_handle_get(a->pool, K_POOL) : NULL;
+    CUresult r = CUDA_SUCCESS;
+    ipc_pool_ptr d = {0};
+    struct stat st;
+    if (p == NULL || a->base != ptr || !(p->props.handle_types & 1)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (fstat(arenas[a->dev].fd, &st) != 0) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if ((r = export_slot(a, &d.nonce, &d.fd)) == CUDA_SUCCESS) {
+        d.magic = POOL_PTR_MAGIC;
+        d.pid = (int32_t)getpid();
+        d.slot = a->ipc_slot - 1;
+        d.dev = a->dev;
+        d.offset = (uint64_t)((unsigned char *)(uintptr_t)a->base - arenas[a->dev].none_base);
+        d.size = a->size;
+        d.id = a->buffer_id;
+        d.inode = (uint64_t)st.st_ino;
+        memcpy(out, &d, sizeof d);
+    }
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(r);
+}
+
+SG_API CUresult cuMemPoolImportPointer(CUdeviceptr *out, CUmemoryPool pool, const void *data) {
+    API_BEGIN_ARGS("cuMemPoolImportPointer", LOG_OUT64(0), LA(out), LA(pool), LA(data));
+    API_NEED_INIT();
+    if (out == NULL || data == NULL) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    ipc_pool_ptr d;
+    memcpy(&d, data, sizeof d);
+    if (d.magic != POOL_PTR_MAGIC) API_RETURN(CUDA_ERROR_INVALID_VALUE);
+    pthread_mutex_lock(&sg_lock);
+    sg_pool *p = pool_get(pool);
+    struct stat st;
+    CUresult r = CUDA_SUCCESS;
+    sg_alloc *a = NULL;
+    if (p == NULL || !p->imported || p->dev != d.dev || fstat(p->fd, &st) != 0 ||
+        (uint64_t)st.st_ino != d.inode) {
+        r = CUDA_ERROR_INVALID_VALUE; /* not the pool this pointer came from */
+    } else if ((a = import_find(d.pid, d.nonce, d.id, 0)) != NULL) {
+        a->ipc_refs++;
+    } else {
+        struct sg_ipc_peer *peer = sg_ipc_peer_open(d.pid, d.nonce, d.fd, &r);
+        if (peer != NULL && !sg_ipc_peer_mem_live(peer, d.slot, d.id, d.offset, d.size))
+            r = CUDA_ERROR_INVALID_HANDLE; /* freed by the exporter */
+        sg_ipc_peer_release(peer);
+        if (peer != NULL && r == CUDA_SUCCESS) a = import_map(p->fd, p->dev, 0, d.offset, d.size, &r);
+        if (a != NULL) {
+            a->pool = p->o.h;
+            a->ipc_pid = d.pid;
+            a->ipc_nonce = d.nonce;
+            a->ipc_id = d.id;
+        }
+    }
+    if (a != NULL) *out = a->base;
+    pthread_mutex_unlock(&sg_lock);
+    API_RETURN(a ? CUDA_SUCCESS : r);
 }

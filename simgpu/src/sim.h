@@ -39,6 +39,7 @@ enum {
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_IMAGE = 200,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_MAP_FAILED = 205,
     CUDA_ERROR_FILE_NOT_FOUND = 301,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_ILLEGAL_STATE = 401,
@@ -369,6 +370,8 @@ enum {
     OP_EXTERNAL_WAIT, /* a graph's wait on an event outside it: a wait on the event's
                          last record when the graph is launched */
     OP_ALLOC_FREE,   /* cuMemFreeAsync of memory not from a pool */
+    OP_IPC_WAIT,     /* a wait on an interprocess event's record made elsewhere (ipc.c):
+                        its worker polls the event's shared state */
 };
 
 typedef struct {
@@ -408,7 +411,19 @@ typedef struct sg_op {
         struct {
             uint64_t event;
             uint64_t generation;
+            struct sg_ipc_event_state *ipc; /* an interprocess event's shared state, or NULL */
+            uint64_t ipc_gen;               /* this record's number there */
+            uint64_t ipc_id;                /* the event the state must still belong to */
+            struct sg_ipc_peer *peer;       /* the mapping ipc lies in (NULL: this process's) */
         } record; /* also OP_EXTERNAL_WAIT's event */
+        struct {
+            struct sg_ipc_event_state *state;
+            uint64_t gen;                   /* the record to wait for */
+            uint64_t id;                    /* the event it must still be */
+            int pid, fd;                    /* the exporter and its IPC file: a wait on a
+                                               process that exited ends */
+            struct sg_ipc_peer *peer;
+        } ipc_wait;
         struct {
             CUhostFn fn;
             void *data;
@@ -479,7 +494,9 @@ CUresult sg_capture_check_unsafe(void); /* a "potentially unsafe" call during ca
 void sg_events_of_ctx_destroy(sg_ctx *c);
 
 /* ---- memory ---------------------------------------------------------------------- */
-enum { A_DEVICE = 1, A_POOL, A_MANAGED, A_HOST, A_REGISTERED };
+/* A_IPC: memory of another process mapped here (ipc.c): a cuIpcOpenMemHandle mapping
+ * (ipc_legacy) or a cuMemPoolImportPointer one (pool: the imported pool). */
+enum { A_DEVICE = 1, A_POOL, A_MANAGED, A_HOST, A_REGISTERED, A_IPC };
 typedef struct sg_alloc {
     CUdeviceptr base;
     size_t size;
@@ -493,6 +510,12 @@ typedef struct sg_alloc {
     void *map_base; size_t map_len; /* host mappings to unmap at free */
     const char *entry;              /* the entry point that allocated it */
     struct sg_ck_alloc *ck;         /* the checker's access records (check.c) */
+    int ipc_slot;                   /* exported: its slot in this process's IPC file + 1 (0: none) */
+    /* A_IPC: map_base/map_len hold both views (device addresses, then the workers'
+     * read-write view rw_delta bytes further on); the exporter's allocation it names. */
+    size_t rw_delta;
+    int ipc_legacy, ipc_refs, ipc_pid;
+    uint64_t ipc_nonce, ipc_id;
 } sg_alloc;
 
 void sg_memory_init(void);
@@ -525,8 +548,52 @@ typedef struct sg_event {
     struct sg_capture *capture; /* set when the last record was captured into a graph */
     uint64_t vclock[16];
     struct sg_vc *ck;    /* checker: the recording stream's clock at the last record */
+    /* Interprocess events (ipc.c): the shared state, the mapping it lies in (NULL: this
+     * process's own file), the exporter's identity and slot, the number of the last record
+     * this process made (0: none). */
+    struct sg_ipc_event_state *ipc;
+    struct sg_ipc_peer *ipc_peer;
+    int ipc_pid, ipc_fd, ipc_slot, ipc_imported;
+    uint64_t ipc_nonce, ipc_id, ipc_local_gen;
 } sg_event;
 void sg_record_reached(uint64_t event, uint64_t generation);
+
+/* ---- interprocess memory and events (ipc.c) ---------------------------------------- */
+/* Each process that exports anything has one "IPC file" (a memfd) other processes open
+ * through /proc/<pid>/fd/<fd>: a header naming the process (pid and a random nonce, so a
+ * reused pid is told apart), a slot per exported allocation (its id, offset and size, cleared
+ * when it is freed) and a slot per interprocess event (its record counter and which records
+ * completed).  Lock held for all of these unless noted. */
+struct sg_ipc_event_state;
+struct sg_ipc_peer;
+int sg_ipc_self(uint64_t *nonce, int *fd);  /* this process's file (made on first use); 0 or -1 */
+int sg_ipc_is_self(int pid, uint64_t nonce);
+int sg_ipc_mem_slot_add(uint64_t id, size_t off, size_t size, int dev); /* slot + 1, or 0: full */
+void sg_ipc_mem_slot_clear(int slot_plus_one);
+/* Another process's file, mapped (a reference; NULL with *err: INVALID_HANDLE when the process
+ * or its file is gone or is another process now). */
+struct sg_ipc_peer *sg_ipc_peer_open(int pid, uint64_t nonce, int fd, CUresult *err);
+void sg_ipc_peer_release(struct sg_ipc_peer *peer); /* NULL: nothing */
+/* Whether the peer's allocation slot still names allocation id at off, size. */
+int sg_ipc_peer_mem_live(struct sg_ipc_peer *peer, int slot, uint64_t id, size_t off, size_t size);
+/* Maps [off, off+size) of fd twice (device-address view PROT_NONE, then the workers' view);
+ * the device address, with the mapping and the distance between the views; 0 on failure. */
+CUdeviceptr sg_ipc_map(int fd, size_t off, size_t size, void **map, size_t *len, size_t *rw_delta);
+/* Events: an interprocess event of this process gets a slot at creation; an imported one
+ * points into the exporter's file. */
+int sg_ipc_event_new(sg_event *e);      /* 0, or -1: no slot */
+void sg_ipc_event_drop(sg_event *e);    /* the event goes: its slot (exported) or mapping */
+/* A record about to be enqueued: its number in the shared counter, set in the op. */
+void sg_ipc_record_begin(sg_event *e, sg_op *op);
+void sg_ipc_record_reached(sg_op *op);  /* an OP_RECORD with ipc set completed */
+/* The event's last record, if it was made by another process: its number (0: the last
+ * record is this process's own, or there is none to wait for). */
+uint64_t sg_ipc_foreign_record(sg_event *e);
+int sg_ipc_record_done(sg_event *e, uint64_t gen);
+sg_op *sg_ipc_wait_op(sg_event *e, uint64_t gen);
+int sg_ipc_wait_done(const sg_op *op);  /* any lock state */
+void sg_ipc_wait_released(sg_op *op);   /* an OP_IPC_WAIT is done with */
+void sg_ipc_poll_pause(void);           /* lock held: releases it for a moment (a poll's sleep) */
 
 /* ---- kernels ---------------------------------------------------------------------- */
 void sg_kernel_reached(long index);

@@ -34,6 +34,9 @@ void sg_op_add_dep(sg_op *op, uint64_t stream, uint64_t seq) {
 void sg_op_free(sg_op *op) {
     if (op == NULL) return;
     if (op->type == OP_COPY) free(op->u.copy.owned);
+    /* An interprocess record or wait that never ran gives its mapping back (lock held). */
+    if (op->type == OP_IPC_WAIT) sg_ipc_wait_released(op);
+    if (op->type == OP_RECORD && op->u.record.peer != NULL) sg_ipc_peer_release(op->u.record.peer);
     free(op->deps);
     if (op->ck_ranges != NULL || op->ck_join != NULL) {
         free(op->ck_ranges);
@@ -137,7 +140,11 @@ void sg_op_execute(sg_op *op, sg_stream *s) {
 /* The parts of an operation that touch driver state, run with the lock held. */
 static void op_complete_locked(sg_op *op) {
     switch (op->type) {
-    case OP_RECORD: sg_record_reached(op->u.record.event, op->u.record.generation); break;
+    case OP_RECORD:
+        sg_record_reached(op->u.record.event, op->u.record.generation);
+        sg_ipc_record_reached(op);
+        break;
+    case OP_IPC_WAIT: sg_ipc_wait_released(op); break;
     case OP_KERNEL: sg_kernel_reached(op->u.kernel.index); break;
     case OP_POOL_FREE: sg_pool_free_reached(op->u.pool_free.pool, op->u.pool_free.token); break;
     case OP_ALLOC_FREE:
@@ -154,6 +161,7 @@ int sg_point_done(uint64_t stream, uint64_t seq) {
 }
 
 static int deps_done(const sg_op *op) {
+    if (op->type == OP_IPC_WAIT && !sg_ipc_wait_done(op)) return 0;
     for (int i = 0; i < op->ndeps; i++)
         if (!sg_point_done(op->deps[i].stream, op->deps[i].seq)) return 0;
     return 1;
@@ -186,7 +194,15 @@ static void *worker(void *arg) {
         while (s->head == NULL && !s->destroyed) pthread_cond_wait(&s->work, &sg_lock);
         if (s->head == NULL) break; /* destroyed and drained */
         sg_op *op = s->head;
-        while (!deps_done(op)) pthread_cond_wait(&sg_progress, &sg_lock);
+        while (!deps_done(op)) {
+            if (op->type != OP_IPC_WAIT) {
+                pthread_cond_wait(&sg_progress, &sg_lock);
+                continue;
+            }
+            /* Another process completes the record waited for: nothing here signals it,
+             * so poll (the exporter's exit ends the wait too: ipc.c). */
+            sg_ipc_poll_pause();
+        }
         pthread_mutex_unlock(&sg_lock);
         unsigned delay = __atomic_load_n(&sg_cfg.delay_us, __ATOMIC_RELAXED);
         if (delay) usleep(delay);
@@ -925,6 +941,13 @@ SG_API CUresult cuEventCreate(CUevent *ph, unsigned int flags) {
         e->generation = c->generation;
         e->flags = flags;
         sg_handle_new(e, K_EVENT);
+        /* An interprocess event keeps its record state in this process's IPC file. */
+        if ((flags & SG_EVENT_INTERPROCESS) && sg_ipc_event_new(e) != 0) {
+            sg_handle_drop(e->o.h);
+            free(e);
+            pthread_mutex_unlock(&sg_lock);
+            API_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+        }
         *ph = P(e->o.h);
         sg_count("events_created", 1);
         sg_count("events_live", 1);
@@ -934,6 +957,7 @@ SG_API CUresult cuEventCreate(CUevent *ph, unsigned int flags) {
 }
 
 static void event_free(sg_event *e) {
+    sg_ipc_event_drop(e); /* an opened event: its mapping only */
     sg_handle_drop(e->o.h);
     if (e->ck != NULL) sg_ck_vc_free(e->ck);
     free(e);
@@ -1022,6 +1046,11 @@ static CUresult event_record(uint64_t event, uint64_t stream, unsigned flags) {
         pthread_mutex_unlock(&sg_lock);
         return CUDA_ERROR_INVALID_HANDLE;
     }
+    if (s->capture != NULL && e->ipc_imported) {
+        /* Not modelled: an event of another process recorded into a graph. */
+        pthread_mutex_unlock(&sg_lock);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     if (s->capture != NULL) {
         sg_capture *cap = s->capture;
         if (cap->status != SG_CAPTURE_ACTIVE) {
@@ -1067,6 +1096,8 @@ static CUresult event_record(uint64_t event, uint64_t stream, unsigned flags) {
         e->seq = s->submitted;
         e->time_valid = 0;
         if (SG_CHECKING()) sg_ck_event_recorded(e, s);
+        /* The op cannot complete before the lock is released: numbering it now is safe. */
+        if (e->ipc != NULL) sg_ipc_record_begin(e, op);
     }
     pthread_mutex_unlock(&sg_lock);
     return err;
@@ -1092,11 +1123,15 @@ SG_API CUresult cuEventQuery(CUevent h) {
     pthread_mutex_lock(&sg_lock);
     sg_event *e = sg_handle_get(H(h), K_EVENT);
     CUresult r;
+    uint64_t foreign;
     if (e == NULL) {
         r = sg_handle_gone(H(h), sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
     } else if (e->capture != NULL) {
         capture_invalidate(e->capture); /* an invalid operation invalidates the capture */
         r = CUDA_ERROR_CAPTURED_EVENT;
+    } else if ((foreign = sg_ipc_foreign_record(e)) != 0) {
+        /* Last recorded by another process: what its shared state says. */
+        r = sg_ipc_record_done(e, foreign) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
     }
     else if (!e->recorded || sg_point_done(e->stream, e->seq)) {
         r = CUDA_SUCCESS;
@@ -1114,11 +1149,19 @@ SG_API CUresult cuEventSynchronize(CUevent h) {
     pthread_mutex_lock(&sg_lock);
     sg_event *e = sg_handle_get(H(h), K_EVENT);
     CUresult r = CUDA_SUCCESS;
+    uint64_t foreign;
     if (e == NULL) {
         r = sg_handle_gone(H(h), sg_api_name(), CUDA_ERROR_INVALID_HANDLE);
     } else if (e->capture != NULL) {
         capture_invalidate(e->capture);
         r = CUDA_ERROR_CAPTURED_EVENT;
+    } else if ((foreign = sg_ipc_foreign_record(e)) != 0) {
+        sg_count("host_waits", 1);
+        /* Another process's record: poll its completion (the wait op holds the mapping). */
+        sg_op *w = sg_ipc_wait_op(e, foreign);
+        while (w != NULL && !sg_ipc_wait_done(w)) sg_ipc_poll_pause();
+        sg_op_free(w);
+        sg_pools_on_sync();
     } else {
         sg_count("host_waits", 1);
         struct sg_vc *seen = e->recorded && SG_CHECKING() ? sg_ck_event_clock(e) : NULL;
@@ -1178,6 +1221,21 @@ SG_API CUresult cuStreamWaitEvent(CUstream h, CUevent event, unsigned int flags)
     if (s == NULL) {
         pthread_mutex_unlock(&sg_lock);
         API_RETURN(err);
+    }
+    uint64_t foreign = e->capture == NULL ? sg_ipc_foreign_record(e) : 0;
+    if (foreign != 0) {
+        /* The event's last record was made by another process: the stream waits for that
+         * record (not a later one) through the shared state; no host wait, and no order the
+         * checker can see.  Not modelled under capture. */
+        CUresult r = CUDA_SUCCESS;
+        if (s->capture != NULL) {
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        } else {
+            sg_op *op = sg_ipc_record_done(e, foreign) ? sg_op_new(OP_NOP) : sg_ipc_wait_op(e, foreign);
+            r = op ? sg_enqueue(s, op) : CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        pthread_mutex_unlock(&sg_lock);
+        API_RETURN(r);
     }
     if (e->capture != NULL) {
         /* A wait on a point of a capture: the stream joins (or merges into) it. */
