@@ -262,7 +262,7 @@ def test_table_parses_into_groups():
         "Stream", "DLPack", "CUDA Array Interface", "Array interface", "Buffer protocol",
         "from_buffer", "Export", "Layouts", "DLPack C exchange API", "Decorator", "Hand-overs",
         "Driver", "General",
-        "Handing a host view on (buffer protocol, array interface)", "Copies", "MPI messages", "Tensor maps",
+        "Handing a host view on (buffer protocol, array interface)", "Copies", "MPI messages", "Views across processes", "Tensor maps",
     )
     for group in expected:
         assert groups[group] > 0, f"no rows under '## {group}'"
@@ -935,6 +935,12 @@ TRIGGERS = [
     ("pending-limit", lambda f, m: stridedview._view._set_pending_limit(0), ValueError, "_set_pending_limit: limit must be >= 1 (got 0)"),
     ("torch-fields-hook", lambda f, m: _torch_fields_read_of_a_list(), TypeError, "_torch_fields_read: a torch tensor, not 'list'"),
     ("decorator-record-stream", lambda f, m: args_viewable_as_strided_memory(0, record_stream="yes"), TypeError, "args_viewable_as_strided_memory: record_stream must be a bool (got 'yes')"),
+    ("copy-view", lambda f, m: __import__("copy").copy(host_view()), TypeError, "copy: a StridedMemoryView is not copied (copy.copy, copy.deepcopy): make another view of its exporting object ('ndarray'), or copy its elements with copy_to"),
+    # Views across processes (stridedview.ipc): the host refusals; the device ones need
+    # CUDA IPC (UNTRIGGERED, tests/test_gpu_ipc.py)
+    ("ipc-host-packed", lambda f, m: __import__("pickle").dumps(_packed()), TypeError, "ipc: cannot pickle a host view of None elements (DLPackDType(code=17, bits=4, lanes=1))"),
+    ("ipc-record-version", lambda f, m: stridedview._ipc._receive({"version": 99, "pid": 1}), BufferError, "ipc: a pickled view of record version 99 (this is 1)"),
+    ("ipc-same-process", lambda f, m: stridedview._ipc._receive({"version": 1, "pid": __import__("os").getpid()}), BufferError, "ipc: a pickled device view was unpickled in the process that pickled it: use the view itself (CUDA IPC maps memory into other processes only)"),
     # MPI messages (stridedview.mpi; mpi4py is in the test extra)
     ("mpi-receive-type", lambda f, m: _mpi_message(np.zeros(3), receive=1), TypeError, "stridedview.mpi: 'receive' must be a bool (got 1)"),
     ("mpi-packed", lambda f, m: _mpi_message(_packed()), BufferError, "stridedview.mpi: MPI has no datatype for packed sub-byte elements (DLPackDType(code=17, bits=4, lanes=1))"),
@@ -964,6 +970,13 @@ def _mpi_message_with_a_one_byte_datatype(monkeypatch):
 
 #: Rows no public call can reach on a healthy machine, with the reason.
 UNTRIGGERED = {
+    ("BufferError", "ipc: cannot pickle a view of "): "device memory that cannot be shared: tests/test_gpu_ipc.py",
+    ("BufferError", "ipc: cannot pickle a view of packed "): "a device view: CUDA IPC (tests/test_gpu_ipc.py's neighbours)",
+    ("BufferError", "ipc: too many pickled views held for importers ("): "65,536 views held for importers at once",
+    ("BufferError", "ipc: the view's device (UUID "): "a device hidden from the receiver: two processes with other CUDA_VISIBLE_DEVICES",
+    ("BufferError", "ipc: a pickled view was already "): "a second process unpickling: tests/test_gpu_ipc.py",
+    ("BufferError", "ipc: the memory of a received view could not be opened ("): "the driver refusing cuIpcOpenMemHandle in a second process",
+    ("BufferError", "ipc: the exporting process "): "an exporter process exiting: tests/test_gpu_ipc.py",
     ("MemoryError", ""): "malloc failing for a capsule's ~100 bytes (or a buffer export's shape and format)",
     ("BufferError", "buffer: ndim must be from 0 to "): "an exporter breaking the buffer protocol (CPython caps ndim at 64)",
     ("BufferError", "buffer: shape is NULL with ndim "): "an exporter breaking the buffer protocol (shape is required by the request)",

@@ -12,6 +12,7 @@ import numpy.typing
 from numpy.typing import DTypeLike
 from typing_extensions import Buffer, CapsuleType, TypeAlias
 
+from stridedview._allocation import Allocation
 from stridedview._tensor_map import TensorMap
 from stridedview.typing import (
     SupportsArrayInterface,
@@ -384,6 +385,42 @@ class StridedMemoryView:
         host-only memory (``is_device_accessible`` False) records nothing: no stream
         reads pageable memory behind the host's back (see docs/concepts.md).
         """
+    def synchronize(self) -> None:
+        """Block the calling thread until the view's data are ready on the host's
+        timeline: for a reader that takes no stream (MPI, the host reading pinned or
+        managed memory).
+
+        An event is recorded on ``ready_stream`` (in its context) and the host waits for
+        it: every write ordered before ``ready_stream`` when this is called has completed
+        on return; work enqueued there later is not waited for.  A view with
+        ``ready_stream`` None (host memory, or viewed with ``stream_ptr=-1``: the caller
+        orders streams) returns at once, asking no driver.  CUDAError if the driver
+        cannot be used.
+        """
+    @property
+    def allocation(self) -> Allocation:
+        """The allocation element ``[0, ..., 0]`` lies in, as the driver knows it: its
+        ``base`` and ``size``, its ``kind`` (``"device"``: cuMemAlloc; ``"pool"``: a
+        stream-ordered pool's block; ``"managed"``; ``"pinned"``: page-locked host
+        memory; ``"host"``: memory the driver does not know, whose base and size are
+        then the view's span), whether another process can map it (``shareable``:
+        CUDA IPC, which pickling a device view uses), its ``device_id`` (-1 for host
+        memory) and, for a pool's block, the handle types its pool exports.
+
+        A host view asks the driver only once stridedview has initialised one;
+        a device view asks it each time (CUDAError when it cannot be used).
+        """
+    def __copy__(self) -> NoReturn:
+        """Refused (TypeError): a view is never duplicated; make another view of its
+        exporting object, or copy its elements with ``copy_to``."""
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        """Refused (TypeError), as ``copy.copy``."""
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle the view: a host view by value (a copy of its elements, their exact
+        type kept); a device view for another process on this node through CUDA IPC
+        (``stridedview.ipc``: unpickled there, a ``ReceivedView`` of the same memory,
+        ordered after the work pending at pickling).  Memory that cannot be shared is a
+        BufferError naming why and what to allocate instead."""
     def copy_from(
         self,
         other: StridedMemoryView,

@@ -141,6 +141,26 @@ cdef object _tensor_map_module():
     return _tensor_map
 
 
+cdef object _ipc_module():
+    """stridedview._ipc (views sent to other processes), imported on first need."""
+    from stridedview import _ipc
+    return _ipc
+
+
+cdef int _refuse_copy(StridedMemoryView view) except -1:
+    raise TypeError(
+        f"copy: a StridedMemoryView is not copied (copy.copy, copy.deepcopy): make another "
+        f"view of its exporting object ({type(view.exporting_obj).__name__!r}), or copy its "
+        "elements with copy_to; pickle sends a device view to another process"
+    )
+
+
+cdef object _allocation_module():
+    """stridedview._allocation (what the driver knows of a view's memory), on first need."""
+    from stridedview import _allocation
+    return _allocation
+
+
 cdef object _driver_module():
     """stridedview._driver, imported on first need (it is the only door to CUDA).
 
@@ -378,6 +398,27 @@ View ``obj`` through the first protocol it offers (see the class docstring)."""
     def record_stream(self, stream):
         """Keep the memory from its producer until work now on ``stream`` is done (torch's name)."""
         _record_stream(self, stream)
+
+    def synchronize(self):
+        """Block until the data are ready on the host's timeline (for MPI and other stream-less readers)."""
+        _allocation_module().synchronize(self)
+
+    @property
+    def allocation(self):
+        """What the driver knows of the memory: base, size, kind, whether it can be shared."""
+        return _allocation_module().allocation_of(self)
+
+    def __reduce__(self):
+        """Pickle: a device view for another process (CUDA IPC), a host view by value."""
+        return _ipc_module().reduce_view(self)
+
+    def __copy__(self):
+        """Refused: a view is never refilled or duplicated (make another view of the object)."""
+        _refuse_copy(self)
+
+    def __deepcopy__(self, memo):
+        """Refused, as ``copy.copy``: a deep copy would not copy the memory either."""
+        _refuse_copy(self)
 
     def copy_from(self, other, stream=None, allocator=None, blocking=None):
         """Copy the elements of view ``other`` into this view (``stream``: for device memory)."""
