@@ -216,6 +216,54 @@ def test_gpu_graphs_example_runs_on_the_simulated_device(tmp_path):
     assert lines[3:] == ["  producer array released"] * 2, result.stdout
 
 
+def _ipc_pipeline(tmp_path: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / "ipc_pipeline.py")], cwd=tmp_path, capture_output=True,
+        text=True, timeout=600, env=env,
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.simgpu
+@pytest.mark.parametrize("broken", [None, "no wait", "no record_stream"])
+def test_ipc_pipeline_example_runs_on_the_simulated_device(tmp_path, broken):
+    """examples/ipc_pipeline.py: two processes, every stream operation delayed; as written
+    every sum matches.  Its consumer viewing with -1 (no wait on the producer's event) or
+    not recording its stream (the producer frees a buffer before the copy ran) reads other
+    bytes: the example says the sums differ and fails."""
+    import os
+
+    source = (EXAMPLES / "ipc_pipeline.py").read_text()
+    if broken == "no wait":
+        source = source.replace("view = StridedMemoryView(received, stream_ptr=int(stream))", "view = StridedMemoryView(received, stream_ptr=-1)")
+    if broken == "no record_stream":
+        source = source.replace("view.record_stream(int(stream))", "pass")
+    assert (source != (EXAMPLES / "ipc_pipeline.py").read_text()) == (broken is not None)
+    (tmp_path / "ipc_pipeline.py").write_text(source)
+    env = dict(os.environ, SIMGPU_DELAY_US="2000", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    result = subprocess.run(
+        [sys.executable, str(tmp_path / "ipc_pipeline.py")], cwd=tmp_path, capture_output=True,
+        text=True, timeout=600, env=env,
+    )
+    if broken is None:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.endswith("sums match\n"), result.stdout
+    else:
+        assert result.returncode == 1 and result.stdout.endswith("sums DIFFER\n"), result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_ipc_pipeline_example_without_a_driver_says_what_it_needs(tmp_path):
+    """On a machine with no CUDA driver the example says what it needs and exits with 0."""
+    import os
+
+    if has_cuda_gpu():
+        pytest.skip("a CUDA driver is here: test_ipc_pipeline_example_runs_on_the_simulated_device runs it")
+    result = _ipc_pipeline(tmp_path, dict(os.environ))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stdout.startswith("ipc_pipeline.py skipped: it needs a CUDA driver"), result.stdout
+
+
 COMPUTED_KERNEL = EXAMPLES / "computed_kernel"
 
 
