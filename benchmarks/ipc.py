@@ -16,7 +16,9 @@ is done, reads other bytes: both show as wrong copies.
 
 Printed per delay: wrong copies (must be 0), host waits on each side during the exchange
 (the simulator's ``host_waits`` counter: must be 0), and the consumer's median cost of
-importing a view (unpickling it and viewing it on its stream) next to one
+importing a view (unpickling it and viewing it on its stream), of a new allocation each
+time and of one allocation already opened (at most 8 views in flight, as a bounded queue
+keeps a pipeline), next to one
 ``cuIpcOpenMemHandle`` (of a fresh allocation, then closed) plus one ``cuStreamWaitEvent``
 on an IPC event: the import opens each allocation's handle once and waits once.
 Needs the simulated device (its counters and delay); ``--views`` and ``--delay-us`` choose.
@@ -35,6 +37,7 @@ from pathlib import Path
 
 NBYTES = 4096
 REFERENCE_HANDLES = 200
+DEPTH = 8  # views in flight in the cost phase
 
 
 def _ok(result):
@@ -125,15 +128,25 @@ def consumer(inbox, outbox) -> None:
     wrong = sum(
         data[i * NBYTES:(i + 1) * NBYTES] != bytes([_value(i)]) * NBYTES for i in range(count)
     )
-    # Views of one allocation the producer keeps: its handle is opened once, then reused.
+    # Views of one allocation the producer keeps, at most DEPTH in flight (a bounded queue,
+    # as a pipeline runs): its handle is opened once, and the producer's interprocess events
+    # come back to it as views are released, each opened here once.
     reused = []
+    opens = sim.calls("cuIpcOpenMemHandle_v2") + sim.calls("cuIpcOpenMemHandle")
+    event_opens = sim.calls("cuIpcOpenEventHandle")
     for _ in range(inbox.get()):
         record = inbox.get()
         start = time.perf_counter()
         view = StridedMemoryView(pickle.loads(record), stream_ptr=int(stream))
         reused.append(time.perf_counter() - start)
         del view
-    outbox.put((wrong, waits, statistics.median(imports), statistics.median(reused), statistics.median(reference)))
+        outbox.put("done")
+    opens = sim.calls("cuIpcOpenMemHandle_v2") + sim.calls("cuIpcOpenMemHandle") - opens
+    event_opens = sim.calls("cuIpcOpenEventHandle") - event_opens
+    outbox.put((
+        wrong, waits, statistics.median(imports), statistics.median(reused), statistics.median(reference),
+        opens, event_opens,
+    ))
 
 
 def run(views: int, delay_us: int) -> dict:
@@ -177,10 +190,14 @@ def run(views: int, delay_us: int) -> dict:
     kept_one = _ok(drv.cuMemAlloc(NBYTES))
     inbox.put(views)
     for index in range(views):
+        if index >= DEPTH:
+            assert outbox.get(timeout=120) == "done"
         offset = (index % 16) * 256
         array = _Borrowed(int(kept_one) + offset, stream)
         inbox.put(pickle.dumps(StridedMemoryView(array, stream_ptr=int(stream))))
-    wrong, consumer_waits, imported, reused, reference = outbox.get(timeout=600)
+    for _ in range(min(views, DEPTH)):
+        assert outbox.get(timeout=120) == "done"
+    wrong, consumer_waits, imported, reused, reference, opens, event_opens = outbox.get(timeout=600)
     process.join(60)
     deadline = time.monotonic() + 30
     while ipc.shares_held() and time.monotonic() < deadline:
@@ -194,6 +211,7 @@ def run(views: int, delay_us: int) -> dict:
         "import, new allocation (us)": round(imported * 1e6, 1),
         "import, opened allocation (us)": round(reused * 1e6, 1),
         "open + wait (us)": round(reference * 1e6, 1),
+        "opened allocation: handle opens": opens, "event opens": event_opens,
         "shares left": ipc.shares_held(),
     }
 

@@ -22,7 +22,7 @@ from stridedview import StridedMemoryView
 
 BATCHES = 16
 ELEMENTS = 1 << 14  # float32 elements per batch
-PIECES = 4  # the producer writes each batch in this many steps
+PIECES = 8  # the producer writes each batch in this many steps
 
 
 def _ok(result):

@@ -55,6 +55,8 @@ def consumer(inbox, outbox) -> None:
       ``("opened",)``.
     - ``("view", received, stream_ptr)``: view it and answer ``("fields", fields)`` (or the
       error), dropping it at once.
+    - ``("fields_of", received)``: answer ``("fields", fields)``, the received view's own,
+      its exact DLPack type included.
     - ``("repickle", received)``: view it and pickle that view again, answering
       ``("refused", message, allocation kind, shareable)`` or ``("pickled",)``.
     - ``("hold", received)``: keep it (answer ``("held",)``).
@@ -110,6 +112,11 @@ def consumer(inbox, outbox) -> None:
                 view = StridedMemoryView(received, stream_ptr=stream_ptr)
                 outbox.put(("fields", _fields(view)))
                 del view, received, request
+            elif kind == "fields_of":
+                received, = request
+                fields = dict(_fields(received), dlpack_dtype=tuple(received.dlpack_dtype))
+                del request, received
+                outbox.put(("fields", fields))
             elif kind == "repickle":
                 received, = request
                 view = StridedMemoryView(received, stream_ptr=int(stream))

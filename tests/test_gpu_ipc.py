@@ -163,6 +163,22 @@ def test_the_layout_travels(gpu, peer, shape, strides, offset):
     assert data == bytes([MARK]) * (high - low)
 
 
+@pytest.mark.parametrize("code, bits, lanes", [(4, 16, 1), (2, 32, 4), (0, 8, 1)], ids=["bfloat16", "float32x4", "int8"])
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reversed"])
+def test_the_exact_dlpack_type_travels(gpu, peer, code, bits, lanes, reverse):
+    """bfloat16, a vector type (numpy sees opaque 16-byte items) and int8, forward and with a
+    negative stride: the received view has the exporter's exact DLPack type and layout."""
+    from stridedview import DLPackDType
+
+    bytes_view, memory, _ = producer_view(gpu, (512,), np.uint8)
+    view = bytes_view.view(dtype=DLPackDType(code, bits, lanes))
+    if reverse:
+        view = view[::-1]
+    peer.inbox.put(("fields_of", view))
+    fields = peer.answer("fields")[1]
+    assert (fields["dlpack_dtype"], fields["shape"], fields["strides"]) == ((code, bits, lanes), view.shape, view.strides)
+
+
 def test_the_exporter_keeps_the_memory_until_the_importers_stream_is_done(gpu, peer):
     """The consumer fills the view on a gated stream, records the stream and lets go; the
     exporter's share stays held while the gate is shut, goes once it opens, and the parent

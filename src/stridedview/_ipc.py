@@ -23,17 +23,17 @@ spawn or forkserver start method) exports it; unpickling it in another process g
   exporter, which drops its hold at once.  Imported memory is thus untouched before its
   producer's work completes and freed in every importer before the exporter frees it.
 - **Processes that die.** Each importer talks to an exporter over one Unix socket (an
-  abstract address and a random key, both in the pickled record), one way: "imported" and
-  "released" messages, never awaited, so a busy exporter (its thread waiting for the GIL)
-  delays no import.  An importer that dies closes it: the exporter releases that
-  importer's shares (process liveness, no timeout).
+  abstract address and a random key, both in the pickled record), one way: its pid once,
+  then "released" messages, never awaited, so a busy exporter (its thread waiting for the
+  GIL) delays no import.  An importer that dies closes it: the exporter releases the
+  tickets that importer's pid redeemed (process liveness, no timeout).
   An exporter that exits first closes it too: its memory is gone on a real GPU, so a
   ``ReceivedView`` whose exporter has exited refuses to be viewed again (BufferError naming
   the process); views made before keep their pointer, which must not be used.
 - **One ticket, one importer.** A pickled view is redeemed once, in the exporter's ticket
   slot (shared memory under a record lock): a second unpickling is a BufferError, so pickle
-  once per receiving process.  A ticket never unpickled, or redeemed by an importer that
-  died before its "imported" message was sent, keeps its view until the exporter exits.
+  once per receiving process.  A ticket never unpickled keeps its view until the exporter
+  exits.
 - **What cannot be shared** (managed memory, pinned or pageable host memory, a pool made
   without a POSIX file descriptor handle type, memory another process exported to this
   one) is refused at pickling with a BufferError naming why and what to allocate instead.
@@ -51,6 +51,7 @@ import fcntl
 import itertools
 import os
 import secrets
+import select
 import struct
 import threading
 import weakref
@@ -70,10 +71,10 @@ _CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1
 _CU_STREAM_LEGACY = 1
 _IDLE_MAPPINGS = 8  # closed mappings kept open for a later view of the same allocation
 # The exporter's ticket slots (a memfd the importers reopen through /proc/<pid>/fd): one
-# slot of (ticket, state) per ticket modulo _SLOTS, each read and written under a record
+# slot of (ticket, state, importer's pid) per ticket modulo _SLOTS, each read and written under a record
 # lock (fcntl) by exporter and importers, so that a redemption takes no round trip.
 _SLOTS = 1 << 16
-_SLOT = struct.Struct("<QQ")
+_SLOT = struct.Struct("<QII")  # ticket, state, the redeeming process's pid
 _ISSUED, _REDEEMED = 1, 2
 
 _PICKLING_HINT = (
@@ -93,12 +94,11 @@ class _Share:
     """One pickled view, held for its importer: the view (and so its producer) and the
     IPC event recorded at export, ``(device, event, handle)``, back to the pool at release."""
 
-    __slots__ = ("view", "event", "link")
+    __slots__ = ("view", "event")
 
     def __init__(self, view, event):
         self.view = view
         self.event = event
-        self.link = None  # the importer's connection serial, once redeemed
 
 
 class _Exporter:
@@ -144,34 +144,33 @@ class _Exporter:
             ).start()
 
     def _serve(self, conn, link: int) -> None:
+        """One importer's link: its pid first, then the tickets it releases; when it
+        closes (the importer exited, or was killed), every ticket its pid redeemed goes."""
+        importer = None
         try:
+            kind, sender = conn.recv()
+            if kind != "hello":
+                return
+            importer = sender
             while True:
                 kind, ticket = conn.recv()
-                if kind == "import":
-                    self._imported(ticket, link)
-                elif kind == "release":
-                    self._release(ticket, link)
+                if kind == "release":
+                    self._release(ticket)
         except (EOFError, OSError, ValueError, TypeError):
             pass  # the importer exited (or closed): what it held is released below
         finally:
             conn.close()
-            with self.lock:
-                gone = [t for t, s in self.shares.items() if s.link == link]
-            for ticket in gone:
-                self._release(ticket, link)
+            if importer is not None:
+                with self.lock:
+                    held = list(self.shares)
+                for ticket in held:
+                    if _read_slot(self.slots, ticket) == (ticket, _REDEEMED, importer):
+                        self._release(ticket)
 
-    def _imported(self, ticket: int, link: int) -> None:
-        """An importer redeemed ``ticket`` (in its slot) and says so on its link: the share
-        is that link's, released with it."""
+    def _release(self, ticket: int) -> None:
         with self.lock:
             share = self.shares.get(ticket)
-            if share is not None and share.link is None:
-                share.link = link
-
-    def _release(self, ticket: int, link: int) -> None:
-        with self.lock:
-            share = self.shares.get(ticket)
-            if share is None or share.link != link:
+            if share is None:
                 return
             del self.shares[ticket]
             if share.event is not None:
@@ -223,22 +222,32 @@ def _write_slot(fd: int, ticket: int, state: int) -> None:
     offset = (ticket % _SLOTS) * _SLOT.size
     fcntl.lockf(fd, fcntl.LOCK_EX, _SLOT.size, offset)
     try:
-        os.pwrite(fd, _SLOT.pack(ticket, state), offset)
+        os.pwrite(fd, _SLOT.pack(ticket, state, 0), offset)
+    finally:
+        fcntl.lockf(fd, fcntl.LOCK_UN, _SLOT.size, offset)
+
+
+def _read_slot(fd: int, ticket: int) -> tuple[int, int, int]:
+    offset = (ticket % _SLOTS) * _SLOT.size
+    fcntl.lockf(fd, fcntl.LOCK_SH, _SLOT.size, offset)
+    try:
+        return _SLOT.unpack(os.pread(fd, _SLOT.size, offset))
     finally:
         fcntl.lockf(fd, fcntl.LOCK_UN, _SLOT.size, offset)
 
 
 def _redeem_slot(fd: int, ticket: int) -> str:
-    """Mark ``ticket`` redeemed in its slot: "ok", or why it cannot be ("redeemed", "released")."""
+    """Mark ``ticket`` redeemed by this process in its slot: "ok", or why it cannot be
+    ("redeemed", "released")."""
     offset = (ticket % _SLOTS) * _SLOT.size
     fcntl.lockf(fd, fcntl.LOCK_EX, _SLOT.size, offset)
     try:
-        found, state = _SLOT.unpack(os.pread(fd, _SLOT.size, offset))
+        found, state, _ = _SLOT.unpack(os.pread(fd, _SLOT.size, offset))
         if found != ticket:
             return "released"
         if state != _ISSUED:
             return "redeemed"
-        os.pwrite(fd, _SLOT.pack(ticket, _REDEEMED), offset)
+        os.pwrite(fd, _SLOT.pack(ticket, _REDEEMED, os.getpid()), offset)
         return "ok"
     finally:
         fcntl.lockf(fd, fcntl.LOCK_UN, _SLOT.size, offset)
@@ -411,21 +420,19 @@ class _Link:
         self.gone = False
         try:
             self.conn = connection.Client(record["address"], family="AF_UNIX", authkey=record["authkey"])
+            self.conn.send(("hello", os.getpid()))  # the tickets this pid redeems go with the link
+            # The exporter sends nothing: the socket becoming readable means it closed.
+            self.closed = select.poll()
+            self.closed.register(self.conn.fileno(), select.POLLIN | select.POLLHUP)
             self.slots = os.open(f"/proc/{self.pid}/fd/{record['slots']}", os.O_RDWR | os.O_CLOEXEC)
         except (OSError, EOFError, AuthenticationError) as exc:
             _raise_exporter_gone(self.pid, exc)
 
     def redeem(self, ticket: int) -> None:
-        """Take ``ticket`` (its slot says whether it can be), then tell the exporter, which
-        needs no answer: the link's messages arrive in order, this one before its release."""
+        """Take ``ticket`` in its slot (which says whether it can be), writing this
+        process's pid there: the exporter reads it if the link closes; no message, no wait."""
         with self.lock:
             answer = _redeem_slot(self.slots, ticket)
-            if answer == "ok":
-                try:
-                    self.conn.send(("import", ticket))
-                except (OSError, ValueError) as exc:
-                    self.gone = True
-                    _raise_exporter_gone(self.pid, exc)
         if answer != "ok":
             raise BufferError(
                 f"ipc: a pickled view was already {answer} (ticket {ticket} of process {self.pid}): "
@@ -442,13 +449,10 @@ class _Link:
                 self.gone = True
 
     def alive(self) -> bool:
+        """False once the exporter's end of the link has closed (it exited)."""
         with self.lock:
-            if not self.gone:
-                try:
-                    if self.conn.poll():
-                        self.conn.recv()  # the exporter sends nothing: only EOF arrives
-                except (OSError, EOFError):
-                    self.gone = True
+            if not self.gone and self.closed.poll(0):
+                self.gone = True
             return not self.gone
 
 
@@ -671,15 +675,24 @@ class _Layout:
 
 
 def _received_view(imported: _Import, record):
+    """The exporter's layout over the imported span: in one step where element [0, ..., 0]
+    is the span's first byte (no negative stride) and numpy's dtype names the exact DLPack
+    type; else the span's bytes retyped, then laid out."""
     import numpy
 
     from stridedview import DLPackDType, StridedMemoryView
 
+    exact = None if record["dlpack_dtype"] is None else DLPackDType(*record["dlpack_dtype"])
+    if record["ptr_offset"] == 0 and record["dtype"] is not None:
+        view = StridedMemoryView.from_buffer(
+            imported, record["shape"], record["strides"], dtype=record["dtype"], is_readonly=record["readonly"]
+        )
+        if view.dlpack_dtype == exact:
+            return view
     span = StridedMemoryView.from_buffer(
         imported, (record["span_bytes"],), None, dtype=numpy.uint8, is_readonly=record["readonly"]
     )
-    dtype = record["dtype"] if record["dlpack_dtype"] is None else DLPackDType(*record["dlpack_dtype"])
-    typed = span.view(dtype=dtype)
+    typed = span.view(dtype=record["dtype"] if exact is None else exact)
     itemsize = typed.itemsize
     layout = _Layout(tuple(record["shape"]), tuple(record["strides"]), itemsize, record["ptr_offset"] // itemsize)
     return typed.view(layout=layout)
