@@ -81,6 +81,12 @@ class _Borrowed:
         }
 
 
+def _expect(queue, word: str) -> None:
+    got = queue.get(timeout=120)
+    if got != word:
+        raise RuntimeError(f"expected {word!r} from the consumer, got {got!r}")
+
+
 def _value(index: int) -> int:
     return index % 251 + 1
 
@@ -172,7 +178,7 @@ def run(views: int, delay_us: int) -> dict:
 
     handles = [_handle_bytes(_ok(drv.cuIpcGetMemHandle(p))) for p in kept]
     inbox.put((handles, _handle_bytes(_ok(drv.cuIpcGetEventHandle(event)))))
-    assert outbox.get(timeout=120) == "ready"
+    _expect(outbox, "ready")
     sim.set_delay_us(delay_us)
     inbox.put(views)
     waits = sim.counter("host_waits")
@@ -191,12 +197,12 @@ def run(views: int, delay_us: int) -> dict:
     inbox.put(views)
     for index in range(views):
         if index >= DEPTH:
-            assert outbox.get(timeout=120) == "done"
+            _expect(outbox, "done")
         offset = (index % 16) * 256
         array = _Borrowed(int(kept_one) + offset, stream)
         inbox.put(pickle.dumps(StridedMemoryView(array, stream_ptr=int(stream))))
     for _ in range(min(views, DEPTH)):
-        assert outbox.get(timeout=120) == "done"
+        _expect(outbox, "done")
     wrong, consumer_waits, imported, reused, reference, opens, event_opens = outbox.get(timeout=600)
     process.join(60)
     deadline = time.monotonic() + 30
