@@ -318,7 +318,8 @@ def test_a_pool_block_travels_through_the_pools_descriptor(gpu, peer):
     try:
         memory = type("PoolBlock", (), {"ptr": int(pools[1][1])})()
         view = StridedMemoryView(driver_support.CAIArray(memory, (1024,), np.uint8, stream=stream.ptr), stream_ptr=stream.ptr)
-        assert (view.allocation.kind, view.allocation.shareable) == ("pool", True)
+        facts = view.allocation
+        assert (facts.kind, facts.shareable, facts.pool) == ("pool", True, int(pools[1][0]))
         peer.inbox.put(("read", view, 1024))
         peer.answer("queued")
         peer.inbox.put("finish")

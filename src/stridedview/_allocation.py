@@ -46,7 +46,8 @@ class Allocation:
     ``shareable``: another process on this node can map it (CUDA IPC: a legacy IPC handle
     for ``"device"``, the pool's file descriptor for ``"pool"``).  ``device_id``: the
     device's ordinal, -1 for host memory.  ``handle_types``: the
-    ``CUmemAllocationHandleType`` bits its pool can export (0 otherwise).
+    ``CUmemAllocationHandleType`` bits its pool can export, and ``pool`` that pool's handle
+    (both 0 for memory of no pool).
     """
 
     base: int
@@ -55,6 +56,7 @@ class Allocation:
     shareable: bool
     device_id: int
     handle_types: int = 0
+    pool: int = 0
 
 
 def _span(view) -> Allocation:
@@ -92,21 +94,17 @@ def allocation_of(view) -> Allocation:
     base = int(_attribute(api, "CU_POINTER_ATTRIBUTE_RANGE_START_ADDR", ptr))
     size = int(_attribute(api, "CU_POINTER_ATTRIBUTE_RANGE_SIZE", ptr))
     if int(_optional(api, "CU_POINTER_ATTRIBUTE_IS_MANAGED", ptr, 0)):
-        return Allocation(base, size, "managed", False, int(_device_ordinal(api, ptr)))
+        return Allocation(base, size, "managed", False, _driver._pointer_device(api, ptr, _ALLOCATION_HINT))
     if memory_type == _CU_MEMORYTYPE_HOST:
         return Allocation(base, size, "pinned", False, -1)
-    device = int(_device_ordinal(api, ptr))
+    device = _driver._pointer_device(api, ptr, _ALLOCATION_HINT)
     pool = _optional(api, "CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE", ptr, None)
     if pool is not None and int(pool) != 0:
         handle_types = int(_optional(api, "CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES", ptr, 0))
         shareable = bool(handle_types & POSIX_FILE_DESCRIPTOR)
-        return Allocation(base, size, "pool", shareable, device, handle_types)
+        return Allocation(base, size, "pool", shareable, device, handle_types, int(pool))
     legacy = bool(int(_optional(api, "CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE", ptr, 0)))
     return Allocation(base, size, "device", legacy, device)
-
-
-def _device_ordinal(api, ptr: int) -> int:
-    return int(_attribute(api, "CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL", ptr))
 
 
 def synchronize(view) -> None:

@@ -286,14 +286,13 @@ _pool_handles: dict[int, int] = {}  # pool handle -> its exported file descripto
 _pool_lock = threading.Lock()
 
 
-def _pool_descriptor(api, pool) -> int:
-    key = int(pool)
+def _pool_descriptor(api, pool: int) -> int:
     with _pool_lock:
-        fd = _pool_handles.get(key)
+        fd = _pool_handles.get(pool)
         if fd is None:
             handle_type = api.CUmemAllocationHandleType(POSIX_FILE_DESCRIPTOR)
-            fd = int(_driver._call(api, "cuMemPoolExportToShareableHandle", pool, handle_type, 0))
-            _pool_handles[key] = fd
+            fd = int(_driver._call(api, "cuMemPoolExportToShareableHandle", api.CUmemoryPool(pool), handle_type, 0))
+            _pool_handles[pool] = fd
     return fd
 
 
@@ -321,12 +320,9 @@ def export_record(view) -> dict:
         if allocation.kind == "device":
             memory = ("legacy", _handle_bytes(_driver._call(api, "cuIpcGetMemHandle", allocation.base)))
         else:
-            pool = _driver._call(
-                api, "cuPointerGetAttribute", api.CUpointer_attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, allocation.base
-            )
             data = _driver._call(api, "cuMemPoolExportPointer", allocation.base)
-            fd = _pool_descriptor(api, pool)
-            memory = ("pool", reduction.DupFd(fd), int(pool), _handle_bytes(data))
+            fd = _pool_descriptor(api, allocation.pool)
+            memory = ("pool", reduction.DupFd(fd), allocation.pool, _handle_bytes(data))
         if ready is None:
             return memory, None
         event, handle = exporter.event(api, device)
@@ -350,7 +346,6 @@ def export_record(view) -> dict:
         "slots": exporter.slots,
         "device_uuid": _device_uuid(api, device),
         "memory": memory,
-        "allocation_size": allocation.size,
         "span_offset": low - allocation.base,  # the span's first byte in the allocation
         "span_bytes": high - low,
         "ptr_offset": view.ptr - low,  # element [0, ..., 0] in the span
@@ -562,23 +557,24 @@ def _let_go_legacy(api, device: int, key: tuple) -> None:
 
 
 def _imported_pool(api, device: int, record):
+    """The exporter's pool imported once per process (the driver keeps its own copy of the
+    descriptor, which is closed here either way)."""
     _, descriptor, pool_key, _ = record["memory"]
-    key = (record["pid"], pool_key)
     fd = descriptor.detach()
-    with _import_lock:
-        found = _pools.get(key)
-    if found is not None:
-        os.close(fd)
-        return found
     handle_type = api.CUmemAllocationHandleType(POSIX_FILE_DESCRIPTOR)
-    try:
-        pool = _driver.with_context(
+
+    def imported():
+        return _driver.with_context(
             api, device, lambda: _driver._call(api, "cuMemPoolImportFromShareableHandle", fd, handle_type, 0)
         )
+
+    def destroy(pool):
+        _driver._call(api, "cuMemPoolDestroy", pool)
+
+    try:
+        return _cached(_pools, (record["pid"], pool_key), imported, destroy)
     finally:
         os.close(fd)
-    with _import_lock:
-        return _pools.setdefault(key, pool)
 
 
 class _Import:
@@ -595,19 +591,28 @@ class _Import:
         self.is_device_accessible = True
 
 
-def _opened_event(api, device: int, pid: int, handle: bytes):
-    key = (pid, handle)
+def _cached(table: dict, key, make, discard):
+    """``table[key]``, made by ``make()`` outside ``_import_lock`` on a miss (a driver call);
+    a thread that loses the race to store what it made gives it to ``discard``."""
     with _import_lock:
-        found = _events.get(key)
+        found = table.get(key)
     if found is not None:
         return found
-    ipc_handle = _handle_from(api.CUipcEventHandle, handle)
-    event = _driver.with_context(api, device, lambda: _driver._call(api, "cuIpcOpenEventHandle", ipc_handle))
+    made = make()
     with _import_lock:
-        found = _events.setdefault(key, event)
-    if found is not event:
-        _destroy_event(event)
+        found = table.setdefault(key, made)
+    if found is not made:
+        discard(made)
     return found
+
+
+def _opened_event(api, device: int, pid: int, handle: bytes):
+    ipc_handle = _handle_from(api.CUipcEventHandle, handle)
+    return _cached(
+        _events, (pid, handle),
+        lambda: _driver.with_context(api, device, lambda: _driver._call(api, "cuIpcOpenEventHandle", ipc_handle)),
+        _destroy_event,
+    )
 
 
 def _release_import(api, device, link, ticket, memory) -> None:

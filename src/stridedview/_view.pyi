@@ -405,7 +405,7 @@ class StridedMemoryView:
         memory; ``"host"``: memory the driver does not know, whose base and size are
         then the view's span), whether another process can map it (``shareable``:
         CUDA IPC, which pickling a device view uses), its ``device_id`` (-1 for host
-        memory) and, for a pool's block, the handle types its pool exports.
+        memory) and, for a pool's block, the handle types its pool exports and the pool.
 
         A host view asks the driver only once stridedview has initialised one;
         a device view asks it each time (CUDAError when it cannot be used).
